@@ -1,0 +1,125 @@
+// Package par is k3's worker pool: a fixed set of goroutines that run the
+// row blocks of the kernels. It implements tensor.Runner.
+//
+// Several goroutines (one per session) may call Run concurrently on one
+// Pool; their chunks interleave on the shared workers. Run allocates nothing
+// in steady state.
+package par
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/k3go/k3/tensor"
+)
+
+// Pool runs tensor.RangeJob chunks on a fixed number of goroutines.
+type Pool struct {
+	threads int
+	work    chan *batch
+	closed  atomic.Bool
+	wg      sync.WaitGroup
+}
+
+type batch struct {
+	job     tensor.RangeJob
+	n       int
+	grain   int
+	next    atomic.Int64
+	helpers sync.WaitGroup
+}
+
+var batches = sync.Pool{New: func() any { return new(batch) }}
+
+// New starts a pool of threads goroutines in total, counting the caller of
+// Run as one. threads <= 0 means GOMAXPROCS.
+func New(threads int) *Pool {
+	if threads <= 0 {
+		threads = runtime.GOMAXPROCS(0)
+	}
+	p := &Pool{threads: threads, work: make(chan *batch, 4*threads)}
+	for i := 1; i < threads; i++ {
+		p.wg.Add(1)
+		go p.worker()
+	}
+	return p
+}
+
+// Threads returns the number of goroutines that share the work, the caller
+// included.
+func (p *Pool) Threads() int { return p.threads }
+
+func (p *Pool) worker() {
+	defer p.wg.Done()
+	for b := range p.work {
+		b.drain()
+		b.helpers.Done()
+	}
+}
+
+// drain runs chunks until none is left.
+func (b *batch) drain() {
+	for {
+		lo := int(b.next.Add(int64(b.grain))) - b.grain
+		if lo >= b.n {
+			return
+		}
+		hi := min(lo+b.grain, b.n)
+		b.job.Range(lo, hi)
+	}
+}
+
+// Run implements tensor.Runner: it splits [0, n) into chunks of grain and
+// runs them on the pool and the calling goroutine, returning when all are
+// done. After Close it runs everything on the caller.
+func (p *Pool) Run(n, grain int, job tensor.RangeJob) {
+	if n <= 0 {
+		return
+	}
+	if grain < 1 {
+		grain = 1
+	}
+	chunks := (n + grain - 1) / grain
+	if p == nil || p.threads <= 1 || chunks <= 1 || p.closed.Load() {
+		job.Range(0, n)
+		return
+	}
+	b := batches.Get().(*batch)
+	b.job, b.n, b.grain = job, n, grain
+	b.next.Store(0)
+	helpers := min(p.threads-1, chunks-1)
+	for i := 0; i < helpers; i++ {
+		b.helpers.Add(1)
+		select {
+		case p.work <- b:
+		default: // every worker is busy and the queue is full: do it ourselves
+			b.helpers.Done()
+		}
+	}
+	b.drain()
+	// Wait until every worker that took b has left it, so b can be reused.
+	b.helpers.Wait()
+	b.job = nil
+	batches.Put(b)
+}
+
+// Close stops the workers once queued work is done. Run still works after
+// Close, serially. Close must not be called concurrently with Run.
+func (p *Pool) Close() {
+	if p == nil || p.closed.Swap(true) {
+		return
+	}
+	close(p.work)
+	p.wg.Wait()
+}
+
+// For is a convenience over Run for code off the hot path: it runs fn over
+// [0, n) in chunks of grain. It allocates a closure per call.
+func (p *Pool) For(n, grain int, fn func(lo, hi int)) {
+	p.Run(n, grain, rangeFunc(fn))
+}
+
+type rangeFunc func(lo, hi int)
+
+func (f rangeFunc) Range(lo, hi int) { f(lo, hi) }
