@@ -1,0 +1,249 @@
+package iox
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/k3go/k3/tensor"
+)
+
+// ErrNotFound reports a tensor that the checkpoint does not contain.
+var ErrNotFound = errors.New("tensor not found")
+
+// ErrCheckpoint reports a checkpoint directory that is inconsistent: no
+// shards, a shard named by the index that is missing, a tensor stored in
+// two shards, an index that disagrees with the shards.
+var ErrCheckpoint = errors.New("invalid checkpoint")
+
+// IndexFile is the name of the optional shard index.
+const IndexFile = "model.safetensors.index.json"
+
+// Shard is one safetensors file of a checkpoint.
+type Shard struct {
+	Name   string // file name inside the checkpoint directory
+	Path   string
+	File   *os.File
+	Header *Header
+}
+
+// Entry locates one tensor: its shard and its description.
+type Entry struct {
+	Shard int
+	TensorInfo
+}
+
+// Checkpoint is an indexed set of safetensors shards.
+type Checkpoint struct {
+	Dir     string
+	Shards  []*Shard
+	tensors map[string]Entry
+}
+
+// OpenCheckpoint indexes every *.safetensors file of dir (sorted by name).
+// If model.safetensors.index.json exists, every shard it names must exist
+// and hold the tensors the index assigns to it; the index is not required.
+// A tensor found in two shards is an error.
+func OpenCheckpoint(dir string) (*Checkpoint, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
+	}
+	var names []string
+	for _, e := range entries {
+		if !e.IsDir() && strings.HasSuffix(e.Name(), ".safetensors") {
+			names = append(names, e.Name())
+		}
+	}
+	sort.Strings(names)
+	c := &Checkpoint{Dir: dir, tensors: make(map[string]Entry)}
+	ok := false
+	defer func() {
+		if !ok {
+			c.Close()
+		}
+	}()
+	index, err := readIndex(dir)
+	if err != nil {
+		return nil, err
+	}
+	if index != nil {
+		have := make(map[string]bool, len(names))
+		for _, n := range names {
+			have[n] = true
+		}
+		for _, shard := range index.shards() {
+			if !have[shard] {
+				return nil, fmt.Errorf("checkpoint %s: %w: shard %s named by %s is missing", dir, ErrCheckpoint, shard, IndexFile)
+			}
+		}
+	}
+	if len(names) == 0 {
+		return nil, fmt.Errorf("checkpoint %s: %w: no *.safetensors files", dir, ErrCheckpoint)
+	}
+	for i, n := range names {
+		p := filepath.Join(dir, n)
+		f, err := os.Open(p)
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
+		}
+		s := &Shard{Name: n, Path: p, File: f}
+		c.Shards = append(c.Shards, s)
+		st, err := f.Stat()
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint %s: %w", p, err)
+		}
+		h, err := ReadHeader(f, st.Size(), p)
+		if err != nil {
+			return nil, err
+		}
+		s.Header = h
+		for _, t := range h.Tensors {
+			if prev, dup := c.tensors[t.Name]; dup {
+				return nil, fmt.Errorf("checkpoint %s: %w: tensor %q is in both %s and %s", dir, ErrCheckpoint, t.Name, c.Shards[prev.Shard].Name, n)
+			}
+			c.tensors[t.Name] = Entry{Shard: i, TensorInfo: t}
+		}
+	}
+	if index != nil {
+		for name, shard := range index.WeightMap {
+			e, found := c.tensors[name]
+			if !found {
+				return nil, fmt.Errorf("checkpoint %s: %w: %s lists tensor %q in %s, which does not hold it", dir, ErrCheckpoint, IndexFile, name, shard)
+			}
+			if c.Shards[e.Shard].Name != shard {
+				return nil, fmt.Errorf("checkpoint %s: %w: %s puts tensor %q in %s but it is in %s", dir, ErrCheckpoint, IndexFile, name, shard, c.Shards[e.Shard].Name)
+			}
+		}
+	}
+	ok = true
+	return c, nil
+}
+
+type shardIndex struct {
+	WeightMap map[string]string `json:"weight_map"`
+}
+
+func (x *shardIndex) shards() []string {
+	set := map[string]bool{}
+	for _, s := range x.WeightMap {
+		set[s] = true
+	}
+	out := make([]string, 0, len(set))
+	for s := range set {
+		out = append(out, s)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// maxIndexBytes bounds the index file k3 will read.
+const maxIndexBytes = 512 << 20
+
+func readIndex(dir string) (*shardIndex, error) {
+	p := filepath.Join(dir, IndexFile)
+	f, err := os.Open(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxIndexBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", p, err)
+	}
+	return ParseIndex(data, p)
+}
+
+// ParseIndex parses model.safetensors.index.json. Shard names must be plain
+// file names ending in .safetensors (no directories).
+func ParseIndex(data []byte, name string) (*shardIndex, error) {
+	if len(data) > maxIndexBytes {
+		return nil, fmt.Errorf("%s: %w: index larger than %d bytes", name, ErrCheckpoint, maxIndexBytes)
+	}
+	var x shardIndex
+	if err := json.Unmarshal(data, &x); err != nil {
+		return nil, fmt.Errorf("%s: %w: %v", name, ErrCheckpoint, err)
+	}
+	if x.WeightMap == nil {
+		return nil, fmt.Errorf("%s: %w: no weight_map", name, ErrCheckpoint)
+	}
+	for t, s := range x.WeightMap {
+		if s == "" || s != filepath.Base(s) || s == "." || s == ".." || !strings.HasSuffix(s, ".safetensors") {
+			return nil, fmt.Errorf("%s: %w: tensor %q maps to bad shard name %q", name, ErrCheckpoint, t, s)
+		}
+	}
+	return &x, nil
+}
+
+// Lookup returns where a tensor is stored.
+func (c *Checkpoint) Lookup(name string) (Entry, bool) {
+	e, ok := c.tensors[name]
+	return e, ok
+}
+
+// Names returns every tensor name, sorted.
+func (c *Checkpoint) Names() []string {
+	out := make([]string, 0, len(c.tensors))
+	for n := range c.tensors {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Len returns the number of tensors.
+func (c *Checkpoint) Len() int { return len(c.tensors) }
+
+// Read reads a whole tensor into a new view. Use it for small tensors; the
+// engine reads large ones into its own buffers.
+func (c *Checkpoint) Read(name string) (tensor.Tensor, error) {
+	e, ok := c.tensors[name]
+	if !ok {
+		return tensor.Tensor{}, fmt.Errorf("%s: %w", name, ErrNotFound)
+	}
+	if e.DType == tensor.Invalid {
+		return tensor.Tensor{}, fmt.Errorf("tensor %q: dtype %s is not supported", name, e.Stored)
+	}
+	buf := make([]byte, e.Size)
+	if err := c.ReadRange(e.Shard, e.Offset, buf); err != nil {
+		return tensor.Tensor{}, fmt.Errorf("tensor %q: %w", name, err)
+	}
+	return tensor.Tensor{DType: e.DType, Shape: e.Shape, Data: buf}, nil
+}
+
+// ReadRange fills dst from shard s at offset off, failing on a short read
+// with an error that names the file and offset.
+func (c *Checkpoint) ReadRange(s int, off int64, dst []byte) error {
+	sh := c.Shards[s]
+	n, err := sh.File.ReadAt(dst, off)
+	if n == len(dst) {
+		return nil
+	}
+	if err == nil || err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	return fmt.Errorf("%s: read %d bytes at offset %d: got %d: %w", sh.Path, len(dst), off, n, err)
+}
+
+// Close closes every shard.
+func (c *Checkpoint) Close() error {
+	var first error
+	for _, s := range c.Shards {
+		if s.File != nil {
+			if err := s.File.Close(); err != nil && first == nil {
+				first = err
+			}
+			s.File = nil
+		}
+	}
+	return first
+}

@@ -1,0 +1,122 @@
+package model
+
+import "math"
+
+// kda runs Kimi Delta Attention over T tokens (§6.5): projections, short
+// convolutions with carried state, L2-normalised q and k, per-head β,
+// per-channel decay with a per-head A, the delta-rule recurrence, head-wise
+// RMSNorm, the full-rank output gate and the output projection.
+func (s *Session) kda(l int, mats *LayerMats, vec *LayerVecs, T int) {
+	m, c, sc := s.m, s.m.Cfg, s.sc
+	E, P, D, Hk, kc := c.Hidden, c.KDAWidth(), c.KDAHeadDim, c.KDAHeads, c.ConvKernel
+	xn := sc.xn[:T*E]
+	q, k, v, g, z := sc.q[:T*P], sc.k[:T*P], sc.v[:T*P], sc.g[:T*P], sc.z[:T*P]
+	mats.QProj.MatMul(m.pool, q, xn, T)
+	mats.KProj.MatMul(m.pool, k, xn, T)
+	mats.VProj.MatMul(m.pool, v, xn, T)
+	mats.GProj.MatMul(m.pool, g, xn, T)
+	mats.BProj.MatMul(m.pool, sc.bl[:T*Hk], xn, T)
+	mats.FAProj.MatMul(m.pool, sc.fa[:T*D], xn, T)
+	mats.FBProj.MatMul(m.pool, z, sc.fa[:T*D], T)
+
+	st := &s.St.kda[l]
+	qScale := float32(1 / math.Sqrt(float64(D)))
+	glb := c.GateLowerBound
+	for t := 0; t < T; t++ {
+		qt, kt, vt, zt := q[t*P:(t+1)*P], k[t*P:(t+1)*P], v[t*P:(t+1)*P], z[t*P:(t+1)*P]
+		shortConv(qt, qt, vec.QConv, st.qh, kc)
+		shortConv(kt, kt, vec.KConv, st.kh, kc)
+		shortConv(vt, vt, vec.VConv, st.vh, kc)
+		for h := 0; h < Hk; h++ {
+			qh := qt[h*D : (h+1)*D]
+			l2Norm(qh)
+			for i := range qh {
+				qh[i] *= qScale
+			}
+			l2Norm(kt[h*D : (h+1)*D])
+			sc.beta[t*Hk+h] = sigmoid(sc.bl[t*Hk+h])
+			a := float32(math.Exp(float64(vec.ALog[h])))
+			zh := zt[h*D : (h+1)*D]
+			dt := vec.DTBias[h*D : (h+1)*D]
+			for i := range zh {
+				u := a * (zh[i] + dt[i])
+				zh[i] = float32(math.Exp(float64(glb * sigmoid(u)))) // α, the decay
+			}
+		}
+	}
+	j := &sc.kdaJob
+	*j = kdaJob{s: s, st: st, T: T}
+	m.pool.Run(Hk, 1, j)
+	*j = kdaJob{}
+
+	o := sc.o[:T*P]
+	for t := 0; t < T; t++ {
+		for h := 0; h < Hk; h++ {
+			oh := o[t*P+h*D : t*P+(h+1)*D]
+			rmsNorm(oh, oh, vec.ONorm, c.RMSNormEps)
+		}
+		ot, gt := o[t*P:(t+1)*P], g[t*P:(t+1)*P]
+		for i := range ot {
+			ot[i] *= sigmoid(gt[i])
+		}
+	}
+	mats.OProj.MatMul(m.pool, sc.attn[:T*E], o, T)
+}
+
+// kdaJob runs the delta-rule recurrence, one head per index.
+type kdaJob struct {
+	s  *Session
+	st *kdaState
+	T  int
+}
+
+func (j *kdaJob) Range(lo, hi int) {
+	c, sc := j.s.m.Cfg, j.s.sc
+	P, D, Hk := c.KDAWidth(), c.KDAHeadDim, c.KDAHeads
+	for h := lo; h < hi; h++ {
+		S := j.st.S[h*D*D : (h+1)*D*D]
+		for t := 0; t < j.T; t++ {
+			base := t*P + h*D
+			kdaStep(S, sc.q[base:base+D], sc.k[base:base+D], sc.v[base:base+D], sc.z[base:base+D],
+				sc.beta[t*Hk+h], sc.o[base:base+D])
+		}
+	}
+}
+
+// kdaStep advances one head's state by one token, in the documented order:
+// decay, read, delta write, read-out from the updated state.
+func kdaStep(S, q, k, v, alpha []float32, beta float32, o []float32) {
+	D := len(k)
+	// decay rows and read u = kᵀS in one pass
+	u := o // o is free until the read-out: use it for u
+	clear(u)
+	for i := 0; i < D; i++ {
+		row := S[i*D : (i+1)*D]
+		a, ki := alpha[i], k[i]
+		for j := range row {
+			row[j] *= a
+			u[j] += float32(ki * row[j])
+		}
+	}
+	// delta: d[j] = v[j] - u[j], reuse u
+	for j := range u {
+		u[j] = v[j] - u[j]
+	}
+	var outBuf [256]float32
+	var out []float32
+	if D <= len(outBuf) {
+		out = outBuf[:D]
+	} else {
+		out = make([]float32, D)
+	}
+	for i := 0; i < D; i++ {
+		row := S[i*D : (i+1)*D]
+		kb := float32(k[i] * beta)
+		qi := q[i]
+		for j := range row {
+			row[j] += float32(kb * u[j])
+			out[j] += float32(qi * row[j])
+		}
+	}
+	copy(o, out)
+}

@@ -1,0 +1,129 @@
+package model
+
+import (
+	"math"
+
+	"github.com/k3go/k3/tensor"
+)
+
+// mla runs gated Multi-head Latent Attention over T new tokens (§6.6). The
+// cache holds, per position, the RMS-normalised latent (Ckv floats) and the
+// raw rope key (r floats, shared by all heads, never rotated). Attention
+// works in the latent space: the query's nope part is absorbed through the
+// key half of kv_b (q' = W_kᵀ q_nope, so q'·latent = q_nope·k_nope), and the
+// value half of kv_b is applied once to the probability-weighted latent sum.
+// This is the same mathematics as expanding every cached position, 43×
+// smaller in memory, and identical in every decoding mode.
+func (s *Session) mla(l int, mats *LayerMats, vec *LayerVecs, T int) {
+	m, c, sc := s.m, s.m.Cfg, s.sc
+	E, Cq, Ckv, r := c.Hidden, c.QLoraRank, c.KVLoraRank, c.QKRopeDim
+	H, dh, vh := c.MLAHeads, c.MLAHeadDim(), c.VHeadDim
+	xn := sc.xn[:T*E]
+	qa := sc.qa[:T*Cq]
+	mats.QAProj.MatMul(m.pool, qa, xn, T)
+	for t := 0; t < T; t++ {
+		rmsNorm(qa[t*Cq:(t+1)*Cq], qa[t*Cq:(t+1)*Cq], vec.QANorm, c.RMSNormEps)
+	}
+	mats.QBProj.MatMul(m.pool, sc.qm[:T*H*dh], qa, T)
+	ckv := sc.ckv[:T*(Ckv+r)]
+	mats.KVAProj.MatMul(m.pool, ckv, xn, T)
+
+	st := &s.St.mla[l]
+	p0 := s.St.pos
+	for t := 0; t < T; t++ {
+		row := ckv[t*(Ckv+r) : (t+1)*(Ckv+r)]
+		rmsNorm(row[:Ckv], row[:Ckv], vec.KVANorm, c.RMSNormEps)
+		st.lat = append(st.lat, row[:Ckv]...)
+		st.kr = append(st.kr, row[Ckv:]...)
+	}
+	for h := range sc.heads {
+		if cap(sc.heads[h].p) < p0+T {
+			sc.heads[h].p = make([]float32, p0+T, max(p0+T, 2*cap(sc.heads[h].p)))
+		}
+	}
+	j := &sc.mlaJob
+	*j = mlaJob{s: s, mats: mats, st: st, T: T, p0: p0}
+	m.pool.Run(H, 1, j)
+	*j = mlaJob{}
+
+	o := sc.mo[:T*H*vh]
+	if c.MLAOutputGate {
+		g := sc.mg[:T*H*vh]
+		mats.MLAGProj.MatMul(m.pool, g, xn, T)
+		for i := range o {
+			o[i] *= sigmoid(g[i])
+		}
+	}
+	mats.MLAOProj.MatMul(m.pool, sc.attn[:T*E], o, T)
+}
+
+// mlaJob computes attention for one head per index over the T new tokens.
+type mlaJob struct {
+	s     *Session
+	mats  *LayerMats
+	st    *mlaState
+	T, p0 int
+}
+
+func (j *mlaJob) Range(lo, hi int) {
+	c, sc := j.s.m.Cfg, j.s.sc
+	Ckv, r, n, vh := c.KVLoraRank, c.QKRopeDim, c.QKNopeDim, c.VHeadDim
+	H, dh := c.MLAHeads, c.MLAHeadDim()
+	scale := float32(1 / math.Sqrt(float64(n+r)))
+	kvb := &j.mats.KVBProj
+	for h := lo; h < hi; h++ {
+		hs := &sc.heads[h]
+		wk := kvb.rowsView(h*(n+vh), h*(n+vh)+n)
+		wv := kvb.rowsView(h*(n+vh)+n, (h+1)*(n+vh))
+		for t := 0; t < j.T; t++ {
+			q := sc.qm[(t*H+h)*dh : (t*H+h+1)*dh]
+			absorb(hs.qabs, wk, q[:n])
+			npos := j.p0 + t + 1
+			p := hs.p[:npos]
+			for sIdx := 0; sIdx < npos; sIdx++ {
+				lat := j.st.lat[sIdx*Ckv : (sIdx+1)*Ckv]
+				kr := j.st.kr[sIdx*r : (sIdx+1)*r]
+				var d float64
+				for i, v := range hs.qabs {
+					d += float64(v) * float64(lat[i])
+				}
+				for i, v := range q[n:] {
+					d += float64(v) * float64(kr[i])
+				}
+				p[sIdx] = float32(d) * scale
+			}
+			softmaxInPlace(p)
+			ctx := hs.ctx
+			clear(ctx)
+			for sIdx, ps := range p {
+				lat := j.st.lat[sIdx*Ckv : (sIdx+1)*Ckv]
+				for i, v := range lat {
+					ctx[i] += float32(ps * v)
+				}
+			}
+			tensor.MatVec(nil, sc.mo[(t*H+h)*vh:(t*H+h+1)*vh], wv, ctx)
+		}
+	}
+}
+
+// absorb computes dst[c] = Σ_i q[i]·W[i][c] (i ascending) for a dense W of
+// len(q) rows: the query's nope part carried into the latent space.
+func absorb(dst []float32, w tensor.Mat, q []float32) {
+	clear(dst)
+	rb := w.RowBytes()
+	for i, qi := range q {
+		b := w.Data[i*rb : (i+1)*rb]
+		switch w.DType {
+		case tensor.BF16:
+			for c := range dst {
+				wv := math.Float32frombits(uint32(b[2*c])<<16 | uint32(b[2*c+1])<<24)
+				dst[c] += float32(qi * wv)
+			}
+		case tensor.F32:
+			for c := range dst {
+				wv := math.Float32frombits(uint32(b[4*c]) | uint32(b[4*c+1])<<8 | uint32(b[4*c+2])<<16 | uint32(b[4*c+3])<<24)
+				dst[c] += float32(qi * wv)
+			}
+		}
+	}
+}

@@ -1,0 +1,95 @@
+package model
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/k3go/k3/internal/par"
+	"github.com/k3go/k3/tensor"
+)
+
+// ErrTokenOutOfRange reports a token id outside [0, vocab).
+var ErrTokenOutOfRange = errors.New("token id out of range")
+
+// Options configure a Model's compute.
+type Options struct {
+	// Pool runs the kernels' row blocks. Nil means a pool of GOMAXPROCS
+	// goroutines owned by the Model.
+	Pool *par.Pool
+	// Chunk is the number of tokens that share one pass over the weights
+	// during prefill. It changes speed and scratch memory, never results.
+	// Zero means 64.
+	Chunk int
+	// Layers and Experts provide the weights. Nil means: read everything
+	// into memory at load time.
+	Layers  LayerSource
+	Experts ExpertSource
+}
+
+// Model is a loaded Kimi K3: its plan, its weight sources and its worker
+// pool. It is safe for concurrent use by several States.
+type Model struct {
+	Cfg     *Config
+	Plan    *Plan
+	layers  LayerSource
+	experts ExpertSource
+	embed   tensor.Mat
+	lmHead  tensor.Mat
+	pool    *par.Pool
+	ownPool bool
+	chunk   int
+}
+
+// ReadFunc reads the bytes of one extent into dst (len = extent size).
+type ReadFunc func(ctx context.Context, e Extent, dst []byte) error
+
+// Load builds a Model from a checked plan. Weights come from opts.Layers
+// and opts.Experts when given; otherwise every weight is read into memory
+// through read.
+func Load(ctx context.Context, p *Plan, read ReadFunc, opts Options) (*Model, error) {
+	m := &Model{Cfg: p.Cfg, Plan: p, layers: opts.Layers, experts: opts.Experts, pool: opts.Pool, chunk: opts.Chunk}
+	if m.chunk <= 0 {
+		m.chunk = 64
+	}
+	var err error
+	if m.embed, err = readMat(ctx, p, read, p.embed.Name); err != nil {
+		return nil, err
+	}
+	if m.lmHead, err = readMat(ctx, p, read, p.lmHead.Name); err != nil {
+		return nil, err
+	}
+	if m.layers == nil {
+		if m.layers, err = loadResidentLayers(ctx, p, read); err != nil {
+			return nil, err
+		}
+	}
+	if m.experts == nil {
+		if m.experts, err = loadResidentExperts(ctx, p, read); err != nil {
+			return nil, err
+		}
+	}
+	if m.pool == nil {
+		m.pool, m.ownPool = par.New(0), true
+	}
+	return m, nil
+}
+
+func readMat(ctx context.Context, p *Plan, read ReadFunc, name string) (tensor.Mat, error) {
+	e, _ := p.Ckpt.Lookup(name)
+	buf := make([]byte, e.Size)
+	if err := read(ctx, Extent{File: e.Shard, Off: e.Offset, Size: e.Size}, buf); err != nil {
+		return tensor.Mat{}, fmt.Errorf("%s: %w", name, err)
+	}
+	return tensor.Mat{DType: e.DType, Rows: e.Shape[0], Cols: e.Shape[1], Data: buf}, nil
+}
+
+// Close releases the Model's worker pool if it owns it.
+func (m *Model) Close() {
+	if m.ownPool {
+		m.pool.Close()
+	}
+}
+
+// Pool returns the worker pool the kernels run on.
+func (m *Model) Pool() *par.Pool { return m.pool }

@@ -1,0 +1,385 @@
+package model
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/k3go/k3/iox"
+	"github.com/k3go/k3/quant"
+	"github.com/k3go/k3/tensor"
+)
+
+// Plan is the checked map from the model's weights to the checkpoint's
+// bytes: where every layer's matrices and every routed expert live, and the
+// small vectors, already widened. Building it reads only headers and
+// vectors; it validates every name, dtype and shape, so that a forward pass
+// never meets a surprise.
+type Plan struct {
+	Cfg  *Config
+	Ckpt *iox.Checkpoint
+
+	layers  []layerPlan
+	vecs    []LayerVecs
+	experts expertPlan
+
+	embed, lmHead    iox.Entry
+	finalNorm        []float32
+	foldO            []float32
+	outNorm, outProj []float32
+}
+
+// problems collects binding errors so that one error reports all of them.
+type problems struct{ list []string }
+
+func (p *problems) add(format string, args ...any) {
+	if len(p.list) < 50 {
+		p.list = append(p.list, fmt.Sprintf(format, args...))
+	} else if len(p.list) == 50 {
+		p.list = append(p.list, "(more problems not shown)")
+	}
+}
+
+func (p *problems) err() error {
+	if len(p.list) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s", ErrBadCheckpoint, strings.Join(p.list, "; "))
+}
+
+// NewPlan binds a checkpoint to a config.
+func NewPlan(cfg *Config, ck *iox.Checkpoint) (*Plan, error) {
+	p := &Plan{Cfg: cfg, Ckpt: ck}
+	var pr problems
+	E, V := cfg.Hidden, cfg.Vocab
+
+	p.embed = p.matrix(&pr, modelPrefix+"embed_tokens.weight", V, E)
+	p.lmHead = p.matrix(&pr, lmHeadName, V, E)
+	p.finalNorm = p.vector(&pr, modelPrefix+"norm.weight", E, false)
+	p.outNorm = p.vector(&pr, modelPrefix+"output_attn_res_norm.weight", E, false)
+	p.outProj = p.vector(&pr, modelPrefix+"output_attn_res_proj.weight", E, false)
+	p.foldO = fold(p.outNorm, p.outProj)
+
+	p.layers = make([]layerPlan, cfg.Layers)
+	p.vecs = make([]LayerVecs, cfg.Layers)
+	for l := 0; l < cfg.Layers; l++ {
+		p.planLayer(&pr, l)
+	}
+	if err := pr.err(); err != nil {
+		return nil, err
+	}
+	p.planExperts(&pr)
+	if err := pr.err(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func fold(norm, proj []float32) []float32 {
+	if len(norm) != len(proj) {
+		return nil
+	}
+	f := make([]float32, len(norm))
+	for i := range f {
+		f[i] = norm[i] * proj[i]
+	}
+	return f
+}
+
+func (p *Plan) lookup(pr *problems, name string) (iox.Entry, bool) {
+	e, ok := p.Ckpt.Lookup(name)
+	if !ok {
+		pr.add("tensor %s is missing", name)
+	}
+	return e, ok
+}
+
+// matrix checks a dense F32/BF16 matrix of the given shape.
+func (p *Plan) matrix(pr *problems, name string, rows, cols int) iox.Entry {
+	e, ok := p.lookup(pr, name)
+	if !ok {
+		return e
+	}
+	if e.DType != tensor.F32 && e.DType != tensor.BF16 {
+		pr.add("tensor %s has dtype %s, want F32 or BF16", name, e.Stored)
+	}
+	if len(e.Shape) != 2 || e.Shape[0] != rows || e.Shape[1] != cols {
+		pr.add("tensor %s has shape %v, want [%d %d]", name, e.Shape, rows, cols)
+	}
+	return e
+}
+
+// vector reads and widens a small F32/BF16/F16 tensor with n elements (at
+// least n if atLeast; then the first n are kept).
+func (p *Plan) vector(pr *problems, name string, n int, atLeast bool) []float32 {
+	e, ok := p.lookup(pr, name)
+	if !ok {
+		return nil
+	}
+	if e.DType != tensor.F32 && e.DType != tensor.BF16 && e.DType != tensor.F16 {
+		pr.add("tensor %s has dtype %s, want F32, BF16 or F16", name, e.Stored)
+		return nil
+	}
+	have := tensor.NumElements(e.Shape)
+	if have != n && !(atLeast && have > n) {
+		pr.add("tensor %s has %d elements (shape %v), want %d", name, have, e.Shape, n)
+		return nil
+	}
+	t, err := p.Ckpt.Read(name)
+	if err != nil {
+		pr.add("%v", err)
+		return nil
+	}
+	out := make([]float32, n)
+	if err := tensor.Widen(out, t.Data[:n*e.DType.Size()], e.DType); err != nil {
+		pr.add("tensor %s: %v", name, err)
+		return nil
+	}
+	return out
+}
+
+func (p *Plan) planLayer(pr *problems, l int) {
+	c := p.Cfg
+	E, P, D, Hk := c.Hidden, c.KDAWidth(), c.KDAHeadDim, c.KDAHeads
+	pre := layerPrefix(l)
+	lp := &p.layers[l]
+	lp.index = l
+	v := &p.vecs[l]
+
+	type m = func(*LayerMats) *Linear
+	var mats []matSpec
+	add := func(suffix string, rows, cols int, f m) {
+		mats = append(mats, matSpec{name: pre + suffix, rows: rows, cols: cols, field: f})
+	}
+	v.InNorm = p.vector(pr, pre+"input_layernorm.weight", E, false)
+	v.PostNorm = p.vector(pr, pre+"post_attention_layernorm.weight", E, false)
+	v.resNormA = p.vector(pr, pre+"self_attention_res_norm.weight", E, false)
+	v.resProjA = p.vector(pr, pre+"self_attention_res_proj.weight", E, false)
+	v.resNormM = p.vector(pr, pre+"mlp_res_norm.weight", E, false)
+	v.resProjM = p.vector(pr, pre+"mlp_res_proj.weight", E, false)
+	v.FoldA = fold(v.resNormA, v.resProjA)
+	v.FoldM = fold(v.resNormM, v.resProjM)
+
+	if c.IsMLA(l) {
+		H, dh, Cq, Ckv, r, vh := c.MLAHeads, c.MLAHeadDim(), c.QLoraRank, c.KVLoraRank, c.QKRopeDim, c.VHeadDim
+		add("self_attn.q_a_proj.weight", Cq, E, func(x *LayerMats) *Linear { return &x.QAProj })
+		add("self_attn.q_b_proj.weight", H*dh, Cq, func(x *LayerMats) *Linear { return &x.QBProj })
+		add("self_attn.kv_a_proj_with_mqa.weight", Ckv+r, E, func(x *LayerMats) *Linear { return &x.KVAProj })
+		add("self_attn.kv_b_proj.weight", H*(c.QKNopeDim+vh), Ckv, func(x *LayerMats) *Linear { return &x.KVBProj })
+		add("self_attn.o_proj.weight", E, H*vh, func(x *LayerMats) *Linear { return &x.MLAOProj })
+		if c.MLAOutputGate {
+			add("self_attn.g_proj.weight", H*vh, E, func(x *LayerMats) *Linear { return &x.MLAGProj })
+		}
+		v.QANorm = p.vector(pr, pre+"self_attn.q_a_layernorm.weight", Cq, false)
+		v.KVANorm = p.vector(pr, pre+"self_attn.kv_a_layernorm.weight", Ckv, false)
+	} else {
+		add("self_attn.q_proj.weight", P, E, func(x *LayerMats) *Linear { return &x.QProj })
+		add("self_attn.k_proj.weight", P, E, func(x *LayerMats) *Linear { return &x.KProj })
+		add("self_attn.v_proj.weight", P, E, func(x *LayerMats) *Linear { return &x.VProj })
+		add("self_attn.g_proj.weight", P, E, func(x *LayerMats) *Linear { return &x.GProj })
+		add("self_attn.o_proj.weight", E, P, func(x *LayerMats) *Linear { return &x.OProj })
+		add("self_attn.f_a_proj.weight", D, E, func(x *LayerMats) *Linear { return &x.FAProj })
+		add("self_attn.f_b_proj.weight", P, D, func(x *LayerMats) *Linear { return &x.FBProj })
+		add("self_attn.b_proj.weight", Hk, E, func(x *LayerMats) *Linear { return &x.BProj })
+		kc := c.ConvKernel
+		v.QConv = p.vector(pr, pre+"self_attn.q_conv1d.weight", P*kc, false)
+		v.KConv = p.vector(pr, pre+"self_attn.k_conv1d.weight", P*kc, false)
+		v.VConv = p.vector(pr, pre+"self_attn.v_conv1d.weight", P*kc, false)
+		v.ALog = p.vector(pr, pre+"self_attn.A_log", Hk, true)
+		v.DTBias = p.vector(pr, pre+"self_attn.dt_bias", P, false)
+		v.ONorm = p.vector(pr, pre+"self_attn.o_norm.weight", D, false)
+	}
+	if c.IsDense(l) {
+		Id := c.DenseIntermediate
+		add("mlp.gate_proj.weight", Id, E, func(x *LayerMats) *Linear { return &x.GateProj })
+		add("mlp.up_proj.weight", Id, E, func(x *LayerMats) *Linear { return &x.UpProj })
+		add("mlp.down_proj.weight", E, Id, func(x *LayerMats) *Linear { return &x.DownProj })
+	} else {
+		moe := "block_sparse_moe."
+		add(moe+"gate.weight", c.Experts, E, func(x *LayerMats) *Linear { return &x.Router })
+		add(moe+"routed_expert_down_proj.weight", c.LatentDim, E, func(x *LayerMats) *Linear { return &x.LatentDown })
+		add(moe+"routed_expert_up_proj.weight", E, c.LatentDim, func(x *LayerMats) *Linear { return &x.LatentUp })
+		if c.SharedExperts > 0 {
+			S := c.SharedExperts * c.MoEIntermediate
+			add(moe+"shared_experts.gate_proj.weight", S, E, func(x *LayerMats) *Linear { return &x.SharedGate })
+			add(moe+"shared_experts.up_proj.weight", S, E, func(x *LayerMats) *Linear { return &x.SharedUp })
+			add(moe+"shared_experts.down_proj.weight", E, S, func(x *LayerMats) *Linear { return &x.SharedDown })
+		}
+		v.Bias = p.vector(pr, pre+moe+"gate.e_score_correction_bias", c.Experts, false)
+		v.LatentNorm = p.vector(pr, pre+moe+"routed_expert_norm.weight", c.LatentDim, false)
+	}
+
+	// Every stored tensor of the layer except the routed experts is part of
+	// the layer's run: the matrices are bound from it, the vectors (already
+	// widened) are read along because they sit between the matrices.
+	var locs []iox.Entry
+	matIndex := make([]int, len(mats))
+	for i := range mats {
+		e := p.matrix(pr, mats[i].name, mats[i].rows, mats[i].cols)
+		mats[i].dtype = e.DType
+		matIndex[i] = len(locs)
+		locs = append(locs, e)
+	}
+	if len(pr.list) > 0 {
+		return
+	}
+	for _, name := range p.Ckpt.Names() {
+		if strings.HasPrefix(name, pre) && !strings.Contains(name, ".experts.") && !isMatName(mats, name) {
+			e, _ := p.Ckpt.Lookup(name)
+			locs = append(locs, e)
+		}
+	}
+	exts, offs, total := planExtents(locs, 64<<10)
+	for i := range mats {
+		mats[i].off = offs[matIndex[i]]
+		lp.payload += int64(mats[i].rows * mats[i].cols * mats[i].dtype.Size())
+	}
+	lp.mats, lp.extents, lp.bytes = mats, exts, total
+}
+
+func isMatName(mats []matSpec, name string) bool {
+	for _, m := range mats {
+		if m.name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// expertNames returns the stored names of expert e's matrix w (1, 2 or 3).
+func expertName(l, e, w int, suffix string) string {
+	return fmt.Sprintf("%sblock_sparse_moe.experts.%d.w%d.%s", layerPrefix(l), e, w, suffix)
+}
+
+// planExperts locates every routed expert and checks its six (or three)
+// tensors. An expert that cannot be bound fails the load: a silently dropped
+// expert would still give plausible tokens.
+func (p *Plan) planExperts(pr *problems) {
+	c := p.Cfg
+	I, Lt := c.MoEIntermediate, c.LatentDim
+	shapes := [3][2]int{{I, Lt}, {Lt, I}, {I, Lt}} // w1 gate, w2 down, w3 up
+	ep := &p.experts
+	ep.locs = make([][]ExpertLoc, c.Layers)
+	haveTemplate := false
+	for l := c.FirstKDense; l < c.Layers; l++ {
+		ep.locs[l] = make([]ExpertLoc, c.Experts)
+		for e := 0; e < c.Experts; e++ {
+			var locs []iox.Entry
+			var mats [3]expertMat
+			okAll := true
+			for w := 0; w < 3; w++ {
+				rows, cols := shapes[w][0], shapes[w][1]
+				m := &mats[w]
+				m.rows, m.cols = rows, cols
+				if dense, ok := p.Ckpt.Lookup(expertName(l, e, w+1, "weight")); ok {
+					if (dense.DType != tensor.F32 && dense.DType != tensor.BF16) || len(dense.Shape) != 2 || dense.Shape[0] != rows || dense.Shape[1] != cols {
+						pr.add("expert tensor %s is %s %v, want F32/BF16 [%d %d]", dense.Name, dense.Stored, dense.Shape, rows, cols)
+						okAll = false
+						continue
+					}
+					m.dtype, m.size = dense.DType, dense.Size
+					locs = append(locs, dense)
+					continue
+				}
+				packed, ok1 := p.lookup(pr, expertName(l, e, w+1, "weight_packed"))
+				scale, ok2 := p.lookup(pr, expertName(l, e, w+1, "weight_scale"))
+				if !ok1 || !ok2 {
+					okAll = false
+					continue
+				}
+				if cols%quant.GroupSize != 0 {
+					pr.add("expert %d of layer %d: width %d is not a multiple of the MXFP4 group size %d", e, l, cols, quant.GroupSize)
+					okAll = false
+					continue
+				}
+				if packed.DType != tensor.U8 || scale.DType != tensor.U8 || len(packed.Shape) != 2 || len(scale.Shape) != 2 ||
+					packed.Shape[0] != rows || packed.Shape[1]*2 != cols || scale.Shape[0] != rows || scale.Shape[1]*quant.GroupSize != cols {
+					pr.add("expert %d of layer %d w%d: packed %s %v and scale %s %v do not describe MXFP4 [%d %d] with groups of %d",
+						e, l, w+1, packed.Stored, packed.Shape, scale.Stored, scale.Shape, rows, cols, quant.GroupSize)
+					okAll = false
+					continue
+				}
+				if packed.Shard != scale.Shard {
+					pr.add("expert %d of layer %d w%d: packed and scale tensors are in different shards", e, l, w+1)
+					okAll = false
+					continue
+				}
+				m.isMX, m.size, m.scaleSize = true, packed.Size, scale.Size
+				locs = append(locs, packed, scale)
+			}
+			if !okAll {
+				continue
+			}
+			loc, tmpl := expertLocation(locs, mats)
+			if loc.irr == nil {
+				if !haveTemplate {
+					ep.template, ep.runBytes, haveTemplate = tmpl, loc.Size, true
+				} else if tmpl != ep.template {
+					loc = irregular(locs, mats)
+				}
+			}
+			ep.locs[l][e] = loc
+		}
+	}
+	for l := c.FirstKDense; l < c.Layers; l++ {
+		for e := range ep.locs[l] {
+			loc := ep.locs[l][e]
+			var need int64
+			if loc.irr != nil {
+				need = loc.irr.bytes
+			} else {
+				_, need = Extent{Off: loc.Off, Size: loc.Size}.Window()
+				// The window of a run that starts mid-page needs the slack
+				// of any alignment: size it for the worst case.
+				need = (loc.Size+Align-1)&^(Align-1) + Align
+			}
+			ep.slot = max(ep.slot, need)
+		}
+	}
+}
+
+// expertLocation decides whether an expert's tensors form one contiguous run
+// and, if so, returns the run and its internal layout (offsets relative to
+// the run start).
+func expertLocation(locs []iox.Entry, mats [3]expertMat) (ExpertLoc, [3]expertMat) {
+	lo, hi, sum := locs[0].Offset, locs[0].Offset+locs[0].Size, int64(0)
+	for _, e := range locs {
+		if e.Shard != locs[0].Shard {
+			return irregular(locs, mats), mats
+		}
+		lo, hi = min(lo, e.Offset), max(hi, e.Offset+e.Size)
+		sum += e.Size
+	}
+	if hi-lo != sum {
+		return irregular(locs, mats), mats
+	}
+	k := 0
+	for w := range mats {
+		mats[w].off = locs[k].Offset - lo
+		k++
+		if mats[w].isMX {
+			mats[w].scaleOff = locs[k].Offset - lo
+			k++
+		}
+	}
+	return ExpertLoc{File: locs[0].Shard, Off: lo, Size: sum}, mats
+}
+
+// irregular builds the several-request layout of an expert whose tensors
+// are not one run.
+func irregular(locs []iox.Entry, mats [3]expertMat) ExpertLoc {
+	exts, offs, total := planExtents(locs, 0)
+	k := 0
+	for w := range mats {
+		mats[w].off = offs[k]
+		k++
+		if mats[w].isMX {
+			mats[w].scaleOff = offs[k]
+			k++
+		}
+	}
+	var size int64
+	for _, e := range locs {
+		size += e.Size
+	}
+	return ExpertLoc{File: locs[0].Shard, Off: locs[0].Offset, Size: size, irr: &irregularExpert{extents: exts, bytes: total, mats: mats}}
+}

@@ -1,0 +1,108 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrContextFull reports a sequence that would exceed the session's
+// context capacity (the MLA cache is sized when the session is created).
+var ErrContextFull = errors.New("context full")
+
+// State is the per-sequence state of the model: the KDA recurrent state and
+// short-conv histories of every KDA layer, the latent MLA cache of every
+// MLA layer, and the number of positions consumed. Several States can share
+// one Model; a State is not safe for concurrent use.
+type State struct {
+	cfg *Config
+	kda []kdaState // by layer; zero for MLA layers
+	mla []mlaState // by layer; zero for KDA layers
+	pos int
+	cap int
+}
+
+type kdaState struct {
+	S          []float32 // [Hk][D][D]: row = key channel, column = value channel
+	qh, kh, vh []float32 // [P][Kc-1] conv histories, oldest first
+}
+
+type mlaState struct {
+	lat []float32 // [pos][Ckv] normalised latents
+	kr  []float32 // [pos][r] raw rope keys
+}
+
+// NewState allocates the recurrent state for a sequence of up to capacity
+// positions. The MLA cache grows on demand up to that capacity.
+func NewState(cfg *Config, capacity int) *State {
+	s := &State{cfg: cfg, kda: make([]kdaState, cfg.Layers), mla: make([]mlaState, cfg.Layers), cap: capacity}
+	P, D, Hk, h := cfg.KDAWidth(), cfg.KDAHeadDim, cfg.KDAHeads, cfg.ConvKernel-1
+	for l := 0; l < cfg.Layers; l++ {
+		if cfg.IsMLA(l) {
+			continue
+		}
+		s.kda[l] = kdaState{
+			S:  make([]float32, Hk*D*D),
+			qh: make([]float32, P*h), kh: make([]float32, P*h), vh: make([]float32, P*h),
+		}
+	}
+	return s
+}
+
+// StateBytes returns the fixed bytes of one State (without the MLA cache)
+// and the bytes the MLA cache needs per position.
+func StateBytes(cfg *Config) (fixed, perPosition int64) {
+	P, D, Hk, h := int64(cfg.KDAWidth()), int64(cfg.KDAHeadDim), int64(cfg.KDAHeads), int64(cfg.ConvKernel-1)
+	nMLA := int64(cfg.NumMLA())
+	nKDA := int64(cfg.Layers) - nMLA
+	fixed = nKDA * (Hk*D*D + 3*P*h) * 4
+	perPosition = nMLA * int64(cfg.KVLoraRank+cfg.QKRopeDim) * 4
+	return fixed, perPosition
+}
+
+// Len returns the number of positions consumed.
+func (s *State) Len() int { return s.pos }
+
+// Cap returns the position capacity.
+func (s *State) Cap() int { return s.cap }
+
+// Reset clears the state to the start of a sequence, keeping allocations.
+func (s *State) Reset() {
+	for l := range s.kda {
+		k := &s.kda[l]
+		clear(k.S)
+		clear(k.qh)
+		clear(k.kh)
+		clear(k.vh)
+	}
+	for l := range s.mla {
+		m := &s.mla[l]
+		m.lat, m.kr = m.lat[:0], m.kr[:0]
+	}
+	s.pos = 0
+}
+
+// reserve makes room in every MLA cache for n more positions.
+func (s *State) reserve(n int) error {
+	need := s.pos + n
+	if need > s.cap {
+		return fmt.Errorf("%w: %d positions would exceed the capacity of %d", ErrContextFull, need, s.cap)
+	}
+	ckv, r := s.cfg.KVLoraRank, s.cfg.QKRopeDim
+	for l := range s.mla {
+		if !s.cfg.IsMLA(l) {
+			continue
+		}
+		m := &s.mla[l]
+		if cap(m.lat) < need*ckv {
+			// Grow geometrically, bounded by the capacity, so that decoding
+			// reallocates O(log n) times, not per token.
+			c := min(max(need, 2*cap(m.lat)/max(ckv, 1), 64), s.cap)
+			lat := make([]float32, len(m.lat), c*ckv)
+			copy(lat, m.lat)
+			kr := make([]float32, len(m.kr), c*r)
+			copy(kr, m.kr)
+			m.lat, m.kr = lat, kr
+		}
+	}
+	return nil
+}
