@@ -3,7 +3,6 @@ package model
 import (
 	"context"
 	"fmt"
-	"math"
 )
 
 // scratch holds every intermediate buffer of a forward pass over up to tc
@@ -159,6 +158,9 @@ func (s *Session) forwardChunk(ctx context.Context, tokens []int, dst []float32,
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		if m.closed.Load() {
+			return ErrClosed
+		}
 		mats, err := m.layers.Acquire(ctx, l)
 		if err != nil {
 			return fmt.Errorf("layer %d: %w", l, err)
@@ -267,5 +269,3 @@ func (s *Session) denseFFN(mats *LayerMats, T int) {
 	situGLU(g, g, u, c.SituBeta, c.SituLinearBeta)
 	mats.DownProj.MatMul(m.pool, sc.ffn[:T*c.Hidden], g, T)
 }
-
-var _ = math.Inf

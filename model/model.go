@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/k3go/k3/internal/par"
 	"github.com/k3go/k3/tensor"
@@ -11,6 +12,9 @@ import (
 
 // ErrTokenOutOfRange reports a token id outside [0, vocab).
 var ErrTokenOutOfRange = errors.New("token id out of range")
+
+// ErrClosed reports a forward pass stopped because its Model was closed.
+var ErrClosed = errors.New("model closed")
 
 // Options configure a Model's compute.
 type Options struct {
@@ -39,6 +43,7 @@ type Model struct {
 	pool    *par.Pool
 	ownPool bool
 	chunk   int
+	closed  atomic.Bool
 }
 
 // ReadFunc reads the bytes of one extent into dst (len = extent size).
@@ -84,8 +89,15 @@ func readMat(ctx context.Context, p *Plan, read ReadFunc, name string) (tensor.M
 	return tensor.Mat{DType: e.DType, Rows: e.Shape[0], Cols: e.Shape[1], Data: buf}, nil
 }
 
-// Close releases the Model's worker pool if it owns it.
+// Interrupt makes every running and future forward pass stop at the next
+// layer boundary with ErrClosed. It is the first half of closing a Model
+// while sessions still run.
+func (m *Model) Interrupt() { m.closed.Store(true) }
+
+// Close releases the Model's worker pool if it owns it. Call Interrupt and
+// wait for running passes first.
 func (m *Model) Close() {
+	m.closed.Store(true)
 	if m.ownPool {
 		m.pool.Close()
 	}

@@ -1,0 +1,115 @@
+// Command k3 runs Kimi K3 checkpoints on the CPU: generate tokens, print
+// logits, and more. Run "k3 help" for the list of commands.
+//
+// Exit codes: 0 success; 1 runtime failure; 2 usage error; 3 bad
+// checkpoint or config; 4 an expert failed to load (output invalid);
+// 5 the RAM budget cannot hold the model; 6 I/O error.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+
+	"github.com/k3go/k3"
+)
+
+// version is the command's version; set with -ldflags "-X main.version=...".
+var version = "0.1.0-dev"
+
+// Exit codes.
+const (
+	exitOK         = 0
+	exitFailure    = 1
+	exitUsage      = 2
+	exitCheckpoint = 3
+	exitExpert     = 4
+	exitBudget     = 5
+	exitIO         = 6
+)
+
+type command struct {
+	name    string
+	summary string
+	run     func(args []string, stdout, stderr io.Writer) error
+}
+
+var commands []command
+
+func init() {
+	commands = []command{
+		{"generate", "generate token ids from a prompt of ids", runGenerate},
+		{"logits", "print the logits of a teacher-forced forward pass", runLogits},
+	}
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// usageError marks errors in the command line.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		printHelp(stderr)
+		return exitUsage
+	}
+	switch args[0] {
+	case "help", "-h", "-help", "--help":
+		if len(args) > 1 {
+			return run([]string{args[1], "--help"}, stdout, stderr)
+		}
+		printHelp(stdout)
+		return exitOK
+	case "version", "-version", "--version":
+		fmt.Fprintf(stdout, "k3 %s\n", version)
+		return exitOK
+	}
+	for _, c := range commands {
+		if c.name == args[0] {
+			err := c.run(args[1:], stdout, stderr)
+			if err == nil {
+				return exitOK
+			}
+			if errors.Is(err, errHelp) {
+				return exitOK
+			}
+			fmt.Fprintf(stderr, "k3 %s: %v\n", c.name, err)
+			return exitCode(err)
+		}
+	}
+	fmt.Fprintf(stderr, "k3: unknown command %q\n", args[0])
+	printHelp(stderr)
+	return exitUsage
+}
+
+func exitCode(err error) int {
+	var ue *usageError
+	switch {
+	case errors.As(err, &ue), errors.Is(err, k3.ErrBadOptions), errors.Is(err, k3.ErrTokenOutOfRange), errors.Is(err, k3.ErrContextFull):
+		return exitUsage
+	case errors.Is(err, k3.ErrBadCheckpoint), errors.Is(err, k3.ErrBadConfig):
+		return exitCheckpoint
+	case errors.Is(err, k3.ErrBudget):
+		return exitBudget
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, fs.ErrPermission):
+		return exitIO
+	}
+	return exitFailure
+}
+
+func printHelp(w io.Writer) {
+	fmt.Fprintf(w, "k3 runs Kimi K3 on the CPU.\n\nUsage:\n\n\tk3 <command> [flags]\n\nCommands:\n\n")
+	for _, c := range commands {
+		fmt.Fprintf(w, "\t%-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintf(w, "\t%-10s %s\n\t%-10s %s\n", "help", "show help for a command: k3 help <command>", "version", "print the version")
+	fmt.Fprintf(w, "\nExit codes: 0 ok, 1 failure, 2 usage, 3 bad checkpoint or config, 4 expert load failure, 5 RAM budget too small, 6 I/O error.\n")
+}

@@ -1,0 +1,50 @@
+package k3
+
+import (
+	"errors"
+
+	"github.com/k3go/k3/iox"
+	"github.com/k3go/k3/model"
+)
+
+// Sentinel errors. Every error k3 returns wraps one of these where it
+// applies; test with errors.Is.
+var (
+	// ErrBadConfig: config.json is missing keys, has mistyped values or
+	// describes an impossible model.
+	ErrBadConfig = model.ErrBadConfig
+	// ErrBadCheckpoint: the checkpoint's files or tensors are missing,
+	// malformed, of the wrong dtype or shape, or changed on disk.
+	ErrBadCheckpoint = model.ErrBadCheckpoint
+	// ErrTokenOutOfRange: a token id outside [0, vocab).
+	ErrTokenOutOfRange = model.ErrTokenOutOfRange
+	// ErrContextFull: the sequence would exceed the session's capacity
+	// (Options.MaxContext).
+	ErrContextFull = model.ErrContextFull
+	// ErrClosed: the Model was closed.
+	ErrClosed = model.ErrClosed
+	// ErrBudget: Options.RAMBudget cannot hold the model's fixed floor.
+	ErrBudget = errors.New("RAM budget too small")
+	// ErrBadOptions: an option value is invalid.
+	ErrBadOptions = errors.New("invalid options")
+)
+
+// checkpointErr marks low-level container errors as checkpoint errors.
+func checkpointErr(err error) error {
+	if err == nil || errors.Is(err, ErrBadCheckpoint) {
+		return err
+	}
+	if errors.Is(err, iox.ErrFormat) || errors.Is(err, iox.ErrCheckpoint) || errors.Is(err, iox.ErrNotFound) {
+		return &wrapped{err: err, kind: ErrBadCheckpoint}
+	}
+	return err
+}
+
+// wrapped adds a sentinel to an error chain without changing its message.
+type wrapped struct {
+	err  error
+	kind error
+}
+
+func (w *wrapped) Error() string   { return w.err.Error() }
+func (w *wrapped) Unwrap() []error { return []error{w.err, w.kind} }
