@@ -161,13 +161,7 @@ func (s *Session) forwardChunk(ctx context.Context, tokens []int, dst []float32,
 		if m.closed.Load() {
 			return ErrClosed
 		}
-		mats, err := m.layers.Acquire(ctx, l)
-		if err != nil {
-			return fmt.Errorf("layer %d: %w", l, err)
-		}
-		err = s.layer(ctx, l, mats, T, &nb, nbMax)
-		m.layers.Release(l)
-		if err != nil {
+		if err := s.layer(ctx, l, T, &nb, nbMax); err != nil {
 			return fmt.Errorf("layer %d: %w", l, err)
 		}
 	}
@@ -205,8 +199,9 @@ func (s *Session) aggregate(out []float32, t, nb, nbMax int, pref, fold []float3
 	s.sc.sources = src[:0]
 }
 
-// layer runs decoder layer l over T tokens (§6.7 of the model spec).
-func (s *Session) layer(ctx context.Context, l int, mats *LayerMats, T int, nb *int, nbMax int) error {
+// layer runs decoder layer l over T tokens (§6.7 of the model spec),
+// acquiring each part of its weights only while it computes.
+func (s *Session) layer(ctx context.Context, l int, T int, nb *int, nbMax int) error {
 	m, c, sc := s.m, s.m.Cfg, s.sc
 	E := c.Hidden
 	vec := &m.Plan.vecs[l]
@@ -232,11 +227,16 @@ func (s *Session) layer(ctx context.Context, l int, mats *LayerMats, T int, nb *
 	for t := 0; t < T; t++ {
 		rmsNorm(sc.xn[t*E:(t+1)*E], sc.x[t*E:(t+1)*E], vec.InNorm, c.RMSNormEps)
 	}
+	mats, err := m.layers.Acquire(ctx, l, PartAttn)
+	if err != nil {
+		return err
+	}
 	if c.IsMLA(l) {
 		s.mla(l, mats, vec, T)
 	} else {
 		s.kda(l, mats, vec, T)
 	}
+	m.layers.Release(l, PartAttn)
 	for i := 0; i < T*E; i++ {
 		if present {
 			sc.pref[i] += sc.attn[i]
@@ -248,9 +248,16 @@ func (s *Session) layer(ctx context.Context, l int, mats *LayerMats, T int, nb *
 		s.aggregate(sc.x[t*E:(t+1)*E], t, *nb, nbMax, sc.pref[t*E:(t+1)*E], vec.FoldM)
 		rmsNorm(sc.xn[t*E:(t+1)*E], sc.x[t*E:(t+1)*E], vec.PostNorm, c.RMSNormEps)
 	}
+	if mats, err = m.layers.Acquire(ctx, l, PartFFN); err != nil {
+		return err
+	}
 	if c.IsDense(l) {
 		s.denseFFN(mats, T)
-	} else if err := s.moe(ctx, l, mats, vec, T); err != nil {
+	} else {
+		err = s.moe(ctx, l, mats, vec, T)
+	}
+	m.layers.Release(l, PartFFN)
+	if err != nil {
 		return err
 	}
 	for i := 0; i < T*E; i++ {

@@ -108,15 +108,39 @@ type vecSpec struct {
 	field   func(*LayerVecs) *[]float32
 }
 
-// layerPlan is everything needed to read and bind one layer's dense
-// (non-expert) weights.
-type layerPlan struct {
-	index   int
+// Part names half of a layer's dense weights. The trunk streams layers in
+// two parts, so that its ring buffers hold half a layer: on Kimi K3 the
+// largest part (layer 0's dense FFN, 1.45 GB) is much smaller than the
+// largest layer (2.34 GB).
+type Part int
+
+// The two parts of a layer, in the order the forward pass uses them.
+const (
+	PartAttn Part = iota // attention weights (KDA or MLA) and the layer's norms
+	PartFFN              // dense FFN or the MoE trunk (router, latent projections, shared experts)
+	NumParts
+)
+
+func (p Part) String() string {
+	if p == PartAttn {
+		return "attention"
+	}
+	return "ffn"
+}
+
+// partPlan is everything needed to read and bind one part of a layer's
+// dense (non-expert) weights.
+type partPlan struct {
+	layer   int
+	part    Part
 	extents []Extent
-	bytes   int64 // buffer size
-	payload int64 // bytes of tensor data (excluding alignment padding and gaps)
+	bytes   int64 // buffer size, alignment included
+	payload int64 // bytes of matrix data
 	mats    []matSpec
 }
+
+// unit returns the streaming unit index of (layer, part).
+func unit(layer int, part Part) int { return layer*int(NumParts) + int(part) }
 
 // expertMat locates one of an expert's three matrices (w1, w2, w3) inside
 // the expert's bytes.

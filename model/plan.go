@@ -18,7 +18,7 @@ type Plan struct {
 	Cfg  *Config
 	Ckpt *iox.Checkpoint
 
-	layers  []layerPlan
+	parts   []partPlan // by unit(layer, part)
 	vecs    []LayerVecs
 	experts expertPlan
 
@@ -59,7 +59,7 @@ func NewPlan(cfg *Config, ck *iox.Checkpoint) (*Plan, error) {
 	p.outProj = p.vector(&pr, modelPrefix+"output_attn_res_proj.weight", E, false)
 	p.foldO = fold(p.outNorm, p.outProj)
 
-	p.layers = make([]layerPlan, cfg.Layers)
+	p.parts = make([]partPlan, cfg.Layers*int(NumParts))
 	p.vecs = make([]LayerVecs, cfg.Layers)
 	for l := 0; l < cfg.Layers; l++ {
 		p.planLayer(&pr, l)
@@ -141,14 +141,13 @@ func (p *Plan) planLayer(pr *problems, l int) {
 	c := p.Cfg
 	E, P, D, Hk := c.Hidden, c.KDAWidth(), c.KDAHeadDim, c.KDAHeads
 	pre := layerPrefix(l)
-	lp := &p.layers[l]
-	lp.index = l
 	v := &p.vecs[l]
 
 	type m = func(*LayerMats) *Linear
-	var mats []matSpec
+	var mats [NumParts][]matSpec
+	part := PartAttn
 	add := func(suffix string, rows, cols int, f m) {
-		mats = append(mats, matSpec{name: pre + suffix, rows: rows, cols: cols, field: f})
+		mats[part] = append(mats[part], matSpec{name: pre + suffix, rows: rows, cols: cols, field: f})
 	}
 	v.InNorm = p.vector(pr, pre+"input_layernorm.weight", E, false)
 	v.PostNorm = p.vector(pr, pre+"post_attention_layernorm.weight", E, false)
@@ -188,6 +187,7 @@ func (p *Plan) planLayer(pr *problems, l int) {
 		v.DTBias = p.vector(pr, pre+"self_attn.dt_bias", P, false)
 		v.ONorm = p.vector(pr, pre+"self_attn.o_norm.weight", D, false)
 	}
+	part = PartFFN
 	if c.IsDense(l) {
 		Id := c.DenseIntermediate
 		add("mlp.gate_proj.weight", Id, E, func(x *LayerMats) *Linear { return &x.GateProj })
@@ -208,32 +208,50 @@ func (p *Plan) planLayer(pr *problems, l int) {
 		v.LatentNorm = p.vector(pr, pre+moe+"routed_expert_norm.weight", c.LatentDim, false)
 	}
 
-	// Every stored tensor of the layer except the routed experts is part of
-	// the layer's run: the matrices are bound from it, the vectors (already
-	// widened) are read along because they sit between the matrices.
-	var locs []iox.Entry
-	matIndex := make([]int, len(mats))
-	for i := range mats {
-		e := p.matrix(pr, mats[i].name, mats[i].rows, mats[i].cols)
-		mats[i].dtype = e.DType
-		matIndex[i] = len(locs)
-		locs = append(locs, e)
-	}
-	if len(pr.list) > 0 {
-		return
-	}
+	// Every stored tensor of the layer except the routed experts belongs to
+	// one of its two parts: the matrices are bound from the part's buffer,
+	// the vectors (already widened) are read along because they sit between
+	// the matrices. Tensors that are not the FFN's go with the attention.
+	var all []iox.Entry
 	for _, name := range p.Ckpt.Names() {
-		if strings.HasPrefix(name, pre) && !strings.Contains(name, ".experts.") && !isMatName(mats, name) {
+		if strings.HasPrefix(name, pre) && !strings.Contains(name, ".experts.") {
 			e, _ := p.Ckpt.Lookup(name)
-			locs = append(locs, e)
+			all = append(all, e)
 		}
 	}
-	exts, offs, total := planExtents(locs, 64<<10)
-	for i := range mats {
-		mats[i].off = offs[matIndex[i]]
-		lp.payload += int64(mats[i].rows * mats[i].cols * mats[i].dtype.Size())
+	for pt := PartAttn; pt < NumParts; pt++ {
+		pp := &p.parts[unit(l, pt)]
+		pp.layer, pp.part = l, pt
+		var locs []iox.Entry
+		ms := mats[pt]
+		matIndex := make([]int, len(ms))
+		for i := range ms {
+			e := p.matrix(pr, ms[i].name, ms[i].rows, ms[i].cols)
+			ms[i].dtype = e.DType
+			matIndex[i] = len(locs)
+			locs = append(locs, e)
+		}
+		if len(pr.list) > 0 {
+			return
+		}
+		for _, e := range all {
+			if !isMatName(ms, e.Name) && !isMatName(mats[1-pt], e.Name) && ffnTensor(e.Name, pre) == (pt == PartFFN) {
+				locs = append(locs, e)
+			}
+		}
+		exts, offs, total := planExtents(locs, 64<<10)
+		for i := range ms {
+			ms[i].off = offs[matIndex[i]]
+			pp.payload += int64(ms[i].rows * ms[i].cols * ms[i].dtype.Size())
+		}
+		pp.mats, pp.extents, pp.bytes = ms, exts, total
 	}
-	lp.mats, lp.extents, lp.bytes = mats, exts, total
+}
+
+// ffnTensor reports whether a layer tensor belongs to the FFN part.
+func ffnTensor(name, prefix string) bool {
+	rest := strings.TrimPrefix(name, prefix)
+	return strings.HasPrefix(rest, "mlp.") || strings.HasPrefix(rest, "block_sparse_moe.")
 }
 
 func isMatName(mats []matSpec, name string) bool {

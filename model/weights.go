@@ -5,12 +5,14 @@ import (
 	"fmt"
 )
 
-// LayerSource provides a layer's matrices for the duration of its compute.
-// Acquire may block while the layer is read from disk; every Acquire is
-// paired with a Release once the layer's compute is done.
+// LayerSource provides one part of a layer's matrices for the duration of
+// its compute. Acquire may block while the part is read from disk; every
+// Acquire is paired with a Release once the part's compute is done. Parts
+// are acquired in the order of the forward pass: (0, attention), (0, ffn),
+// (1, attention), ...
 type LayerSource interface {
-	Acquire(ctx context.Context, layer int) (*LayerMats, error)
-	Release(layer int)
+	Acquire(ctx context.Context, layer int, part Part) (*LayerMats, error)
+	Release(layer int, part Part)
 }
 
 // Expert is one routed expert's three matrices (w1 gate, w2 down, w3 up),
@@ -30,39 +32,39 @@ type ExpertSource interface {
 
 // residentLayers holds every layer's matrices in memory.
 type residentLayers struct {
-	mats []LayerMats
+	mats []LayerMats // by layer: both parts bound into one struct
 	bufs [][]byte
 }
 
-// loadResidentLayers reads every layer's run into its own buffer and binds
-// the matrices.
-func loadResidentLayers(ctx context.Context, p *Plan, read func(ctx context.Context, e Extent, dst []byte) error) (*residentLayers, error) {
-	r := &residentLayers{mats: make([]LayerMats, len(p.layers)), bufs: make([][]byte, len(p.layers))}
-	for l := range p.layers {
-		lp := &p.layers[l]
-		buf := make([]byte, lp.bytes)
-		for _, e := range lp.extents {
+// loadResidentLayers reads every part into its own buffer and binds the
+// matrices.
+func loadResidentLayers(ctx context.Context, p *Plan, read ReadFunc) (*residentLayers, error) {
+	r := &residentLayers{mats: make([]LayerMats, p.Cfg.Layers), bufs: make([][]byte, len(p.parts))}
+	for u := range p.parts {
+		pp := &p.parts[u]
+		buf := make([]byte, pp.bytes)
+		for _, e := range pp.extents {
 			if err := read(ctx, e, buf[e.BufOff:e.BufOff+e.Size]); err != nil {
-				return nil, fmt.Errorf("layer %d: %w", l, err)
+				return nil, fmt.Errorf("layer %d %s: %w", pp.layer, pp.part, err)
 			}
 		}
-		bind(buf, lp.mats, &r.mats[l])
-		r.bufs[l] = buf
+		bind(buf, pp.mats, &r.mats[pp.layer])
+		r.bufs[u] = buf
 	}
 	return r, nil
 }
 
-func (r *residentLayers) Acquire(ctx context.Context, l int) (*LayerMats, error) {
+func (r *residentLayers) Acquire(ctx context.Context, l int, _ Part) (*LayerMats, error) {
 	return &r.mats[l], nil
 }
-func (r *residentLayers) Release(int) {}
+func (r *residentLayers) Release(int, Part) {}
 
 // residentExperts holds every routed expert in memory.
 type residentExperts struct {
 	experts [][]Expert
 }
 
-func loadResidentExperts(ctx context.Context, p *Plan, read func(ctx context.Context, e Extent, dst []byte) error) (*residentExperts, error) {
+func loadResidentExperts(ctx context.Context, p *Plan, read ReadFunc) (*residentExperts, error) {
 	ep := &p.experts
 	r := &residentExperts{experts: make([][]Expert, len(ep.locs))}
 	for l, locs := range ep.locs {
