@@ -98,11 +98,11 @@ func OpenContext(ctx context.Context, dir string, opts Options) (*Model, error) 
 	if err != nil {
 		return nil, fmt.Errorf("k3: %s: %w", dir, checkpointErr(err))
 	}
-	read := func(ctx context.Context, e model.Extent, dst []byte) error {
+	read := func(ctx context.Context, e model.Extent, buf []byte) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		return ck.ReadRange(e.File, e.Off, dst)
+		return ck.ReadRange(e.File, e.Off, buf[e.BufOff:e.BufOff+e.Size])
 	}
 	pool := par.New(opts.Threads)
 	m, err := model.Load(ctx, plan, read, model.Options{Chunk: opts.PrefillChunk, Pool: pool})

@@ -30,21 +30,20 @@ type scratch struct {
 	heads  []mlaHeadScratch
 
 	// MoE
-	scores    []float32 // [tc][Ne]
-	choice    []float32 // [Ne]
-	idx       []int32   // [tc][K]
-	wts       []float32 // [tc][K]
-	zl        []float32 // [tc][Lt]
-	contrib   []float32 // [tc][K][Lt]
-	accL      []float32 // [tc][Lt]
-	xg        []float32 // [tc][Lt] gathered expert inputs
-	a1, a3    []float32 // [tc][I]
-	eo        []float32 // [tc][Lt]
-	users     []int32   // per expert: token*K + slot
-	first     []int32   // expert union in first-seen order
-	seen      []int32   // [Ne] position+1 in first, 0 if unseen
-	sg, su    []float32 // [tc][max(Ns·I, Id)]
-	routerAcc []float64
+	scores  []float32 // [tc][Ne]
+	choice  []float32 // [Ne]
+	idx     []int32   // [tc][K]
+	wts     []float32 // [tc][K]
+	zl      []float32 // [tc][Lt]
+	contrib []float32 // [tc][K][Lt]
+	accL    []float32 // [tc][Lt]
+	xg      []float32 // [tc][Lt] gathered expert inputs
+	a1, a3  []float32 // [tc][I]
+	eo      []float32 // [tc][Lt]
+	users   []int32   // per expert: token*K + slot
+	first   []int32   // expert union in first-seen order
+	seen    []int32   // [Ne] position+1 in first, 0 if unseen
+	sg, su  []float32 // [tc][max(Ns·I, Id)]
 
 	logits []float32
 	kdaJob kdaJob
@@ -57,9 +56,26 @@ type mlaHeadScratch struct {
 }
 
 func newScratch(c *Config, tc int) *scratch {
+	return buildScratch(c, tc, func(n int) []float32 { return make([]float32, n) })
+}
+
+// scratchSizes returns the length of every buffer newScratch allocates, in
+// 4-byte words.
+func scratchSizes(c *Config, tc int) []int {
+	var sizes []int
+	buildScratch(c, tc, func(n int) []float32 { sizes = append(sizes, n); return nil })
+	return sizes
+}
+
+// buildScratch lays out the scratch buffers through alloc, so that the
+// memory planner counts exactly what a session allocates.
+func buildScratch(c *Config, tc int, f func(n int) []float32) *scratch {
 	E, P, D, Hk := c.Hidden, c.KDAWidth(), c.KDAHeadDim, c.KDAHeads
 	nb := c.NumBoundaries()
-	f := func(n int) []float32 { return make([]float32, n) }
+	i32 := func(n int) []int32 {
+		f(n)
+		return make([]int32, 0, n)
+	}
 	s := &scratch{tc: tc,
 		pref: f(tc * E), x: f(tc * E), xn: f(tc * E), attn: f(tc * E), ffn: f(tc * E),
 		blocks: f(tc * nb * E), sources: make([][]float32, 0, nb+1), arScore: f(nb + 1),
@@ -68,12 +84,13 @@ func newScratch(c *Config, tc int) *scratch {
 		qa: f(tc * c.QLoraRank), qm: f(tc * c.MLAHeads * c.MLAHeadDim()), ckv: f(tc * (c.KVLoraRank + c.QKRopeDim)),
 		mo: f(tc * c.MLAHeads * c.VHeadDim), mg: f(tc * c.MLAHeads * c.VHeadDim),
 		heads:  make([]mlaHeadScratch, c.MLAHeads),
-		scores: f(tc * c.Experts), choice: f(c.Experts), idx: make([]int32, tc*c.TopK), wts: f(tc * c.TopK),
+		scores: f(tc * c.Experts), choice: f(c.Experts), wts: f(tc * c.TopK),
 		zl: f(tc * c.LatentDim), contrib: f(tc * c.TopK * c.LatentDim), accL: f(tc * c.LatentDim),
 		xg: f(tc * c.LatentDim), a1: f(tc * c.MoEIntermediate), a3: f(tc * c.MoEIntermediate), eo: f(tc * c.LatentDim),
-		users: make([]int32, 0, tc*c.TopK), first: make([]int32, 0, tc*c.TopK), seen: make([]int32, c.Experts),
-		routerAcc: make([]float64, c.Experts),
+		users: i32(tc * c.TopK), first: i32(tc * c.TopK),
 	}
+	s.idx = i32(tc * c.TopK)[:tc*c.TopK]
+	s.seen = i32(c.Experts)[:c.Experts]
 	wide := c.SharedExperts * c.MoEIntermediate
 	if c.FirstKDense > 0 {
 		wide = max(wide, c.DenseIntermediate)

@@ -46,8 +46,18 @@ type Model struct {
 	closed  atomic.Bool
 }
 
-// ReadFunc reads the bytes of one extent into dst (len = extent size).
-type ReadFunc func(ctx context.Context, e Extent, dst []byte) error
+// ReadFunc reads one extent into buf, a buffer laid out by the plan: the
+// extent's bytes must land at buf[e.BufOff : e.BufOff+e.Size]. A direct-I/O
+// reader may fill the whole aligned window buf[e.Region : e.Region+w].
+type ReadFunc func(ctx context.Context, e Extent, buf []byte) error
+
+// singleExtent lays out one file range alone in a buffer: the extent and
+// the buffer size its aligned window needs.
+func singleExtent(file int, off, size int64) (Extent, int64) {
+	e := Extent{File: file, Off: off, Size: size, Region: 0, BufOff: off % Align}
+	_, w := e.Window()
+	return e, w
+}
 
 // Load builds a Model from a checked plan. Weights come from opts.Layers
 // and opts.Experts when given; otherwise every weight is read into memory
@@ -82,11 +92,12 @@ func Load(ctx context.Context, p *Plan, read ReadFunc, opts Options) (*Model, er
 
 func readMat(ctx context.Context, p *Plan, read ReadFunc, name string) (tensor.Mat, error) {
 	e, _ := p.Ckpt.Lookup(name)
-	buf := make([]byte, e.Size)
-	if err := read(ctx, Extent{File: e.Shard, Off: e.Offset, Size: e.Size}, buf); err != nil {
+	x, n := singleExtent(e.Shard, e.Offset, e.Size)
+	buf := make([]byte, n)
+	if err := read(ctx, x, buf); err != nil {
 		return tensor.Mat{}, fmt.Errorf("%s: %w", name, err)
 	}
-	return tensor.Mat{DType: e.DType, Rows: e.Shape[0], Cols: e.Shape[1], Data: buf}, nil
+	return tensor.Mat{DType: e.DType, Rows: e.Shape[0], Cols: e.Shape[1], Data: buf[x.BufOff : x.BufOff+e.Size]}, nil
 }
 
 // Interrupt makes every running and future forward pass stop at the next

@@ -40,7 +40,9 @@ func loadOracle(t *testing.T, name string) (*Model, *oracleExpected) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	read := func(ctx context.Context, e Extent, dst []byte) error { return ck.ReadRange(e.File, e.Off, dst) }
+	read := func(ctx context.Context, e Extent, buf []byte) error {
+		return ck.ReadRange(e.File, e.Off, buf[e.BufOff:e.BufOff+e.Size])
+	}
 	m, err := Load(context.Background(), plan, read, Options{})
 	if err != nil {
 		t.Fatal(err)

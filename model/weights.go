@@ -44,7 +44,7 @@ func loadResidentLayers(ctx context.Context, p *Plan, read ReadFunc) (*residentL
 		pp := &p.parts[u]
 		buf := make([]byte, pp.bytes)
 		for _, e := range pp.extents {
-			if err := read(ctx, e, buf[e.BufOff:e.BufOff+e.Size]); err != nil {
+			if err := read(ctx, e, buf); err != nil {
 				return nil, fmt.Errorf("layer %d %s: %w", pp.layer, pp.part, err)
 			}
 		}
@@ -79,18 +79,19 @@ func loadResidentExperts(ctx context.Context, p *Plan, read ReadFunc) (*resident
 			if loc.irr != nil {
 				buf := make([]byte, loc.irr.bytes)
 				for _, x := range loc.irr.extents {
-					if err := read(ctx, x, buf[x.BufOff:x.BufOff+x.Size]); err != nil {
+					if err := read(ctx, x, buf); err != nil {
 						return nil, fmt.Errorf("layer %d expert %d: %w", l, e, err)
 					}
 				}
 				bindExpert(buf, &loc.irr.mats, &r.experts[l][e].W)
 				continue
 			}
-			buf := make([]byte, loc.Size)
-			if err := read(ctx, Extent{File: loc.File, Off: loc.Off, Size: loc.Size}, buf); err != nil {
+			x, n := singleExtent(loc.File, loc.Off, loc.Size)
+			buf := make([]byte, n)
+			if err := read(ctx, x, buf); err != nil {
 				return nil, fmt.Errorf("layer %d expert %d: %w", l, e, err)
 			}
-			bindExpert(buf, &ep.template, &r.experts[l][e].W)
+			bindExpert(buf[x.BufOff:x.BufOff+loc.Size], &ep.template, &r.experts[l][e].W)
 		}
 	}
 	return r, nil

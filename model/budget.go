@@ -1,0 +1,242 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// ErrBudget reports a RAM budget that cannot hold the model's fixed floor.
+var ErrBudget = errors.New("RAM budget too small")
+
+// BudgetRequest is what the memory planner needs to know about the run.
+type BudgetRequest struct {
+	// Budget is the hard limit in bytes; zero means unlimited (everything
+	// resident).
+	Budget int64
+	// Sessions is the number of sequences that may hold state at once.
+	Sessions int
+	// MaxContext is the positions each session may hold.
+	MaxContext int
+	// Chunk is the prefill chunk (tokens per pass over the weights).
+	Chunk int
+}
+
+// MemoryPlan says where every byte of the budget goes. The plan decides
+// only where bytes live and when they are read, never the arithmetic: the
+// output is identical under every plan.
+type MemoryPlan struct {
+	Budget int64 // 0 = unlimited
+
+	// Fixed floor.
+	LMHead, Embed, Vectors, State, KV, Scratch, Overhead int64
+	EmbedResident                                        bool
+
+	// Trunk: pinned parts stay resident; the rest stream through a ring.
+	Pinned        []bool // by unit(layer, part)
+	PinnedBytes   int64
+	PinnedLayers  int // layers with both parts pinned
+	RingSlots     int
+	RingSlotBytes int64
+
+	// Expert cache.
+	CacheSlots     int
+	CacheSlotBytes int64
+
+	// TrunkBytesPerPass is what one forward pass reads of the trunk.
+	TrunkBytesPerPass int64
+}
+
+// Total returns the planned bytes.
+func (p *MemoryPlan) Total() int64 {
+	t := p.LMHead + p.Vectors + p.State + p.KV + p.Scratch + p.Overhead + p.PinnedBytes +
+		int64(p.RingSlots)*p.RingSlotBytes + int64(p.CacheSlots)*p.CacheSlotBytes
+	if p.EmbedResident {
+		t += p.Embed
+	}
+	return t
+}
+
+// Streaming reports whether any trunk part streams.
+func (p *MemoryPlan) Streaming() bool { return p.RingSlots > 0 }
+
+// String is a human report of the plan.
+func (p *MemoryPlan) String() string {
+	var b strings.Builder
+	gb := func(n int64) string { return fmt.Sprintf("%.2f GB", float64(n)/1e9) }
+	budget := "unlimited"
+	if p.Budget > 0 {
+		budget = gb(p.Budget)
+	}
+	fmt.Fprintf(&b, "memory plan (budget %s, planned %s)\n", budget, gb(p.Total()))
+	emb := "read per token"
+	if p.EmbedResident {
+		emb = gb(p.Embed)
+	}
+	fmt.Fprintf(&b, "  lm_head %s, embeddings %s, vectors %s\n", gb(p.LMHead), emb, gb(p.Vectors))
+	fmt.Fprintf(&b, "  state %s, KV cache %s, scratch %s, overhead %s\n", gb(p.State), gb(p.KV), gb(p.Scratch), gb(p.Overhead))
+	n := 0
+	for _, x := range p.Pinned {
+		if x {
+			n++
+		}
+	}
+	fmt.Fprintf(&b, "  trunk: %d of %d parts pinned (%d whole layers, %s); ring %d × %s; %s read per pass\n",
+		n, len(p.Pinned), p.PinnedLayers, gb(p.PinnedBytes), p.RingSlots, gb(p.RingSlotBytes), gb(p.TrunkBytesPerPass))
+	fmt.Fprintf(&b, "  expert cache: %d slots × %s = %s", p.CacheSlots, gb(p.CacheSlotBytes), gb(int64(p.CacheSlots)*p.CacheSlotBytes))
+	return b.String()
+}
+
+// Floors and overheads the planner adds to what it can count exactly.
+const (
+	// runtimeOverhead covers the Go runtime, goroutine stacks, the worker
+	// pool and the I/O layer's bookkeeping.
+	runtimeOverhead = 48 << 20
+	// perTensorOverhead is the checkpoint index's memory per tensor.
+	perTensorOverhead = 320
+)
+
+// PlanMemory splits the budget: the fixed floor first (lm_head, vectors,
+// per-session state and scratch, the smallest expert cache that works,
+// K+1 slots), then the trunk (pinned parts, largest first, so that the
+// ring slots shrink; two ring slots so reads overlap compute), then
+// whatever is left to the expert cache. It fails with ErrBudget if the
+// floor does not fit, naming what is needed.
+func (p *Plan) PlanMemory(req BudgetRequest) (*MemoryPlan, error) {
+	c := p.Cfg
+	if req.Sessions <= 0 {
+		req.Sessions = 1
+	}
+	if req.Chunk <= 0 {
+		req.Chunk = 64
+	}
+	mp := &MemoryPlan{Budget: req.Budget, Pinned: make([]bool, len(p.parts))}
+	mp.LMHead = p.lmHead.Size
+	mp.Embed = p.embed.Size
+	for l := range p.vecs {
+		mp.Vectors += vecBytes(&p.vecs[l])
+	}
+	mp.Vectors += int64(len(p.finalNorm)+len(p.foldO)+len(p.outNorm)+len(p.outProj)) * 4
+	fixed, perPos := StateBytes(c)
+	s := int64(req.Sessions)
+	mp.State = s * fixed
+	mp.KV = s * perPos * int64(req.MaxContext)
+	mp.Scratch = s * scratchBytes(c, min(req.Chunk, max(req.MaxContext, 1)), req.MaxContext)
+	mp.Overhead = runtimeOverhead + int64(p.Ckpt.Len())*perTensorOverhead
+	mp.CacheSlotBytes = p.experts.slot
+	minCache := int64(c.TopK+1) * mp.CacheSlotBytes
+
+	var trunk int64
+	for u := range p.parts {
+		trunk += p.parts[u].bytes
+	}
+	totalExperts := int64(0)
+	for l := range p.experts.locs {
+		totalExperts += int64(len(p.experts.locs[l]))
+	}
+	if req.Budget == 0 {
+		// Unlimited: everything resident.
+		mp.EmbedResident = true
+		for u := range mp.Pinned {
+			mp.Pinned[u] = true
+		}
+		mp.PinnedBytes, mp.PinnedLayers = trunk, c.Layers
+		mp.CacheSlots = int(totalExperts)
+		return mp, nil
+	}
+	base := mp.LMHead + mp.Vectors + mp.State + mp.KV + mp.Scratch + mp.Overhead + minCache
+
+	// Parts by size, largest first.
+	order := make([]int, len(p.parts))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return p.parts[order[a]].bytes > p.parts[order[b]].bytes })
+	// Try to pin the k largest parts, k from all down to none, with two ring
+	// slots, then with one.
+	fits := func(k, slots int) (int64, bool) {
+		var pinned int64
+		for _, u := range order[:k] {
+			pinned += p.parts[u].bytes
+		}
+		var slot int64
+		if k < len(order) {
+			slot = p.parts[order[k]].bytes
+		} else {
+			slots = 0
+		}
+		need := base + pinned + int64(slots)*slot
+		return need, need <= req.Budget
+	}
+	chosenK, chosenSlots := -1, 0
+	for _, slots := range []int{2, 1} {
+		for k := len(order); k >= 0; k-- {
+			if _, ok := fits(k, slots); ok {
+				chosenK, chosenSlots = k, slots
+				break
+			}
+		}
+		if chosenK >= 0 {
+			break
+		}
+	}
+	if chosenK < 0 {
+		need, _ := fits(0, 1)
+		return nil, fmt.Errorf("%w: the floor needs %.2f GB (lm_head %.2f, vectors %.2f, state %.2f, KV %.2f for %d positions, scratch %.2f, overhead %.2f, %d expert slots %.2f, one ring slot %.2f), budget is %.2f GB",
+			ErrBudget, gb(need), gb(mp.LMHead), gb(mp.Vectors), gb(mp.State), gb(mp.KV), req.MaxContext, gb(mp.Scratch), gb(mp.Overhead),
+			c.TopK+1, gb(minCache), gb(p.parts[order[0]].bytes), gb(req.Budget))
+	}
+	need, _ := fits(chosenK, chosenSlots)
+	for _, u := range order[:chosenK] {
+		mp.Pinned[u] = true
+		mp.PinnedBytes += p.parts[u].bytes
+	}
+	if chosenK < len(order) {
+		mp.RingSlots, mp.RingSlotBytes = chosenSlots, p.parts[order[chosenK]].bytes
+	}
+	for l := 0; l < c.Layers; l++ {
+		if mp.Pinned[unit(l, PartAttn)] && mp.Pinned[unit(l, PartFFN)] {
+			mp.PinnedLayers++
+		}
+	}
+	for u := range p.parts {
+		if !mp.Pinned[u] {
+			mp.TrunkBytesPerPass += p.parts[u].payload
+		}
+	}
+	// The rest feeds the expert cache (and the embeddings, once the cache
+	// could hold every expert).
+	left := req.Budget - need
+	mp.CacheSlots = c.TopK + 1 + int(left/max(mp.CacheSlotBytes, 1))
+	if int64(mp.CacheSlots) > totalExperts {
+		mp.CacheSlots = int(max(totalExperts, int64(c.TopK+1)))
+		if mp.Total()+mp.Embed <= req.Budget {
+			mp.EmbedResident = true
+		}
+	}
+	return mp, nil
+}
+
+func gb(n int64) float64 { return float64(n) / 1e9 }
+
+func vecBytes(v *LayerVecs) int64 {
+	n := 0
+	for _, x := range [][]float32{v.InNorm, v.PostNorm, v.FoldA, v.FoldM, v.resNormA, v.resProjA, v.resNormM, v.resProjM,
+		v.QConv, v.KConv, v.VConv, v.ALog, v.DTBias, v.ONorm, v.QANorm, v.KVANorm, v.Bias, v.LatentNorm} {
+		n += len(x)
+	}
+	return int64(n) * 4
+}
+
+// scratchBytes returns the bytes newScratch allocates for tc tokens, plus
+// the per-head score buffers for maxContext positions.
+func scratchBytes(c *Config, tc, maxContext int) int64 {
+	sizes := scratchSizes(c, tc)
+	var n int64
+	for _, s := range sizes {
+		n += int64(s)
+	}
+	n += int64(c.MLAHeads) * int64(2*c.KVLoraRank+maxContext)
+	return n * 4
+}
