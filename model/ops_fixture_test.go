@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -806,6 +807,73 @@ func TestOpMLA(t *testing.T) {
 			}
 		}
 	}
+}
+
+func TestOpMoE(t *testing.T) {
+	f, m := loadOp(t, "moe.json")
+	c := opsConfig(t, m)
+	c.Hidden, c.LatentDim, c.MoEIntermediate = f.int(t, "hidden"), f.int(t, "latent"), f.int(t, "moe_inter")
+	c.Experts, c.TopK, c.SharedExperts = f.int(t, "n_experts"), f.int(t, "top_k"), f.int(t, "n_shared")
+	c.RoutedScale, c.RMSNormEps = float32(f.scalar(t, "routed_scale")), float32(f.scalar(t, "rms_eps"))
+	c.MoERenormalize, c.LatentMoENorm = f.scalar(t, "renorm") != 0, f.scalar(t, "latent_norm") != 0
+	c.SituBeta, c.SituLinearBeta = float32(f.scalar(t, "situ_b1")), float32(f.scalar(t, "situ_b2"))
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	const l = 1 // a MoE layer
+	T, E := 3, c.Hidden
+	vecs := make([]LayerVecs, c.Layers)
+	var mats LayerMats
+	experts := loadMoE(t, f, c, "", l, &mats, &vecs[l])
+	in := f.tensor(t, "in", 1, T, E)
+	s := newOpSession(t, c, vecs, experts, T)
+	copy(s.sc.xn, in)
+	if err := s.moe(context.Background(), l, &mats, &vecs[l], T); err != nil {
+		t.Fatal(err)
+	}
+	out := append([]float32(nil), s.sc.ffn[:T*E]...)
+	f.expect(t, "out", out, f.tensor64(t, "out", 1, T, E))
+
+	// One token at a time gives the bits of the batched expert union.
+	s1 := newOpSession(t, c, vecs, experts, 1)
+	for tk := range T {
+		copy(s1.sc.xn, in[tk*E:(tk+1)*E])
+		if err := s1.moe(context.Background(), l, &mats, &vecs[l], 1); err != nil {
+			t.Fatal(err)
+		}
+		for i := range E {
+			if a, b := s1.sc.ffn[i], out[tk*E+i]; math.Float32bits(a) != math.Float32bits(b) {
+				t.Fatalf("token %d element %d: one token %v, batched %v", tk, i, a, b)
+			}
+		}
+	}
+	if experts.acquired == 0 || experts.acquired != experts.released {
+		t.Errorf("%d experts acquired, %d released", experts.acquired, experts.released)
+	}
+
+	t.Run("failed expert", func(t *testing.T) {
+		// An expert that cannot be loaded fails the layer.
+		broken := &brokenExperts{ExpertSource: experts, fail: int(s.sc.idx[0])}
+		s := newOpSession(t, c, vecs, broken, T)
+		copy(s.sc.xn, f.tensor(t, "in", 1, T, E))
+		if err := s.moe(context.Background(), l, &mats, &vecs[l], T); !errors.Is(err, errBrokenExpert) {
+			t.Fatalf("moe with an expert that cannot be loaded: error %v", err)
+		}
+	})
+}
+
+type brokenExperts struct {
+	ExpertSource
+	fail int
+}
+
+var errBrokenExpert = errors.New("expert unavailable")
+
+func (b *brokenExperts) Acquire(ctx context.Context, l, e int) (*Expert, error) {
+	if e == b.fail {
+		return nil, errBrokenExpert
+	}
+	return b.ExpertSource.Acquire(ctx, l, e)
 }
 
 func TestOpLayer(t *testing.T) {
