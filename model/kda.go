@@ -35,13 +35,8 @@ func (s *Session) kda(l int, mats *LayerMats, vec *LayerVecs, T int) {
 			}
 			l2Norm(kt[h*D : (h+1)*D])
 			sc.beta[t*Hk+h] = sigmoid(sc.bl[t*Hk+h])
-			a := float32(math.Exp(float64(vec.ALog[h])))
 			zh := zt[h*D : (h+1)*D]
-			dt := vec.DTBias[h*D : (h+1)*D]
-			for i := range zh {
-				u := a * (zh[i] + dt[i])
-				zh[i] = float32(math.Exp(float64(glb * sigmoid(u)))) // α, the decay
-			}
+			kdaDecay(zh, zh, zh, vec.DTBias[h*D:(h+1)*D], vec.ALog[h], glb) // z becomes α
 		}
 	}
 	j := &sc.kdaJob
@@ -61,6 +56,18 @@ func (s *Session) kda(l int, mats *LayerMats, vec *LayerVecs, T int) {
 		}
 	}
 	mats.OProj.MatMul(m.pool, sc.attn[:T*E], o, T)
+}
+
+// kdaDecay computes one head's decay (§6.5 step 5): with a single
+// a = exp(aLog) per head, g[i] = glb·sigmoid(a·(z[i] + dtBias[i])) and
+// α[i] = exp(g[i]). g and alpha may alias z (alpha is written last).
+func kdaDecay(g, alpha, z, dtBias []float32, aLog, glb float32) {
+	a := float32(math.Exp(float64(aLog)))
+	for i := range z {
+		gi := glb * sigmoid(a*(z[i]+dtBias[i]))
+		g[i] = gi
+		alpha[i] = float32(math.Exp(float64(gi)))
+	}
 }
 
 // kdaJob runs the delta-rule recurrence, one head per index.
