@@ -334,6 +334,12 @@ func loadMLA(t *testing.T, f *opFixture, c *Config, prefix string, mats *LayerMa
 // newOpSession builds a Model around c with no checkpoint (layer vectors in
 // vecs, routed experts from experts) and a Session with scratch for T
 // tokens. The pool has several workers so the parallel paths run.
+// fixedLayers serves one set of matrices for every layer and part.
+type fixedLayers struct{ mats *LayerMats }
+
+func (f fixedLayers) Acquire(context.Context, int, Part) (*LayerMats, error) { return f.mats, nil }
+func (f fixedLayers) Release(int, Part)                                      {}
+
 func newOpSession(t *testing.T, c *Config, vecs []LayerVecs, experts ExpertSource, T int) *Session {
 	t.Helper()
 	pool := par.New(4)
@@ -930,7 +936,8 @@ func TestOpLayer(t *testing.T) {
 				}
 			}
 			nb := nbIn
-			if err := s.layer(context.Background(), l, &mats, T, &nb, nbMax); err != nil {
+			s.m.layers = fixedLayers{&mats}
+			if err := s.layer(context.Background(), l, T, &nb, nbMax); err != nil {
 				t.Fatal(err)
 			}
 			if nb != tc.nbOut {
