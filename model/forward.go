@@ -102,6 +102,13 @@ func buildScratch(c *Config, tc int, f func(n int) []float32) *scratch {
 	return s
 }
 
+// passLocker is implemented by weight sources that serve one forward pass
+// at a time (a streaming trunk).
+type passLocker interface {
+	BeginPass()
+	EndPass()
+}
+
 // Session couples a State with its scratch so a caller can run forward
 // passes. It is not safe for concurrent use.
 type Session struct {
@@ -143,6 +150,10 @@ func (s *Session) Forward(ctx context.Context, tokens []int, out []float32, all 
 	tc := min(len(tokens), m.chunk)
 	if s.sc == nil || s.sc.tc < tc {
 		s.sc = newScratch(c, tc)
+	}
+	if pl, ok := m.layers.(passLocker); ok {
+		pl.BeginPass()
+		defer pl.EndPass()
 	}
 	for done := 0; done < len(tokens); {
 		n := min(m.chunk, len(tokens)-done)

@@ -25,10 +25,16 @@ type Options struct {
 	// during prefill. It changes speed and scratch memory, never results.
 	// Zero means 64.
 	Chunk int
-	// Layers and Experts provide the weights. Nil means: read everything
-	// into memory at load time.
+	// Layers and Experts provide the weights. A nil Layers means: build a
+	// Trunk from Memory (pinned parts plus a streaming ring), or read
+	// every part into memory when Memory is nil. A nil Experts means: read
+	// every expert into memory.
 	Layers  LayerSource
 	Experts ExpertSource
+	// Memory is the memory plan for the trunk; Alloc provides its buffers
+	// (nil: the Go heap).
+	Memory *MemoryPlan
+	Alloc  Alloc
 }
 
 // Model is a loaded Kimi K3: its plan, its weight sources and its worker
@@ -74,6 +80,17 @@ func Load(ctx context.Context, p *Plan, read ReadFunc, opts Options) (*Model, er
 	if m.lmHead, err = readMat(ctx, p, read, p.lmHead.Name); err != nil {
 		return nil, err
 	}
+	if m.layers == nil && opts.Memory != nil {
+		alloc := opts.Alloc
+		if alloc == nil {
+			alloc = func(n int64) ([]byte, error) { return make([]byte, n), nil }
+		}
+		t, err := NewTrunk(ctx, p, opts.Memory, read, alloc)
+		if err != nil {
+			return nil, err
+		}
+		m.layers = t
+	}
 	if m.layers == nil {
 		if m.layers, err = loadResidentLayers(ctx, p, read); err != nil {
 			return nil, err
@@ -109,9 +126,19 @@ func (m *Model) Interrupt() { m.closed.Store(true) }
 // wait for running passes first.
 func (m *Model) Close() {
 	m.closed.Store(true)
+	if t, ok := m.layers.(*Trunk); ok {
+		t.Close()
+	}
 	if m.ownPool {
 		m.pool.Close()
 	}
+}
+
+// Trunk returns the streaming trunk, or nil when the layers are resident
+// or provided by the caller.
+func (m *Model) Trunk() *Trunk {
+	t, _ := m.layers.(*Trunk)
+	return t
 }
 
 // Pool returns the worker pool the kernels run on.
