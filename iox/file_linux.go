@@ -63,3 +63,12 @@ func dropCache(f *os.File, off, n int64) error {
 	}
 	return nil
 }
+
+// openDirectWrite creates-or-opens path for O_DIRECT writes.
+func openDirectWrite(path string) (int, error) {
+	return unix.Open(path, unix.O_WRONLY|unix.O_DIRECT|unix.O_CLOEXEC, 0)
+}
+
+func sysPwrite(fd int, p []byte, off int64) (int, error) { return unix.Pwrite(fd, p, off) }
+
+func fsyncFD(fd int) error { return unix.Fsync(fd) }

@@ -23,3 +23,9 @@ func closeFD(fd int) error { return nil }
 func adviseRandom(f *os.File) {}
 
 func dropCache(f *os.File, off, n int64) error { return nil }
+
+func openDirectWrite(path string) (int, error) { return -1, errors.ErrUnsupported }
+
+func sysPwrite(fd int, p []byte, off int64) (int, error) { return 0, errors.ErrUnsupported }
+
+func fsyncFD(fd int) error { return errors.ErrUnsupported }
