@@ -44,20 +44,26 @@ func TestReadExact(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer buffered.Close()
+	var (
+		def   = iox.ReaderOptions{}
+		small = iox.ReaderOptions{QueueDepth: 3, ChunkSize: 64 << 10}
+		mid   = iox.ReaderOptions{QueueDepth: 16, ChunkSize: 1 << 20}
+	)
 	sources := []struct {
 		name string
 		src  iox.Source
+		opts []iox.ReaderOptions
 	}{
-		{"direct", file},
-		{"buffered", buffered},
-		{"pattern", ioxtest.PatternSource{N: testFileSize}},
-		{"faulty-short", ioxtest.NewFaultySource(buffered, ioxtest.Fault{Kind: ioxtest.Short, N: 700_001, Times: 40})},
+		{"direct", file, []iox.ReaderOptions{def, small, mid}},
+		{"buffered", buffered, []iox.ReaderOptions{def, small}},
+		{"pattern", ioxtest.PatternSource{N: testFileSize}, []iox.ReaderOptions{mid}},
+		{"faulty-short", ioxtest.NewFaultySource(buffered, ioxtest.Fault{Kind: ioxtest.Short, N: 700_001, Times: 40}), []iox.ReaderOptions{def}},
 	}
 	if file.Mode() != iox.ModeDirect {
 		t.Logf("O_DIRECT unavailable in %s: %s", t.TempDir(), file.DirectFallback())
 	}
 	for _, s := range sources {
-		for _, opts := range []iox.ReaderOptions{{}, {QueueDepth: 3, ChunkSize: 64 << 10}, {QueueDepth: 16, ChunkSize: 1 << 20}} {
+		for _, opts := range s.opts {
 			t.Run(fmt.Sprintf("%s/qd%d/chunk%d", s.name, opts.QueueDepth, opts.ChunkSize), func(t *testing.T) {
 				r := newReader(t, opts)
 				for _, c := range exactCases(testFileSize) {
