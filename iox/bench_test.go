@@ -2,18 +2,22 @@ package iox_test
 
 import (
 	"context"
+	crand "crypto/rand"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
 
 	"github.com/k3go/k3/iox"
-	"github.com/k3go/k3/iox/ioxtest"
 )
 
-// benchFile writes a K3_IOX_BENCH_MB (default 256) MiB pattern file, syncs
-// it and drops it from the page cache.
+// benchFile writes a K3_IOX_BENCH_MB (default 256) MiB file of random bytes
+// into K3_IOX_BENCH_DIR (default: a temp dir), syncs it and drops it from
+// the page cache. The contents are new on every run: storage that dedupes
+// or caches by content (some virtual disks do) would otherwise serve a
+// previous run's identical blocks from its cache and report memory speed.
 func benchFile(b *testing.B) (*iox.File, int64) {
 	mb := 256
 	if s := os.Getenv("K3_IOX_BENCH_MB"); s != "" {
@@ -34,11 +38,7 @@ func benchFile(b *testing.B) (*iox.File, int64) {
 		b.Cleanup(func() { os.RemoveAll(d) })
 		dir = d
 	}
-	path := ioxtest.WritePatternFile(b, dir, "bench.bin", size)
-	if w, err := os.OpenFile(path, os.O_RDWR, 0); err == nil {
-		w.Sync()
-		w.Close()
-	}
+	path := writeRandomFile(b, dir, size)
 	f, err := iox.OpenFile(path, iox.FileOptions{Direct: true})
 	if err != nil {
 		b.Fatal(err)
@@ -118,4 +118,28 @@ func BenchmarkReader(b *testing.B) {
 		reportBusy(b, r)
 		f.DropCache()
 	})
+}
+
+func writeRandomFile(b *testing.B, dir string, size int64) string {
+	path := filepath.Join(dir, "bench.bin")
+	w, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Close()
+	var seed [32]byte
+	crand.Read(seed[:])
+	rng := rand.NewChaCha8(seed)
+	buf := make([]byte, 8<<20)
+	for off := int64(0); off < size; off += int64(len(buf)) {
+		p := buf[:min(int64(len(buf)), size-off)]
+		rng.Read(p)
+		if _, err := w.Write(p); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := w.Sync(); err != nil {
+		b.Fatal(err)
+	}
+	return path
 }

@@ -43,7 +43,9 @@ type ProbeOptions struct {
 	// MinFree is the free space that must remain after the file is written;
 	// 0 means 256 MiB, negative means none.
 	MinFree int64
-	// Seed seeds the file contents and the random offsets.
+	// Seed seeds the file contents and the random offsets; 0 means a new
+	// random seed. Keep contents unique across runs: storage that dedupes or
+	// caches by content would serve a previous run's blocks from cache.
 	Seed uint64
 }
 
@@ -100,7 +102,8 @@ type ProbeResult struct {
 // [ErrInsufficientSpace] when the file system lacks FileSize + MinFree.
 //
 // Memory: each queue depth N holds about N × ChunkSize (sequential) and up
-// to (N/3 + 2) × RandomReadSize (random) of aligned buffers.
+// to (N/3 + 2) × RandomReadSize (random) of hugepage-backed, pre-faulted
+// buffers (each rounded up to 2 MiB), allocated and freed per phase.
 func ProbeBandwidth(ctx context.Context, dir string, opts ProbeOptions) (res ProbeResult, err error) {
 	size := AlignUp(cmp.Or(opts.FileSize, 1<<30))
 	chunk := int(AlignUp(int64(cmp.Or(opts.ChunkSize, DefaultChunkSize))))
@@ -126,6 +129,10 @@ func ProbeBandwidth(ctx context.Context, dir string, opts ProbeOptions) (res Pro
 	}
 	minFree = max(minFree, 0)
 
+	seed := opts.Seed
+	for seed == 0 {
+		seed = rand.Uint64()
+	}
 	res = ProbeResult{Dir: dir, FileSize: size}
 	ds, err := FreeSpace(dir)
 	switch {
@@ -154,7 +161,7 @@ func ProbeBandwidth(ctx context.Context, dir string, opts ProbeOptions) (res Pro
 		}
 	}()
 
-	res.Write, res.DirectWrite, err = writeProbeFile(ctx, path, size, chunk, opts.Seed)
+	res.Write, res.DirectWrite, err = writeProbeFile(ctx, path, size, chunk, seed)
 	if err != nil {
 		return res, err
 	}
@@ -167,7 +174,7 @@ func ProbeBandwidth(ctx context.Context, dir string, opts ProbeOptions) (res Pro
 	if f.Mode() != ModeDirect {
 		_ = f.DropCache()
 	}
-	rng := rand.New(rand.NewPCG(opts.Seed, 0x6b33))
+	rng := rand.New(rand.NewPCG(seed, 0x6b33))
 	direct := f.Mode() == ModeDirect
 	for _, qd := range qds {
 		run, err := probeRun(ctx, f, qd, chunk, size, randSize, randN, smallSize, smallN, rng)
@@ -331,7 +338,10 @@ func pump(ctx context.Context, r *Reader, src Source, slots, size, n int, gen fu
 	}()
 	free := make([][]byte, 0, slots)
 	for i := range bufs {
-		b, err := AllocAligned(size+2*Align, BufferOptions{})
+		// Hugepage-backed and pre-faulted, as the engine's arenas should be:
+		// with 4 KiB pages, pinning them for O_DIRECT costs more than the
+		// device on fast disks, and the probe would measure that instead.
+		b, err := AllocAligned(size+2*Align, BufferOptions{HugePages: true, Populate: true})
 		if err != nil {
 			return t, err
 		}
