@@ -1,0 +1,183 @@
+package iox
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// DiskSpace describes the file system holding a directory.
+type DiskSpace struct {
+	Free   int64  // bytes available to an unprivileged user (statfs f_bavail)
+	Total  int64  // bytes in the file system
+	FSType string // "ext4", "xfs", "btrfs", "tmpfs", "overlay", "nfs", …, or the magic number in hex
+}
+
+// FreeSpace reports the free space of the file system holding dir (statfs).
+// Unix only; errors.ErrUnsupported elsewhere.
+func FreeSpace(dir string) (DiskSpace, error) { return freeSpace(dir) }
+
+// MemInfo describes the memory the process may use, for the budget planner
+// and `k3 doctor`. Sizes are bytes; 0 means unknown or unlimited.
+type MemInfo struct {
+	Total     int64 // MemTotal from /proc/meminfo
+	Available int64 // MemAvailable from /proc/meminfo
+	// CgroupLimit is the smallest memory limit from the process's cgroup up
+	// to the root: memory.max and memory.high (v2), or
+	// memory.limit_in_bytes (v1). 0 if there is none.
+	CgroupLimit int64
+	// CgroupUsage is the cgroup's current charge (memory.current, or
+	// memory.usage_in_bytes for v1), page cache included.
+	CgroupUsage int64
+	// CgroupVersion is 2, 1, or 0 if no memory cgroup was found.
+	CgroupVersion int
+	// Cgroup is the directory the limit was read from, if any.
+	Cgroup string
+}
+
+// Limit is the most memory the process can hold: Total, or the cgroup
+// limit if smaller.
+func (m MemInfo) Limit() int64 {
+	if m.CgroupLimit > 0 && (m.Total == 0 || m.CgroupLimit < m.Total) {
+		return m.CgroupLimit
+	}
+	return m.Total
+}
+
+// Headroom is the memory that can be allocated now without reclaim: the
+// smaller of MemAvailable and the cgroup limit minus its usage. The cgroup's
+// usage counts page cache, which the kernel can reclaim, so this is
+// conservative under a cgroup.
+func (m MemInfo) Headroom() int64 {
+	h := m.Available
+	if m.CgroupLimit > 0 {
+		c := max(m.CgroupLimit-m.CgroupUsage, 0)
+		if h == 0 || c < h {
+			h = c
+		}
+	}
+	return h
+}
+
+// MemoryInfo reads total and available RAM and the cgroup memory limit
+// (v2, or v1 where only that is mounted). Linux only; errors.ErrUnsupported
+// elsewhere.
+func MemoryInfo() (MemInfo, error) { return memoryInfo("/proc", "/sys/fs/cgroup") }
+
+// readMemInfo parses procRoot/meminfo and the cgroup files under cgRoot
+// for the process described by procRoot/self/cgroup.
+func readMemInfo(procRoot, cgRoot string) (MemInfo, error) {
+	var m MemInfo
+	b, err := os.ReadFile(filepath.Join(procRoot, "meminfo"))
+	if err != nil {
+		return m, fmt.Errorf("iox: %w", err)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 2 {
+			continue
+		}
+		v, err := strconv.ParseInt(f[1], 10, 64)
+		if err != nil {
+			continue
+		}
+		if len(f) > 2 && f[2] == "kB" {
+			v *= 1024
+		}
+		switch f[0] {
+		case "MemTotal:":
+			m.Total = v
+		case "MemAvailable:":
+			m.Available = v
+		}
+	}
+	if m.Total == 0 {
+		return m, fmt.Errorf("iox: no MemTotal in %s", filepath.Join(procRoot, "meminfo"))
+	}
+
+	cg, err := os.ReadFile(filepath.Join(procRoot, "self", "cgroup"))
+	if err != nil {
+		return m, nil // no cgroup information: not an error
+	}
+	var v1Path, v2Path string
+	hasV2 := false
+	for line := range strings.SplitSeq(strings.TrimSpace(string(cg)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if parts[0] == "0" && parts[1] == "" {
+			v2Path, hasV2 = parts[2], true
+		}
+		for c := range strings.SplitSeq(parts[1], ",") {
+			if c == "memory" {
+				v1Path = parts[2]
+			}
+		}
+	}
+	if _, err := os.Stat(filepath.Join(cgRoot, "cgroup.controllers")); err == nil && hasV2 {
+		m.CgroupVersion = 2
+		m.Cgroup = cgroupDir(cgRoot, v2Path)
+		m.CgroupLimit = walkLimit(cgRoot, m.Cgroup, "memory.max", "memory.high")
+		m.CgroupUsage = readBytesFile(filepath.Join(m.Cgroup, "memory.current"))
+	} else if v1Path != "" {
+		root := filepath.Join(cgRoot, "memory")
+		if _, err := os.Stat(root); err == nil {
+			m.CgroupVersion = 1
+			m.Cgroup = cgroupDir(root, v1Path)
+			m.CgroupLimit = walkLimit(root, m.Cgroup, "memory.limit_in_bytes")
+			m.CgroupUsage = readBytesFile(filepath.Join(m.Cgroup, "memory.usage_in_bytes"))
+		}
+	}
+	return m, nil
+}
+
+// cgroupDir maps a cgroup path to its directory under root; inside a
+// container without a cgroup namespace the path may not exist there, and
+// the root is the best guess.
+func cgroupDir(root, path string) string {
+	dir := filepath.Join(root, filepath.FromSlash(path))
+	if _, err := os.Stat(dir); err != nil {
+		return root
+	}
+	return dir
+}
+
+// walkLimit returns the smallest limit in files from dir up to root.
+func walkLimit(root, dir string, files ...string) int64 {
+	var lim int64
+	for {
+		for _, f := range files {
+			if v := readBytesFile(filepath.Join(dir, f)); v > 0 && (lim == 0 || v < lim) {
+				lim = v
+			}
+		}
+		if dir == root || len(dir) <= len(root) {
+			return lim
+		}
+		dir = filepath.Dir(dir)
+	}
+}
+
+// readBytesFile reads a cgroup value; "max", absent, unparsable and the v1
+// "unlimited" (≥ 2^62) all read as 0.
+func readBytesFile(path string) int64 {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	s := strings.TrimSpace(string(b))
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || v <= 0 || v >= 1<<62 {
+		return 0
+	}
+	return v
+}
+
+var errUnsupported = errors.ErrUnsupported

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package iox
+
+func memoryInfo(procRoot, cgRoot string) (MemInfo, error) { return MemInfo{}, errUnsupported }
+
+func freeSpace(dir string) (DiskSpace, error) { return DiskSpace{}, errUnsupported }
