@@ -9,7 +9,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/k3go/k3/internal/par"
 	"github.com/k3go/k3/iox"
 	"github.com/k3go/k3/model"
 )
@@ -34,6 +33,11 @@ type Options struct {
 	// weights during prefill. It changes speed and scratch memory, never
 	// results. Zero means 64.
 	PrefillChunk int
+	// Sessions is the number of sessions the budget reserves state for
+	// (KDA state, MLA cache of MaxContext positions, scratch); zero means 1.
+	Sessions int
+	// IOQueueDepth is the number of reads kept in flight; zero means 8.
+	IOQueueDepth int
 	// Logger receives load decisions at Info and per-step events at Debug.
 	// Nil discards everything.
 	Logger *slog.Logger
@@ -47,8 +51,7 @@ const defaultMaxContext = 4096
 // concurrently with each other.
 type Model struct {
 	m      *model.Model
-	ck     *iox.Checkpoint
-	pool   *par.Pool
+	e      *engine
 	opts   Options
 	log    *slog.Logger
 	closed atomic.Bool
@@ -65,7 +68,7 @@ func Open(dir string, opts Options) (*Model, error) {
 
 // OpenContext is Open with a context that can cancel loading.
 func OpenContext(ctx context.Context, dir string, opts Options) (*Model, error) {
-	if opts.RAMBudget < 0 || opts.Threads < 0 || opts.MaxContext < 0 || opts.PrefillChunk < 0 {
+	if opts.RAMBudget < 0 || opts.Threads < 0 || opts.MaxContext < 0 || opts.PrefillChunk < 0 || opts.Sessions < 0 || opts.IOQueueDepth < 0 {
 		return nil, fmt.Errorf("k3: %w: negative value in %+v", ErrBadOptions, opts)
 	}
 	if opts.MaxContext == 0 {
@@ -98,21 +101,13 @@ func OpenContext(ctx context.Context, dir string, opts Options) (*Model, error) 
 	if err != nil {
 		return nil, fmt.Errorf("k3: %s: %w", dir, checkpointErr(err))
 	}
-	read := func(ctx context.Context, e model.Extent, buf []byte) error {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		return ck.ReadRange(e.File, e.Off, buf[e.BufOff:e.BufOff+e.Size])
-	}
-	pool := par.New(opts.Threads)
-	m, err := model.Load(ctx, plan, read, model.Options{Chunk: opts.PrefillChunk, Pool: pool})
+	e, err := newEngine(ctx, ck, plan, opts, log)
 	if err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("k3: loading %s: %w", dir, checkpointErr(err))
+		return nil, err
 	}
 	log.Info("k3: model loaded", "dir", dir, "layers", cfg.Layers, "experts", cfg.Experts, "vocab", cfg.Vocab)
 	ok = true
-	return &Model{m: m, ck: ck, pool: pool, opts: opts, log: log}, nil
+	return &Model{m: e.m, e: e, opts: opts, log: log}, nil
 }
 
 // Config returns the model configuration.
@@ -127,9 +122,7 @@ func (m *Model) Close() error {
 	}
 	m.m.Interrupt()
 	m.active.Wait()
-	m.m.Close()
-	m.pool.Close()
-	return m.ck.Close()
+	return m.e.close()
 }
 
 // enter registers a running forward pass; it fails once the Model is

@@ -45,6 +45,7 @@ type scratch struct {
 	seen    []int32   // [Ne] position+1 in first, 0 if unseen
 	sg, su  []float32 // [tc][max(Ns·I, Id)]
 
+	rowBuf []byte // one embedding row read from disk, with alignment slack
 	logits []float32
 	kdaJob kdaJob
 	mlaJob mlaJob
@@ -89,6 +90,9 @@ func buildScratch(c *Config, tc int, f func(n int) []float32) *scratch {
 		xg: f(tc * c.LatentDim), a1: f(tc * c.MoEIntermediate), a3: f(tc * c.MoEIntermediate), eo: f(tc * c.LatentDim),
 		users: i32(tc * c.TopK), first: i32(tc * c.TopK),
 	}
+	s.rowBuf = make([]byte, 0, c.Hidden*4+2*Align)
+	f((c.Hidden*4 + 2*Align) / 4)
+	s.rowBuf = s.rowBuf[:cap(s.rowBuf)]
 	s.idx = i32(tc * c.TopK)[:tc*c.TopK]
 	s.seen = i32(c.Experts)[:c.Experts]
 	wide := c.SharedExperts * c.MoEIntermediate
@@ -179,7 +183,9 @@ func (s *Session) forwardChunk(ctx context.Context, tokens []int, dst []float32,
 	T, E := len(tokens), c.Hidden
 	nbMax := c.NumBoundaries()
 	for t, id := range tokens {
-		m.embed.Row(sc.pref[t*E:(t+1)*E], id)
+		if err := m.embedRow(ctx, sc.pref[t*E:(t+1)*E], id, sc.rowBuf); err != nil {
+			return err
+		}
 	}
 	nb := 0
 	for l := 0; l < c.Layers; l++ {

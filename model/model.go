@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/k3go/k3/internal/par"
+	"github.com/k3go/k3/iox"
 	"github.com/k3go/k3/tensor"
 )
 
@@ -40,16 +41,18 @@ type Options struct {
 // Model is a loaded Kimi K3: its plan, its weight sources and its worker
 // pool. It is safe for concurrent use by several States.
 type Model struct {
-	Cfg     *Config
-	Plan    *Plan
-	layers  LayerSource
-	experts ExpertSource
-	embed   tensor.Mat
-	lmHead  tensor.Mat
-	pool    *par.Pool
-	ownPool bool
-	chunk   int
-	closed  atomic.Bool
+	Cfg        *Config
+	Plan       *Plan
+	layers     LayerSource
+	experts    ExpertSource
+	embed      tensor.Mat // Data is nil when rows are read per token
+	embedRead  ReadFunc
+	embedEntry iox.Entry
+	lmHead     tensor.Mat
+	pool       *par.Pool
+	ownPool    bool
+	chunk      int
+	closed     atomic.Bool
 }
 
 // ReadFunc reads one extent into buf, a buffer laid out by the plan: the
@@ -74,8 +77,16 @@ func Load(ctx context.Context, p *Plan, read ReadFunc, opts Options) (*Model, er
 		m.chunk = 64
 	}
 	var err error
-	if m.embed, err = readMat(ctx, p, read, p.embed.Name); err != nil {
-		return nil, err
+	if opts.Memory == nil || opts.Memory.EmbedResident {
+		if m.embed, err = readMat(ctx, p, read, p.embed.Name); err != nil {
+			return nil, err
+		}
+	} else {
+		// Embedding rows are read per token: 14 KB each on Kimi K3,
+		// instead of 2.35 GB resident.
+		e := p.embed
+		m.embed = tensor.Mat{DType: e.DType, Rows: e.Shape[0], Cols: e.Shape[1]}
+		m.embedRead, m.embedEntry = read, e
 	}
 	if m.lmHead, err = readMat(ctx, p, read, p.lmHead.Name); err != nil {
 		return nil, err
@@ -121,6 +132,23 @@ func readMat(ctx context.Context, p *Plan, read ReadFunc, name string) (tensor.M
 // layer boundary with ErrClosed. It is the first half of closing a Model
 // while sessions still run.
 func (m *Model) Interrupt() { m.closed.Store(true) }
+
+// embedRow widens the embedding of token id into dst, reading the row from
+// the checkpoint when the table is not resident. buf is scratch of at least
+// the row's bytes plus two alignment windows.
+func (m *Model) embedRow(ctx context.Context, dst []float32, id int, buf []byte) error {
+	if m.embed.Data != nil {
+		m.embed.Row(dst, id)
+		return nil
+	}
+	rb := int64(m.embed.RowBytes())
+	e := m.embedEntry
+	x, n := singleExtent(e.Shard, e.Offset+int64(id)*rb, rb)
+	if err := m.embedRead(ctx, x, buf[:n]); err != nil {
+		return fmt.Errorf("embedding row %d: %w", id, err)
+	}
+	return tensor.Widen(dst, buf[x.BufOff:x.BufOff+rb], m.embed.DType)
+}
 
 // Close releases the Model's worker pool if it owns it. Call Interrupt and
 // wait for running passes first.

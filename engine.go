@@ -1,0 +1,115 @@
+package k3
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/k3go/k3/internal/par"
+	"github.com/k3go/k3/iox"
+	"github.com/k3go/k3/model"
+)
+
+// engine owns everything behind a Model: the checkpoint, the direct-I/O
+// files and reader, the off-heap buffers, the worker pool and the memory
+// plan.
+type engine struct {
+	ck     *iox.Checkpoint
+	files  []*iox.File
+	reader *iox.Reader
+	pool   *par.Pool
+	m      *model.Model
+	mem    *model.MemoryPlan
+
+	mu   sync.Mutex
+	bufs []*iox.Buffer
+}
+
+func newEngine(ctx context.Context, ck *iox.Checkpoint, plan *model.Plan, opts Options, log *slog.Logger) (_ *engine, err error) {
+	e := &engine{ck: ck}
+	defer func() {
+		if err != nil {
+			e.close()
+		}
+	}()
+	for _, sh := range ck.Shards {
+		f, err := iox.OpenFile(sh.Path, iox.FileOptions{Direct: true})
+		if err != nil {
+			return nil, fmt.Errorf("k3: %w", err)
+		}
+		e.files = append(e.files, f)
+		if f.Size() != sh.Header.FileSize {
+			return nil, fmt.Errorf("k3: %s: %w: size changed from %d to %d bytes since it was indexed", sh.Path, ErrBadCheckpoint, sh.Header.FileSize, f.Size())
+		}
+	}
+	if e.reader, err = iox.NewReader(iox.ReaderOptions{QueueDepth: opts.IOQueueDepth}); err != nil {
+		return nil, fmt.Errorf("k3: %w", err)
+	}
+	req := model.BudgetRequest{Budget: opts.RAMBudget, Sessions: opts.Sessions, MaxContext: opts.MaxContext, Chunk: opts.PrefillChunk}
+	if e.mem, err = plan.PlanMemory(req); err != nil {
+		return nil, fmt.Errorf("k3: %w", err)
+	}
+	log.Info("k3: memory plan", "plan", e.mem.String())
+	e.pool = par.New(opts.Threads)
+	mo := model.Options{Chunk: opts.PrefillChunk, Pool: e.pool}
+	if opts.RAMBudget > 0 {
+		mo.Memory, mo.Alloc = e.mem, e.alloc
+	}
+	if e.m, err = model.Load(ctx, plan, e.read, mo); err != nil {
+		return nil, fmt.Errorf("k3: loading %s: %w", ck.Dir, checkpointErr(err))
+	}
+	return e, nil
+}
+
+// read performs one extent read through the direct-I/O reader and returns
+// only when no read will write into buf any more, so the buffer may be
+// reused or freed.
+func (e *engine) read(ctx context.Context, x model.Extent, buf []byte) error {
+	_, w := x.Window()
+	f := e.reader.Submit(ctx, iox.Request{Src: e.files[x.File], Off: x.Off, Len: int(x.Size), Dst: buf[x.Region : x.Region+w]})
+	_, err := f.Wait()
+	<-f.Released()
+	return err
+}
+
+// alloc returns an aligned, off-heap buffer backed by huge pages where the
+// kernel allows, pre-faulted so that direct reads run at full speed and the
+// memory shows in RSS at once.
+func (e *engine) alloc(n int64) ([]byte, error) {
+	b, err := iox.AllocAligned(int(n), iox.BufferOptions{HugePages: true, Populate: true})
+	if err != nil {
+		return nil, fmt.Errorf("allocating %d bytes: %w", n, err)
+	}
+	e.mu.Lock()
+	e.bufs = append(e.bufs, b)
+	e.mu.Unlock()
+	return b.Bytes(), nil
+}
+
+// close releases everything in dependency order: the model (which waits
+// for its reads), the reader, the files, the buffers.
+func (e *engine) close() error {
+	var errs []error
+	if e.m != nil {
+		e.m.Close()
+	}
+	if e.reader != nil {
+		errs = append(errs, e.reader.Close())
+	}
+	for _, f := range e.files {
+		errs = append(errs, f.Close())
+	}
+	e.mu.Lock()
+	for _, b := range e.bufs {
+		b.Free()
+	}
+	e.bufs = nil
+	e.mu.Unlock()
+	if e.pool != nil {
+		e.pool.Close()
+	}
+	errs = append(errs, e.ck.Close())
+	return errors.Join(errs...)
+}
