@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/k3go/k3/internal/par"
 	"github.com/k3go/k3/iox"
@@ -25,6 +26,10 @@ type engine struct {
 
 	mu   sync.Mutex
 	bufs []*iox.Buffer
+
+	// Reader counters at the end of Open, so Stats reports run time only.
+	loadBytes int64
+	loadBusy  time.Duration
 }
 
 func newEngine(ctx context.Context, ck *iox.Checkpoint, plan *model.Plan, opts Options, log *slog.Logger) (_ *engine, err error) {
@@ -60,6 +65,8 @@ func newEngine(ctx context.Context, ck *iox.Checkpoint, plan *model.Plan, opts O
 	if e.m, err = model.Load(ctx, plan, e.read, mo); err != nil {
 		return nil, fmt.Errorf("k3: loading %s: %w", ck.Dir, checkpointErr(err))
 	}
+	rs := e.reader.Stats()
+	e.loadBytes, e.loadBusy = rs.BytesRead, rs.BusyTime
 	return e, nil
 }
 

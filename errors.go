@@ -24,7 +24,7 @@ var (
 	// ErrClosed: the Model was closed.
 	ErrClosed = model.ErrClosed
 	// ErrBudget: Options.RAMBudget cannot hold the model's fixed floor.
-	ErrBudget = errors.New("RAM budget too small")
+	ErrBudget = model.ErrBudget
 	// ErrBadOptions: an option value is invalid.
 	ErrBadOptions = errors.New("invalid options")
 )

@@ -64,7 +64,7 @@ func (p *MemoryPlan) Streaming() bool { return p.RingSlots > 0 }
 // String is a human report of the plan.
 func (p *MemoryPlan) String() string {
 	var b strings.Builder
-	gb := func(n int64) string { return fmt.Sprintf("%.2f GB", float64(n)/1e9) }
+	gb := Human
 	budget := "unlimited"
 	if p.Budget > 0 {
 		budget = gb(p.Budget)
@@ -183,9 +183,9 @@ func (p *Plan) PlanMemory(req BudgetRequest) (*MemoryPlan, error) {
 	}
 	if chosenK < 0 {
 		need, _ := fits(0, 1)
-		return nil, fmt.Errorf("%w: the floor needs %.2f GB (lm_head %.2f, vectors %.2f, state %.2f, KV %.2f for %d positions, scratch %.2f, overhead %.2f, %d expert slots %.2f, one ring slot %.2f), budget is %.2f GB",
-			ErrBudget, gb(need), gb(mp.LMHead), gb(mp.Vectors), gb(mp.State), gb(mp.KV), req.MaxContext, gb(mp.Scratch), gb(mp.Overhead),
-			c.TopK+1, gb(minCache), gb(p.parts[order[0]].bytes), gb(req.Budget))
+		return nil, fmt.Errorf("%w: the floor needs %s (lm_head %s, vectors %s, state %s, KV cache %s for %d positions × %d sessions, scratch %s, overhead %s, %d expert slots %s, one ring slot %s); the budget is %s",
+			ErrBudget, Human(need), Human(mp.LMHead), Human(mp.Vectors), Human(mp.State), Human(mp.KV), req.MaxContext, req.Sessions,
+			Human(mp.Scratch), Human(mp.Overhead), c.TopK+1, Human(minCache), Human(p.parts[order[0]].bytes), Human(req.Budget))
 	}
 	need, _ := fits(chosenK, chosenSlots)
 	for _, u := range order[:chosenK] {
@@ -218,7 +218,21 @@ func (p *Plan) PlanMemory(req BudgetRequest) (*MemoryPlan, error) {
 	return mp, nil
 }
 
-func gb(n int64) float64 { return float64(n) / 1e9 }
+// Human formats a byte count with a decimal unit ("8.24 GB", "512.0 kB").
+func Human(n int64) string {
+	f := float64(n)
+	switch {
+	case f >= 1e12:
+		return fmt.Sprintf("%.2f TB", f/1e12)
+	case f >= 1e9:
+		return fmt.Sprintf("%.2f GB", f/1e9)
+	case f >= 1e6:
+		return fmt.Sprintf("%.1f MB", f/1e6)
+	case f >= 1e3:
+		return fmt.Sprintf("%.1f kB", f/1e3)
+	}
+	return fmt.Sprintf("%d B", n)
+}
 
 func vecBytes(v *LayerVecs) int64 {
 	n := 0

@@ -3,6 +3,7 @@ package model
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // scratch holds every intermediate buffer of a forward pass over up to tc
@@ -159,6 +160,8 @@ func (s *Session) Forward(ctx context.Context, tokens []int, out []float32, all 
 		pl.BeginPass()
 		defer pl.EndPass()
 	}
+	start := time.Now()
+	defer func() { m.forwardNanos.Add(int64(time.Since(start))) }()
 	for done := 0; done < len(tokens); {
 		n := min(m.chunk, len(tokens)-done)
 		var dst []float32

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/k3go/k3/internal/par"
 	"github.com/k3go/k3/iox"
@@ -53,6 +54,37 @@ type Model struct {
 	ownPool    bool
 	chunk      int
 	closed     atomic.Bool
+
+	forwardNanos atomic.Int64
+	waitNanos    atomic.Int64 // expert waits (the trunk counts its own)
+}
+
+// Stats are a Model's cumulative counters.
+type Stats struct {
+	TrunkBytesRead, ExpertBytesRead int64
+	CacheHits, CacheMisses          int64
+	ForwardTime, WaitTime           time.Duration
+}
+
+// ExpertStats is implemented by expert sources that count their work.
+type ExpertStats interface {
+	ExpertStats() (bytesRead, hits, misses int64, wait time.Duration)
+}
+
+// Stats returns the counters since Load.
+func (m *Model) Stats() Stats {
+	s := Stats{ForwardTime: time.Duration(m.forwardNanos.Load()), WaitTime: time.Duration(m.waitNanos.Load())}
+	if t := m.Trunk(); t != nil {
+		ts := t.Stats()
+		s.TrunkBytesRead = ts.StreamedBytes
+		s.WaitTime += ts.WaitTime
+	}
+	if es, ok := m.experts.(ExpertStats); ok {
+		b, h, mi, w := es.ExpertStats()
+		s.ExpertBytesRead, s.CacheHits, s.CacheMisses = b, h, mi
+		s.WaitTime += w
+	}
+	return s
 }
 
 // ReadFunc reads one extent into buf, a buffer laid out by the plan: the

@@ -34,11 +34,12 @@ type Trunk struct {
 	pending sync.WaitGroup // reads in flight
 
 	// Stats.
-	bytesRead atomic.Int64
-	readNanos atomic.Int64
-	waitNanos atomic.Int64
-	hits      atomic.Int64 // acquires of pinned parts
-	streamed  atomic.Int64 // acquires of streamed parts
+	bytesRead     atomic.Int64 // everything, pinned loads included
+	streamedBytes atomic.Int64 // streamed reads only
+	readNanos     atomic.Int64
+	waitNanos     atomic.Int64
+	hits          atomic.Int64 // acquires of pinned parts
+	streamed      atomic.Int64 // acquires of streamed parts
 }
 
 type slotState int
@@ -270,6 +271,7 @@ func (t *Trunk) load(s *ringSlot, u int) {
 			break
 		}
 		t.bytesRead.Add(e.Size)
+		t.streamedBytes.Add(e.Size)
 	}
 	t.readNanos.Add(int64(time.Since(start)))
 	if err == nil {
@@ -287,7 +289,8 @@ func (t *Trunk) load(s *ringSlot, u int) {
 
 // TrunkStats are cumulative counters of the trunk.
 type TrunkStats struct {
-	BytesRead       int64
+	BytesRead       int64         // pinned loads included
+	StreamedBytes   int64         // reads of streamed parts
 	ReadTime        time.Duration // summed over reads
 	WaitTime        time.Duration // compute blocked on a streamed part
 	PinnedAcquires  int64
@@ -296,7 +299,7 @@ type TrunkStats struct {
 
 // Stats returns the trunk's counters.
 func (t *Trunk) Stats() TrunkStats {
-	return TrunkStats{BytesRead: t.bytesRead.Load(), ReadTime: time.Duration(t.readNanos.Load()),
+	return TrunkStats{BytesRead: t.bytesRead.Load(), StreamedBytes: t.streamedBytes.Load(), ReadTime: time.Duration(t.readNanos.Load()),
 		WaitTime: time.Duration(t.waitNanos.Load()), PinnedAcquires: t.hits.Load(), StreamedAcquire: t.streamed.Load()}
 }
 

@@ -16,12 +16,14 @@ type modelFlags struct {
 	dir        string
 	threads    int
 	maxContext int
+	budget     budgetFlags
 }
 
 func (m *modelFlags) register(fs interface {
 	StringVar(*string, string, string, string)
 	IntVar(*int, string, int, string)
 }) {
+	m.budget.register(fs)
 	fs.StringVar(&m.dir, "model", "", "checkpoint `directory` (config.json and *.safetensors)")
 	fs.IntVar(&m.threads, "threads", 0, "kernel threads (0 = GOMAXPROCS)")
 	fs.IntVar(&m.maxContext, "max-context", 0, "positions per session (0 = 4096)")
@@ -31,7 +33,11 @@ func (m *modelFlags) open(ctx context.Context) (*k3.Model, error) {
 	if m.dir == "" {
 		return nil, usagef("--model is required")
 	}
-	return k3.OpenContext(ctx, m.dir, k3.Options{Threads: m.threads, MaxContext: m.maxContext})
+	budget, err := m.budget.bytes()
+	if err != nil {
+		return nil, err
+	}
+	return k3.OpenContext(ctx, m.dir, k3.Options{Threads: m.threads, MaxContext: m.maxContext, RAMBudget: budget})
 }
 
 func parseMode(s string) (k3.Mode, error) {
@@ -62,6 +68,7 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 	seed := fs.Uint64("seed", 1, "sampling seed")
 	mode := fs.String("mode", "incremental", "decoding `mode`: incremental (carried state) or full (re-forward per token)")
 	asJSON := fs.Bool("json", false, "print one JSON object")
+	stats := fs.Bool("stats", false, "print I/O, cache, time and memory statistics (a \"stats\" object with --json)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -98,10 +105,18 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	if *asJSON {
-		return json.NewEncoder(stdout).Encode(struct {
-			PromptIDs    []int `json:"prompt_ids"`
-			GeneratedIDs []int `json:"generated_ids"`
-		}{prompt, append([]int{}, gen...)})
+		out := struct {
+			PromptIDs    []int      `json:"prompt_ids"`
+			GeneratedIDs []int      `json:"generated_ids"`
+			Stats        *statsJSON `json:"stats,omitempty"`
+		}{PromptIDs: prompt, GeneratedIDs: append([]int{}, gen...)}
+		if *stats {
+			out.Stats = toStatsJSON(m.Stats())
+		}
+		return json.NewEncoder(stdout).Encode(out)
+	}
+	if *stats {
+		fmt.Fprintln(stderr, formatStats(m.Stats()))
 	}
 	return nil
 }

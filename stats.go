@@ -1,0 +1,81 @@
+package k3
+
+import (
+	"time"
+
+	"github.com/k3go/k3/internal/rss"
+)
+
+// Stats are cumulative counters of a Model since Open. Take two snapshots
+// and subtract for a step's figures (Stats.Sub).
+type Stats struct {
+	// BudgetBytes is Options.RAMBudget (0: unlimited); PlannedBytes what
+	// the memory plan uses of it.
+	BudgetBytes, PlannedBytes int64
+	// PinnedLayers is the number of layers whose dense weights are
+	// resident; StreamedParts how many layer parts stream per pass.
+	PinnedLayers, StreamedParts int
+
+	// BytesRead is everything read from the checkpoint after Open (trunk,
+	// experts, embedding rows), alignment padding included.
+	BytesRead       int64
+	TrunkBytesRead  int64
+	ExpertBytesRead int64
+
+	CacheHits, CacheMisses int64
+
+	// IOTime is the wall time during which at least one read was in
+	// flight; ComputeTime the time forward passes ran minus the time they
+	// waited for weights; WaitTime that waiting; ForwardTime the passes'
+	// wall time.
+	IOTime, ComputeTime, WaitTime, ForwardTime time.Duration
+
+	// PeakRSSBytes is the process's peak resident set size.
+	PeakRSSBytes int64
+}
+
+// ReadGBps returns the achieved read bandwidth over IOTime, in GB/s.
+func (s Stats) ReadGBps() float64 {
+	if s.IOTime <= 0 {
+		return 0
+	}
+	return float64(s.BytesRead) / s.IOTime.Seconds() / 1e9
+}
+
+// Sub returns the counters accumulated since an earlier snapshot prev; the
+// configuration fields and the peak RSS are kept from s.
+func (s Stats) Sub(prev Stats) Stats {
+	d := s
+	d.BytesRead -= prev.BytesRead
+	d.TrunkBytesRead -= prev.TrunkBytesRead
+	d.ExpertBytesRead -= prev.ExpertBytesRead
+	d.CacheHits -= prev.CacheHits
+	d.CacheMisses -= prev.CacheMisses
+	d.IOTime -= prev.IOTime
+	d.ComputeTime -= prev.ComputeTime
+	d.WaitTime -= prev.WaitTime
+	d.ForwardTime -= prev.ForwardTime
+	return d
+}
+
+// Stats returns the Model's counters.
+func (m *Model) Stats() Stats {
+	e := m.e
+	s := Stats{BudgetBytes: m.opts.RAMBudget, PlannedBytes: e.mem.Total(), PinnedLayers: e.mem.PinnedLayers}
+	for _, p := range e.mem.Pinned {
+		if !p {
+			s.StreamedParts++
+		}
+	}
+	rs := e.reader.Stats()
+	s.BytesRead = rs.BytesRead - e.loadBytes
+	s.IOTime = rs.BusyTime - e.loadBusy
+	ms := m.m.Stats()
+	s.TrunkBytesRead = ms.TrunkBytesRead
+	s.ExpertBytesRead = ms.ExpertBytesRead
+	s.CacheHits, s.CacheMisses = ms.CacheHits, ms.CacheMisses
+	s.ForwardTime, s.WaitTime = ms.ForwardTime, ms.WaitTime
+	s.ComputeTime = ms.ForwardTime - ms.WaitTime
+	s.PeakRSSBytes = rss.Peak()
+	return s
+}
