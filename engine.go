@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -49,6 +50,11 @@ func newEngine(ctx context.Context, ck *iox.Checkpoint, plan *model.Plan, opts O
 			return nil, fmt.Errorf("k3: %s: %w: size changed from %d to %d bytes since it was indexed", sh.Path, ErrBadCheckpoint, sh.Header.FileSize, f.Size())
 		}
 	}
+	if opts.TrunkDir != "" {
+		if err := e.usePacked(plan, opts.TrunkDir); err != nil {
+			return nil, err
+		}
+	}
 	if e.reader, err = iox.NewReader(iox.ReaderOptions{QueueDepth: opts.IOQueueDepth}); err != nil {
 		return nil, fmt.Errorf("k3: %w", err)
 	}
@@ -68,6 +74,23 @@ func newEngine(ctx context.Context, ck *iox.Checkpoint, plan *model.Plan, opts O
 	rs := e.reader.Stats()
 	e.loadBytes, e.loadBusy = rs.BytesRead, rs.BusyTime
 	return e, nil
+}
+
+// usePacked points the plan's trunk reads at a packed trunk (k3 pack).
+func (e *engine) usePacked(plan *model.Plan, dir string) error {
+	x, err := model.ReadPackIndex(dir)
+	if err != nil {
+		return fmt.Errorf("k3: packed trunk %s: %w", dir, checkpointErr(err))
+	}
+	f, err := iox.OpenFile(filepath.Join(dir, model.PackedDataFile), iox.FileOptions{Direct: true})
+	if err != nil {
+		return fmt.Errorf("k3: packed trunk: %w", err)
+	}
+	e.files = append(e.files, f)
+	if err := plan.UsePacked(x, len(e.files)-1, f.Size()); err != nil {
+		return fmt.Errorf("k3: packed trunk %s: %w: %w", dir, ErrBadCheckpoint, err)
+	}
+	return nil
 }
 
 // read performs one extent read through the direct-I/O reader and returns

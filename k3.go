@@ -33,6 +33,10 @@ type Options struct {
 	// weights during prefill. It changes speed and scratch memory, never
 	// results. Zero means 64.
 	PrefillChunk int
+	// TrunkDir is a packed trunk written by Pack (k3 pack): the dense
+	// weights of every layer in one file, read with one aligned request per
+	// layer part. Empty means: read the trunk from the shards.
+	TrunkDir string
 	// Sessions is the number of sessions the budget reserves state for
 	// (KDA state, MLA cache of MaxContext positions, scratch); zero means 1.
 	Sessions int

@@ -16,6 +16,7 @@ type modelFlags struct {
 	dir        string
 	threads    int
 	maxContext int
+	trunk      string
 	budget     budgetFlags
 }
 
@@ -24,6 +25,7 @@ func (m *modelFlags) register(fs interface {
 	IntVar(*int, string, int, string)
 }) {
 	m.budget.register(fs)
+	fs.StringVar(&m.trunk, "trunk", "", "packed trunk `directory` written by k3 pack (default: read the trunk from the shards)")
 	fs.StringVar(&m.dir, "model", "", "checkpoint `directory` (config.json and *.safetensors)")
 	fs.IntVar(&m.threads, "threads", 0, "kernel threads (0 = GOMAXPROCS)")
 	fs.IntVar(&m.maxContext, "max-context", 0, "positions per session (0 = 4096)")
@@ -37,7 +39,7 @@ func (m *modelFlags) open(ctx context.Context) (*k3.Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	return k3.OpenContext(ctx, m.dir, k3.Options{Threads: m.threads, MaxContext: m.maxContext, RAMBudget: budget})
+	return k3.OpenContext(ctx, m.dir, k3.Options{Threads: m.threads, MaxContext: m.maxContext, RAMBudget: budget, TrunkDir: m.trunk})
 }
 
 func parseMode(s string) (k3.Mode, error) {

@@ -1,0 +1,79 @@
+package k3
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/k3go/k3/iox"
+	"github.com/k3go/k3/model"
+)
+
+// PackOptions configure Pack.
+type PackOptions struct {
+	// Progress, if set, is called with the bytes written so far and the
+	// total.
+	Progress func(done, total int64)
+	// Force replaces an existing packed trunk in the output directory.
+	Force bool
+}
+
+// Pack rewrites the dense (non-expert) weights of the checkpoint in dir
+// into a packed trunk in out: trunk.bin, every layer part at an aligned
+// offset as the exact image of its buffer, and the index trunk.json. Open
+// with Options.TrunkDir = out then reads each part with one aligned
+// request. Files are written under temporary names, synced and renamed;
+// the checkpoint is never written to, and out must not be it.
+func Pack(ctx context.Context, dir, out string, opts PackOptions) error {
+	raw, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return fmt.Errorf("k3: %w: %w", ErrBadConfig, err)
+	}
+	cfg, err := model.ParseConfig(raw)
+	if err != nil {
+		return fmt.Errorf("k3: %w", err)
+	}
+	if abs, _ := filepath.Abs(out); abs != "" {
+		if d, _ := filepath.Abs(dir); d == abs {
+			return fmt.Errorf("k3: pack: %w: the output directory is the checkpoint directory", ErrBadOptions)
+		}
+	}
+	for _, name := range []string{model.PackedDataFile, model.PackedIndexFile} {
+		if _, err := os.Stat(filepath.Join(out, name)); err == nil && !opts.Force {
+			return fmt.Errorf("k3: pack: %w: %s already exists (use Force to replace it)", ErrBadOptions, filepath.Join(out, name))
+		}
+	}
+	ck, err := iox.OpenCheckpoint(dir)
+	if err != nil {
+		return fmt.Errorf("k3: %w", checkpointErr(err))
+	}
+	defer ck.Close()
+	plan, err := model.NewPlan(cfg, ck)
+	if err != nil {
+		return fmt.Errorf("k3: %w", checkpointErr(err))
+	}
+	e := &engine{ck: ck}
+	for _, sh := range ck.Shards {
+		f, err := iox.OpenFile(sh.Path, iox.FileOptions{Direct: true})
+		if err != nil {
+			return fmt.Errorf("k3: %w", err)
+		}
+		e.files = append(e.files, f)
+	}
+	defer func() {
+		if e.reader != nil {
+			e.reader.Close()
+		}
+		for _, f := range e.files {
+			f.Close()
+		}
+	}()
+	if e.reader, err = iox.NewReader(iox.ReaderOptions{}); err != nil {
+		return err
+	}
+	if err := plan.Pack(ctx, out, e.read, opts.Progress); err != nil {
+		return fmt.Errorf("k3: %w", err)
+	}
+	return nil
+}
