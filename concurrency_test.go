@@ -99,6 +99,7 @@ func TestCloseWhileGenerating(t *testing.T) {
 func TestCancelStopsPromptly(t *testing.T) {
 	m, exp := openOracle(t, "tiny-mxfp4", k3.Options{MaxContext: 4096})
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	n := 0
 	var last error
 	var cancelledAt time.Time
