@@ -1,0 +1,196 @@
+package tokenizer
+
+import (
+	"fmt"
+	"unicode/utf8"
+)
+
+// EncodeOptions adjusts encoding. The zero value is the reference
+// behaviour.
+type EncodeOptions struct {
+	// NoAddedTokens makes added-token strings such as "<|im_end|>"
+	// ordinary text, so that untrusted input cannot produce control ids.
+	// By default every added token is recognised.
+	NoAddedTokens bool
+}
+
+// Encode returns the token ids of text, recognising added tokens. Text is
+// taken as bytes: invalid UTF-8 is encoded byte-exactly, so that
+// Decode(Encode(text)) == text for every string. No BOS or EOS is added.
+//
+// Encoding follows tiktoken: added tokens are found first (the earliest
+// match, the longest there); the text between them is split into
+// pre-tokens by [Pattern]; each pre-token that is itself a vocabulary key
+// becomes its rank, and any other is merged byte-pair by byte-pair, always
+// joining the adjacent pair whose concatenation has the lowest rank (the
+// leftmost on a tie).
+func (t *Tokenizer) Encode(text string) []int {
+	return t.AppendEncode(make([]int, 0, len(text)/4+8), text, EncodeOptions{})
+}
+
+// EncodeOrdinary is Encode with added tokens treated as ordinary text.
+func (t *Tokenizer) EncodeOrdinary(text string) []int {
+	return t.AppendEncode(make([]int, 0, len(text)/4+8), text, EncodeOptions{NoAddedTokens: true})
+}
+
+// AppendEncode appends the token ids of text to dst and returns the
+// extended slice. It does not allocate when dst has room, except for
+// pre-tokens longer than 128 bytes that are not themselves tokens.
+func (t *Tokenizer) AppendEncode(dst []int, text string, opts EncodeOptions) []int {
+	if opts.NoAddedTokens || t.match == nil {
+		return t.appendOrdinary(dst, text)
+	}
+	for start := 0; ; {
+		p, end, id := t.match.find(text, start)
+		if p < 0 {
+			return t.appendOrdinary(dst, text[start:])
+		}
+		dst = t.appendOrdinary(dst, text[start:p])
+		dst = append(dst, id)
+		start = end
+	}
+}
+
+// appendOrdinary encodes s with no added tokens; s is one chunk for the
+// pre-tokenizer.
+func (t *Tokenizer) appendOrdinary(dst []int, s string) []int {
+	for i := 0; i < len(s); {
+		e := nextPiece(s, i)
+		dst = t.appendPiece(dst, s, i, e)
+		i = e
+	}
+	return dst
+}
+
+// Decode returns the text of ids: the bytes of each rank, and the literal
+// content of each added token. The text is the exact byte string that was
+// encoded; it need not be valid UTF-8 when ids is a slice of a longer
+// sequence. If an id is unknown, Decode skips it, carries on, and returns
+// the text of the known ids with an error that wraps [ErrUnknownID] and
+// names the first unknown id.
+func (t *Tokenizer) Decode(ids []int) (string, error) {
+	b, err := t.AppendDecode(nil, ids)
+	return string(b), err
+}
+
+// DecodeLenient is Decode that silently skips unknown ids, as the reference
+// engine does.
+func (t *Tokenizer) DecodeLenient(ids []int) string {
+	s, _ := t.Decode(ids)
+	return s
+}
+
+// AppendDecode appends the text of ids to dst, as Decode does, and returns
+// the extended slice.
+func (t *Tokenizer) AppendDecode(dst []byte, ids []int) ([]byte, error) {
+	var err error
+	for k, id := range ids {
+		b, ok := t.v.bytesOf(id)
+		if !ok {
+			if err == nil {
+				err = unknownID(id, k)
+			}
+			continue
+		}
+		dst = append(dst, b...)
+	}
+	return dst, err
+}
+
+func unknownID(id, index int) error {
+	return fmt.Errorf("tokenizer: id %d at index %d: %w", id, index, ErrUnknownID)
+}
+
+// TokenBytes returns a copy of the bytes of token id (the literal content
+// for an added token), or false if the id is unknown.
+func (t *Tokenizer) TokenBytes(id int) ([]byte, bool) {
+	b, ok := t.v.bytesOf(id)
+	if !ok {
+		return nil, false
+	}
+	return []byte(b), true
+}
+
+// ID returns the id of the token whose bytes are exactly content: an added
+// token first (such as "<|im_end|>"), else a vocabulary key.
+func (t *Tokenizer) ID(content string) (int, bool) {
+	if id, ok := t.addedID[content]; ok {
+		return id, true
+	}
+	if content == "" {
+		return 0, false
+	}
+	r, ok := t.v.lookup(content, 0, len(content))
+	return int(r), ok
+}
+
+// AddedTokens returns the added tokens, sorted by id.
+func (t *Tokenizer) AddedTokens() []AddedToken {
+	return append([]AddedToken(nil), t.added...)
+}
+
+// VocabSize returns one more than the largest id, ranks and added tokens
+// together: the number of rows an embedding table needs.
+func (t *Tokenizer) VocabSize() int { return len(t.v.toks) }
+
+// StreamDecoder decodes ids one at a time into text that never ends inside
+// a UTF-8 character: bytes that may still begin a valid character are held
+// back until the next id completes it or proves it invalid; invalid bytes
+// are passed through as they are. The concatenation of everything Write
+// and Flush return equals Decode of the same ids. A StreamDecoder is not
+// safe for concurrent use.
+type StreamDecoder struct {
+	t       *Tokenizer
+	pending []byte // an incomplete but so far valid UTF-8 prefix, at most 3 bytes
+}
+
+// NewStreamDecoder returns a StreamDecoder with nothing pending.
+func (t *Tokenizer) NewStreamDecoder() *StreamDecoder { return &StreamDecoder{t: t} }
+
+// Write decodes id and returns the text it completes, which may be empty.
+// An unknown id returns an error wrapping [ErrUnknownID] and leaves the
+// decoder unchanged.
+func (d *StreamDecoder) Write(id int) (string, error) {
+	b, ok := d.t.v.bytesOf(id)
+	if !ok {
+		return "", unknownID(id, 0)
+	}
+	if len(d.pending) == 0 {
+		k := len(b) - heldBack(b[max(0, len(b)-utf8.UTFMax):])
+		d.pending = append(d.pending, b[k:]...)
+		return b[:k], nil
+	}
+	d.pending = append(d.pending, b...)
+	p := d.pending
+	k := len(p) - heldBack(string(p[max(0, len(p)-utf8.UTFMax):]))
+	out := string(p[:k])
+	d.pending = append(p[:0], p[k:]...)
+	return out, nil
+}
+
+// Flush returns the bytes held back, even if they do not form a complete
+// character, and resets the decoder.
+func (d *StreamDecoder) Flush() string {
+	s := string(d.pending)
+	d.pending = d.pending[:0]
+	return s
+}
+
+// heldBack returns how many trailing bytes of s form an incomplete but so
+// far valid UTF-8 sequence: bytes that a later token may still complete.
+func heldBack(s string) int {
+	n := len(s)
+	for k := n - 1; k >= 0 && k > n-utf8.UTFMax; k-- {
+		c := s[k]
+		if c < utf8.RuneSelf {
+			return 0
+		}
+		if c >= 0xC0 { // a lead byte, or a byte that is never valid
+			if utf8.FullRuneInString(s[k:]) {
+				return 0
+			}
+			return n - k
+		}
+	}
+	return 0
+}
