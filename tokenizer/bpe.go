@@ -5,12 +5,12 @@ import "sync"
 // noRank marks a pair whose concatenation is not a token.
 const noRank = ^uint32(0)
 
-// maxShortPiece is the longest piece merged with the quadratic scan of
-// tiktoken; longer pieces use a heap so that time stays O(n log n).
-const maxShortPiece = 128
+// maxShortPiece is the longest piece merged with tiktoken's quadratic scan;
+// longer pieces (long Han runs, for one) use a heap, O(n log n).
+const maxShortPiece = 16
 
 // appendPiece appends the ids of the pre-token s[i:j] to dst.
-func (t *Tokenizer) appendPiece(dst []int, s string, i, j int) []int {
+func (t *Tokenizer) appendPiece(dst []int, s string, i, j int, sc *scratch) []int {
 	if j-i == 1 {
 		return append(dst, int(t.byteRank[s[i]]))
 	}
@@ -18,9 +18,9 @@ func (t *Tokenizer) appendPiece(dst []int, s string, i, j int) []int {
 		return append(dst, int(r))
 	}
 	if j-i <= maxShortPiece {
-		return t.bpeShort(dst, s, i, j)
+		return t.bpeShort(dst, s, i, j, sc)
 	}
-	return t.bpeLong(dst, s, i, j)
+	return t.bpeLong(dst, s, i, j, sc)
 }
 
 // pairRank returns the rank of s[i:j] or noRank.
@@ -37,13 +37,37 @@ type part struct {
 	tok   uint32 // rank of this part
 }
 
+// scratch holds the working memory of the merges. One is taken from a
+// pool per encoding call, so pieces cost no allocation; the pool lets the
+// garbage collector reclaim it, and scratch grown for a huge piece is not
+// kept.
+type scratch struct {
+	parts     []part
+	next      []int32
+	tok, pair []uint32
+	heap      []uint64 // rank<<32 | offset: the minimum is the lowest rank, leftmost
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+// maxPooledScratch bounds the piece length whose scratch is pooled.
+const maxPooledScratch = 1 << 16
+
+func getScratch() *scratch { return scratchPool.Get().(*scratch) }
+
+func putScratch(sc *scratch) {
+	if cap(sc.next) <= maxPooledScratch && cap(sc.heap) <= 3*maxPooledScratch {
+		scratchPool.Put(sc)
+	}
+}
+
 // bpeShort merges s[i:j] (2 <= j-i <= maxShortPiece) exactly as tiktoken
 // does: repeatedly join the adjacent pair whose concatenated bytes have the
 // lowest rank, the leftmost on a tie, until no concatenation is a token.
-func (t *Tokenizer) bpeShort(dst []int, s string, i, j int) []int {
-	var buf [maxShortPiece + 1]part
+func (t *Tokenizer) bpeShort(dst []int, s string, i, j int, sc *scratch) []int {
 	n := j - i
-	parts := buf[:n+1]
+	sc.parts = resize(sc.parts, n+1)
+	parts := sc.parts
 	for k := range n {
 		parts[k] = part{start: int32(i + k), pair: noRank, tok: t.byteRank[s[i+k]]}
 		if k+2 <= n {
@@ -78,30 +102,17 @@ func (t *Tokenizer) bpeShort(dst []int, s string, i, j int) []int {
 	return dst
 }
 
-// longScratch is reused across long pieces; the pool lets the garbage
-// collector drop it.
-type longScratch struct {
-	next, prev []int32
-	tok, pair  []uint32
-	heap       []uint64 // rank<<32 | offset: the minimum is the lowest rank, leftmost
-}
-
-var longPool = sync.Pool{New: func() any { return new(longScratch) }}
-
 // bpeLong gives the result of bpeShort for any length, with the parts in a
 // linked list and the candidate pairs in a binary heap. A heap entry is
 // stale when its part has died or its pair has changed; since ranks are
 // unique per byte string and a part's pair only grows, comparing the
 // stored rank with the current one detects both.
-func (t *Tokenizer) bpeLong(dst []int, s string, i, j int) []int {
+func (t *Tokenizer) bpeLong(dst []int, s string, i, j int, sc *scratch) []int {
 	n := j - i
-	sc := longPool.Get().(*longScratch)
-	defer longPool.Put(sc)
-	sc.next = resize(sc.next, n)
-	sc.prev = resize(sc.prev, n)
+	sc.next = resize(sc.next, 2*n)
 	sc.tok = resize(sc.tok, n)
 	sc.pair = resize(sc.pair, n)
-	next, prev, tok, pair := sc.next, sc.prev, sc.tok, sc.pair
+	next, prev, tok, pair := sc.next[:n], sc.next[n:], sc.tok, sc.pair
 	h := sc.heap[:0]
 	for k := range n {
 		next[k], prev[k] = int32(k+1), int32(k-1)
@@ -153,7 +164,7 @@ func (t *Tokenizer) bpeLong(dst []int, s string, i, j int) []int {
 			}
 		}
 	}
-	sc.heap = h[:0]
+	sc.heap = h
 	for k := int32(0); int(k) < n; k = next[k] {
 		dst = append(dst, int(tok[k]))
 	}

@@ -34,18 +34,21 @@ func (t *Tokenizer) EncodeOrdinary(text string) []int {
 }
 
 // AppendEncode appends the token ids of text to dst and returns the
-// extended slice. It does not allocate when dst has room, except for
-// pre-tokens longer than 128 bytes that are not themselves tokens.
+// extended slice. It does not allocate when dst has room (working memory
+// comes from a pool).
 func (t *Tokenizer) AppendEncode(dst []int, text string, opts EncodeOptions) []int {
+	sc := getScratch()
+	defer putScratch(sc)
 	if opts.NoAddedTokens || t.match == nil {
-		return t.appendOrdinary(dst, text)
+		return t.appendOrdinary(dst, text, sc)
 	}
+	f := t.match.finder()
 	for start := 0; ; {
-		p, end, id := t.match.find(text, start)
+		p, end, id := f.find(text, start)
 		if p < 0 {
-			return t.appendOrdinary(dst, text[start:])
+			return t.appendOrdinary(dst, text[start:], sc)
 		}
-		dst = t.appendOrdinary(dst, text[start:p])
+		dst = t.appendOrdinary(dst, text[start:p], sc)
 		dst = append(dst, id)
 		start = end
 	}
@@ -53,10 +56,10 @@ func (t *Tokenizer) AppendEncode(dst []int, text string, opts EncodeOptions) []i
 
 // appendOrdinary encodes s with no added tokens; s is one chunk for the
 // pre-tokenizer.
-func (t *Tokenizer) appendOrdinary(dst []int, s string) []int {
+func (t *Tokenizer) appendOrdinary(dst []int, s string, sc *scratch) []int {
 	for i := 0; i < len(s); {
 		e := nextPiece(s, i)
-		dst = t.appendPiece(dst, s, i, e)
+		dst = t.appendPiece(dst, s, i, e, sc)
 		i = e
 	}
 	return dst

@@ -113,7 +113,9 @@ func parseModel(name string, data []byte) ([]byte, []rawTok, error) {
 		} else {
 			l, data = data, nil
 		}
-		l = bytes.TrimRight(l, " \t\r")
+		for len(l) > 0 && (l[len(l)-1] == ' ' || l[len(l)-1] == '\t' || l[len(l)-1] == '\r') {
+			l = l[:len(l)-1]
+		}
 		if len(l) == 0 {
 			continue
 		}
@@ -125,17 +127,14 @@ func parseModel(name string, data []byte) ([]byte, []rawTok, error) {
 		if len(b64) == 0 {
 			return nil, nil, ferr(line, "empty token")
 		}
-		if bytes.IndexByte(b64, '\r') >= 0 {
-			return nil, nil, ferr(line, "carriage return inside the token")
-		}
 		rank, ok := parseID(rs)
 		if !ok {
 			return nil, nil, ferr(line, "rank %q is not an integer in [0, %d]", truncate(rs), MaxID)
 		}
 		off := len(arena)
-		n, err := base64.StdEncoding.Decode(arena[off:off+base64.StdEncoding.DecodedLen(len(b64))], b64)
-		if err != nil {
-			return nil, nil, ferr(line, "token %q: %v", truncate(b64), err)
+		n, ok := decodeBase64(arena[off:off+base64.StdEncoding.DecodedLen(len(b64))], b64)
+		if !ok {
+			return nil, nil, ferr(line, "token %q is not standard padded base64", truncate(b64))
 		}
 		if n == 0 || n > MaxTokenLen {
 			return nil, nil, ferr(line, "token has length %d, want 1..%d", n, MaxTokenLen)
@@ -144,6 +143,61 @@ func parseModel(name string, data []byte) ([]byte, []rawTok, error) {
 		toks = append(toks, rawTok{off: uint32(off), n: uint32(n), rank: uint32(rank), line: int32(min(line, 1<<31-1))})
 	}
 	return arena, toks, nil
+}
+
+// b64Value maps a standard base64 character to its value, others to 0xFF.
+var b64Value = func() (t [256]byte) {
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+	for k := range t {
+		t[k] = 0xFF
+	}
+	for k := range len(alphabet) {
+		t[alphabet[k]] = byte(k)
+	}
+	return t
+}()
+
+// decodeBase64 decodes standard base64 with "=" padding into dst, which
+// must hold len(src)/4*3 bytes. Unlike encoding/base64 it accepts no line
+// breaks; like it (and Python) it ignores the unused bits of the last
+// group.
+func decodeBase64(dst, src []byte) (int, bool) {
+	if len(src)%4 != 0 || len(src) == 0 {
+		return 0, false
+	}
+	n := 0
+	for len(src) > 4 {
+		a, b, c, d := b64Value[src[0]], b64Value[src[1]], b64Value[src[2]], b64Value[src[3]]
+		if a|b|c|d == 0xFF {
+			return 0, false
+		}
+		dst[n], dst[n+1], dst[n+2] = a<<2|b>>4, b<<4|c>>2, c<<6|d
+		n += 3
+		src = src[4:]
+	}
+	a, b := b64Value[src[0]], b64Value[src[1]]
+	if a|b == 0xFF {
+		return 0, false
+	}
+	dst[n] = a<<2 | b>>4
+	n++
+	switch {
+	case src[2] == '=' && src[3] == '=':
+		return n, true
+	case src[3] == '=':
+		c := b64Value[src[2]]
+		if c == 0xFF {
+			return 0, false
+		}
+		dst[n] = b<<4 | c>>2
+		return n + 1, true
+	}
+	c, d := b64Value[src[2]], b64Value[src[3]]
+	if c|d == 0xFF {
+		return 0, false
+	}
+	dst[n], dst[n+1] = b<<4|c>>2, c<<6|d
+	return n + 2, true
 }
 
 // parseID parses a decimal id in [0, MaxID]: digits only, no sign.

@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -69,8 +70,8 @@ func TestLoadErrors(t *testing.T) {
 		msg                 string
 	}{
 		{"no space", modelText("YWI=\n"), okConfig, ModelFile, 257, "no space"},
-		{"bad base64", modelText("YW*= 256\n"), okConfig, ModelFile, 257, "illegal base64"},
-		{"missing padding", modelText("YWI 256\n"), okConfig, ModelFile, 257, "illegal base64"},
+		{"bad base64", modelText("YW*= 256\n"), okConfig, ModelFile, 257, "not standard padded base64"},
+		{"missing padding", modelText("YWI 256\n"), okConfig, ModelFile, 257, "not standard padded base64"},
 		{"negative rank", modelText("YWI= -1\n"), okConfig, ModelFile, 257, "not an integer"},
 		{"rank too large", modelText("YWI= 16777216\n"), okConfig, ModelFile, 257, "not an integer"},
 		{"two ranks", modelText("YWI= 256 257\n"), okConfig, ModelFile, 257, "not an integer"},
@@ -165,5 +166,39 @@ func TestLoadFixtureTime(t *testing.T) {
 	t.Logf("Load(%s): %v", dir, d)
 	if d > 5*time.Second {
 		t.Errorf("Load took %v", d)
+	}
+}
+
+// TestDecodeBase64 compares the vocabulary's base64 decoder with
+// encoding/base64 on valid and corrupted input.
+func TestDecodeBase64(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	const chars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=*- "
+	for k := range 20000 {
+		var src []byte
+		if k%2 == 0 {
+			b := make([]byte, rng.IntN(20))
+			for i := range b {
+				b[i] = byte(rng.IntN(256))
+			}
+			src = []byte(base64.StdEncoding.EncodeToString(b))
+			if len(src) > 0 && k%4 == 0 {
+				src[rng.IntN(len(src))] = chars[rng.IntN(len(chars))]
+			}
+		} else {
+			src = make([]byte, rng.IntN(13))
+			for i := range src {
+				src[i] = chars[rng.IntN(len(chars))]
+			}
+		}
+		want, err := base64.StdEncoding.DecodeString(string(src))
+		dst := make([]byte, len(src)/4*3)
+		n, ok := decodeBase64(dst, src)
+		if wantOK := err == nil && len(src) > 0; ok != wantOK || (ok && string(dst[:n]) != string(want)) {
+			t.Fatalf("decodeBase64(%q) = %q, %v; encoding/base64: %q, %v", src, dst[:n], ok, want, err)
+		}
+	}
+	if _, ok := decodeBase64(make([]byte, 6), []byte("QUJD\nQQ==")); ok {
+		t.Error("a line break inside a token was accepted")
 	}
 }

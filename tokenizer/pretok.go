@@ -31,11 +31,27 @@ const Pattern = `[\p{Han}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^
 // This matches the reference engine and keeps every byte in exactly one
 // piece, so encoding stays byte-exact.
 func class(s string, i int) (uint8, int) {
-	if b := s[i]; b < utf8.RuneSelf {
-		return asciiClass[b], 1
+	if c := byteClass[s[i]]; c != multiByte {
+		return c, 1
 	}
 	return classMulti(s, i)
 }
+
+// multiByte marks the bytes of byteClass that do not encode a code point
+// on their own.
+const multiByte = 0xFF
+
+// byteClass is asciiClass extended to all bytes, multiByte from 0x80 on,
+// so that indexing needs no bounds check.
+var byteClass = func() (t [256]uint8) {
+	for b := range t {
+		t[b] = multiByte
+		if b < utf8.RuneSelf {
+			t[b] = asciiClass[b]
+		}
+	}
+	return t
+}()
 
 func classMulti(s string, i int) (uint8, int) {
 	r, n := utf8.DecodeRuneInString(s[i:])
@@ -58,13 +74,19 @@ func isPunct(c uint8) bool { return c&(cW|cL|cN) == 0 }
 // s is the whole chunk being split: its end is the end of the text for the
 // lookahead of \s+(?!\S).
 func nextPiece(s string, i int) int {
-	c0, n0 := class(s, i)
+	c0, n0 := byteClass[s[i]], 1
+	if c0 == multiByte {
+		c0, n0 = classMulti(s, i)
+	}
 
 	// [\p{Han}]+
 	if c0&cHan != 0 {
 		j := i + n0
 		for j < len(s) {
-			c, n := class(s, j)
+			c, n := byteClass[s[j]], 1
+			if c == multiByte {
+				c, n = classMulti(s, j)
+			}
 			if c&cHan == 0 {
 				break
 			}
@@ -82,7 +104,10 @@ func nextPiece(s string, i int) int {
 	if c0&cN != 0 {
 		j := i + n0
 		for k := 1; k < 3 && j < len(s); k++ {
-			c, n := class(s, j)
+			c, n := byteClass[s[j]], 1
+			if c == multiByte {
+				c, n = classMulti(s, j)
+			}
 			if c&cN == 0 {
 				break
 			}
@@ -101,7 +126,10 @@ func nextPiece(s string, i int) int {
 	if isPunct(c) {
 		j += n
 		for j < len(s) {
-			c, n := class(s, j)
+			c, n := byteClass[s[j]], 1
+			if c == multiByte {
+				c, n = classMulti(s, j)
+			}
 			if !isPunct(c) {
 				break
 			}
@@ -123,7 +151,10 @@ func nextPiece(s string, i int) int {
 	j = i
 	last, lastNL := i, -1
 	for j < len(s) {
-		c, n := class(s, j)
+		c, n := byteClass[s[j]], 1
+		if c == multiByte {
+			c, n = classMulti(s, j)
+		}
 		if c&cW == 0 {
 			break
 		}
@@ -181,7 +212,10 @@ func letters(s string, i int, c0 uint8, n0 int) int {
 func letterRun(s string, j int) (end, s1end int) {
 	last := -1
 	for j < len(s) {
-		c, n := class(s, j)
+		c, n := byteClass[s[j]], 1
+		if c == multiByte {
+			c, n = classMulti(s, j)
+		}
 		if c&cS1 == 0 {
 			if c&cS2 != 0 {
 				return s2Run(s, j+n), j
@@ -199,7 +233,10 @@ func letterRun(s string, j int) (end, s1end int) {
 // s2Run returns the end of the run of S2 code points at s[j].
 func s2Run(s string, j int) int {
 	for j < len(s) {
-		c, n := class(s, j)
+		c, n := byteClass[s[j]], 1
+		if c == multiByte {
+			c, n = classMulti(s, j)
+		}
 		if c&cS2 == 0 {
 			break
 		}

@@ -149,6 +149,7 @@ func build(modelFile string, arena []byte, toks []rawTok, configFile string, add
 			return nil, merr(tk.line, "token of rank %d duplicates rank %d (%q)", tk.rank, prev, t.v.arena[tk.off:tk.off+tk.n])
 		}
 	}
+	t.v.initPair2()
 	var all [256]byte
 	for b := range all {
 		all[b] = byte(b)

@@ -121,15 +121,15 @@ func TestBPEAgainstDefinition(t *testing.T) {
 			}
 			piece := string(buf)
 			want := naiveBPE(piece, rankFunc(tok))
-			if got := tok.appendPiece(nil, piece, 0, n); !slices.Equal(got, want) {
+			if got := tok.appendPiece(nil, piece, 0, n, new(scratch)); !slices.Equal(got, want) {
 				t.Fatalf("appendPiece(%q) = %v, want %v", piece, got, want)
 			}
 			merged := naiveMerge(tok, piece)
-			if got := tok.bpeLong(nil, piece, 0, n); !slices.Equal(got, merged) {
+			if got := tok.bpeLong(nil, piece, 0, n, new(scratch)); !slices.Equal(got, merged) {
 				t.Fatalf("bpeLong(%q) = %v, want %v", piece, got, merged)
 			}
 			if n <= maxShortPiece {
-				if got := tok.bpeShort(nil, piece, 0, n); !slices.Equal(got, merged) {
+				if got := tok.bpeShort(nil, piece, 0, n, new(scratch)); !slices.Equal(got, merged) {
 					t.Fatalf("bpeShort(%q) = %v, want %v", piece, got, merged)
 				}
 			}

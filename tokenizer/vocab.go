@@ -12,6 +12,7 @@ import (
 // hash and are confirmed against the arena. Lookups take the key as a
 // substring s[i:j] of a longer string, so no piece is ever copied.
 type vocab struct {
+	pair2 *[1 << 16]uint32 // ranks of the two-byte tokens, noRank where none
 	slots []slot
 	mask  uint64
 	seed  uint64
@@ -73,7 +74,18 @@ func (v *vocab) keyHash(s string, i, j int) (key, h uint64) {
 
 // lookup returns the rank of the token s[i:j], 0 <= i < j <= len(s).
 func (v *vocab) lookup(s string, i, j int) (uint32, bool) {
-	key, h := v.keyHash(s, i, j)
+	var key, h uint64
+	switch n := j - i; {
+	case n == 2:
+		r := v.pair2[uint16(s[i])|uint16(s[i+1])<<8]
+		return r, r != noRank
+	case n <= 8 && i+8 <= len(s):
+		// The common case, inlined: one load, one multiply.
+		key = load64(s, i) & (^uint64(0) >> (64 - 8*uint(n)))
+		h = mix(key^v.seed, hashM1^uint64(n))
+	default:
+		key, h = v.keyHash(s, i, j)
+	}
 	n := uint32(j - i)
 	for idx := h & v.mask; ; idx = (idx + 1) & v.mask {
 		sl := &v.slots[idx]
@@ -100,6 +112,19 @@ func (v *vocab) initSlots(n int) {
 	v.slots = make([]slot, size)
 	v.mask = uint64(size - 1)
 	v.seed = rand.Uint64()
+}
+
+// initPair2 fills the table of two-byte tokens; call it after insert.
+func (v *vocab) initPair2() {
+	v.pair2 = new([1 << 16]uint32)
+	for k := range v.pair2 {
+		v.pair2[k] = noRank
+	}
+	for _, sl := range v.slots {
+		if sl.n == 2 {
+			v.pair2[uint16(sl.key)] = sl.rank
+		}
+	}
 }
 
 // insert adds the token with the given rank, whose bytes are already in the
