@@ -3,6 +3,7 @@ module github.com/k3go/k3
 go 1.26
 
 require (
+	github.com/dlclark/regexp2/v2 v2.13.0 // test-only: cross-checks the tokenizer's pre-tokenizer
 	github.com/google/go-cmp v0.7.0 // indirect
 	github.com/klauspost/cpuid/v2 v2.4.2 // indirect
 	golang.org/x/exp v0.0.0-20261113113407-e3970619a1a4 // indirect
