@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 )
 
@@ -370,6 +371,36 @@ func TestStreamDecoderRandom(t *testing.T) {
 		out.WriteString(d.Flush())
 		if out.String() != s {
 			t.Fatalf("streamed %q, want %q", out.String(), s)
+		}
+	}
+}
+
+// TestPathologicalInputs checks that long runs, which are single pieces,
+// and near-misses of added tokens encode in about linear time.
+func TestPathologicalInputs(t *testing.T) {
+	size := 1 << 18
+	if testing.Short() {
+		size = 1 << 14
+	}
+	toks := map[string]*Tokenizer{"tiny": newTiny(t, []string{"  ", "aa", "ab", "\xff\xff"}, AddedToken{ID: 999, Content: "<|reserved_token_1|>"})}
+	if tok := optionalFixtureTokenizer(t); tok != nil {
+		toks["fixture"] = tok
+	}
+	for _, unit := range []string{" ", "a", "ab", "\xff", "\u4e2d", "A\u0301", "<|reserved_token_", "'s", "1", "\r\n"} {
+		s := strings.Repeat(unit, size/len(unit))
+		for name, tok := range toks {
+			start := time.Now()
+			ids := tok.Encode(s)
+			d := time.Since(start)
+			if got := tok.DecodeLenient(ids); got != s {
+				t.Fatalf("%s: round trip of %q x %d failed", name, unit, len(s)/len(unit))
+			}
+			if d > 200*time.Millisecond {
+				t.Logf("%s: %d bytes of %q: %v", name, len(s), unit, d)
+			}
+			if d > 10*time.Second {
+				t.Errorf("%s: %d bytes of %q took %v", name, len(s), unit, d)
+			}
 		}
 	}
 }
