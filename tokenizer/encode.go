@@ -13,7 +13,9 @@ type EncodeOptions struct {
 
 // Encode returns the token ids of text, recognising added tokens. Text is
 // taken as bytes: invalid UTF-8 is encoded byte-exactly, so that
-// Decode(Encode(text)) == text for every string. No BOS or EOS is added.
+// Decode(Encode(text)) == text for every string (for pre-tokenization a
+// stray byte counts as the Latin-1 character of the same value, as in the
+// reference engine). No BOS or EOS is added.
 //
 // Encoding follows tiktoken: added tokens are found first (the earliest
 // match, the longest there); the text between them is split into
@@ -56,7 +58,14 @@ func (t *Tokenizer) AppendEncode(dst []int, text string, opts EncodeOptions) []i
 func (t *Tokenizer) appendOrdinary(dst []int, s string, sc *scratch) []int {
 	for i := 0; i < len(s); {
 		e := nextPiece(s, i)
-		dst = t.appendPiece(dst, s, i, e, sc)
+		// appendPiece's first two cases, inlined.
+		if e-i == 1 {
+			dst = append(dst, int(t.byteRank[s[i]]))
+		} else if r, ok := t.v.lookup(s, i, e); ok {
+			dst = append(dst, int(r))
+		} else {
+			dst = t.appendPiece(dst, s, i, e, sc)
+		}
 		i = e
 	}
 	return dst

@@ -74,6 +74,14 @@ func isPunct(c uint8) bool { return c&(cW|cL|cN) == 0 }
 // s is the whole chunk being split: its end is the end of the text for the
 // lookahead of \s+(?!\S).
 func nextPiece(s string, i int) int {
+	if e := asciiWord(s, i); e > 0 {
+		return e
+	}
+	return nextPieceGeneral(s, i)
+}
+
+// nextPieceGeneral is nextPiece without the ASCII fast path.
+func nextPieceGeneral(s string, i int) int {
 	c0, n0 := byteClass[s[i]], 1
 	if c0 == multiByte {
 		c0, n0 = classMulti(s, i)
@@ -171,6 +179,56 @@ func nextPiece(s string, i int) int {
 		return j
 	}
 	return last
+}
+
+// asciiKind classifies ASCII bytes for asciiWord.
+var asciiKind = func() (t [256]uint8) {
+	for b := range 0x80 {
+		switch c := asciiClass[b]; {
+		case c&cS1 != 0:
+			t[b] = kUpper
+		case c&cS2 != 0:
+			t[b] = kLower
+		case c&(cNL|cL|cN) == 0:
+			t[b] = kPrefix
+		}
+	}
+	return t
+}()
+
+const (
+	kOther  = iota // digits, CR, LF and non-ASCII bytes
+	kPrefix        // may be the optional prefix of the letter rules
+	kUpper         // S1 only
+	kLower         // S2 only
+)
+
+// asciiWord is a fast path for the commonest pre-token: an optional ASCII
+// prefix (a space, say), ASCII capitals, then ASCII lower-case letters and
+// an optional contraction. It returns the end of the piece when the text
+// has that shape, or 0 to let nextPiece decide. It only answers where the
+// first letter rule matches with its first choice of prefix, so the result
+// is the pattern's: capitals are S1 but not S2 and lower-case letters S2
+// but not S1, so S1* ends where the lower-case run begins and no giving
+// back happens; a run that stops at a non-ASCII byte, which might extend
+// it, is left to the general matcher.
+func asciiWord(s string, i int) int {
+	j := i
+	if asciiKind[s[j]] == kPrefix {
+		j++
+	}
+	for j < len(s) && asciiKind[s[j]] == kUpper {
+		j++
+	}
+	if j >= len(s) || asciiKind[s[j]] != kLower {
+		return 0
+	}
+	for j++; j < len(s) && asciiKind[s[j]] == kLower; j++ {
+	}
+	if j < len(s) && s[j] >= utf8.RuneSelf {
+		return 0
+	}
+	return contraction(s, j)
 }
 
 // letters matches the two letter rules at s[i] (class c0, length n0) and

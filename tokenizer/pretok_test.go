@@ -120,3 +120,30 @@ func randomText(rng *rand.Rand, n int) string {
 	}
 	return b.String()
 }
+
+// TestASCIIWordFastPath checks that wherever the fast path answers, the
+// general matcher gives the same piece.
+func TestASCIIWordFastPath(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	const ascii = "aAzZbBsStTlLdDvVrReE'' \t.,;:!?_-(/\"\r\n09\u00e9\u0301\u00c9\u4e2d"
+	runes := []rune(ascii)
+	answered := 0
+	for range 20000 {
+		var b strings.Builder
+		for range rng.IntN(16) {
+			b.WriteRune(runes[rng.IntN(len(runes))])
+		}
+		s := b.String()
+		for i := 0; i < len(s); i++ {
+			if e := asciiWord(s, i); e > 0 {
+				answered++
+				if want := nextPieceGeneral(s, i); e != want {
+					t.Fatalf("asciiWord(%q, %d) = %d, general matcher %d", s, i, e, want)
+				}
+			}
+		}
+	}
+	if answered == 0 {
+		t.Fatal("the fast path never answered")
+	}
+}

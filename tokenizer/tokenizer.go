@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 )
 
@@ -35,7 +36,6 @@ type AddedToken struct {
 type Tokenizer struct {
 	v        vocab
 	byteRank [256]uint32
-	nRanks   int
 	added    []AddedToken // sorted by id
 	addedID  map[string]int
 	match    *addedMatcher // nil when there are no added tokens
@@ -130,8 +130,15 @@ func build(modelFile string, arena []byte, toks []rawTok, configFile string, add
 	if n := len(toks) + len(added); maxID >= 2*n+1024 {
 		return nil, merr(0, "ids too sparse: highest id %d for %d tokens", maxID, n)
 	}
+	size := len(arena)
+	for _, a := range added {
+		size += len(a.Content)
+	}
+	if size > math.MaxUint32 {
+		return nil, merr(0, "%d bytes of tokens, more than 4 GiB", size)
+	}
 
-	t := &Tokenizer{nRanks: len(toks)}
+	t := new(Tokenizer)
 	for _, a := range added {
 		arena = append(arena, a.Content...)
 	}
