@@ -14,8 +14,8 @@ type EncodeOptions struct {
 // Encode returns the token ids of text, recognising added tokens. Text is
 // taken as bytes: invalid UTF-8 is encoded byte-exactly, so that
 // Decode(Encode(text)) == text for every string (for pre-tokenization a
-// stray byte counts as the Latin-1 character of the same value, as in the
-// reference engine). No BOS or EOS is added.
+// stray byte counts as the Latin-1 character of the same value). No BOS or
+// EOS is added.
 //
 // Encoding follows tiktoken: added tokens are found first (the earliest
 // match, the longest there); the text between them is split into

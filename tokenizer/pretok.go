@@ -24,12 +24,15 @@ import "unicode/utf8"
 const Pattern = `[\p{Han}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 
 // class returns the class bits and the encoded length of the code point
-// that starts at s[i]. A byte that does not begin a valid UTF-8 sequence
-// (malformed, truncated, overlong or a surrogate) is one code point whose
-// value is the byte itself, classified as that Latin-1 code point (0x85 and
-// 0xA0 are White_Space, 0xC0..0xFF mostly letters, 0x80..0x9F controls).
-// This matches the reference engine and keeps every byte in exactly one
-// piece, so encoding stays byte-exact.
+// that starts at s[i]. UTF-8 is decoded strictly (utf8.DecodeRuneInString).
+// A byte that does not begin a valid sequence (malformed, truncated,
+// overlong or a surrogate) is one code point whose value is the byte
+// itself, classified as that Latin-1 code point (0x85 and 0xA0 are
+// White_Space, 0xC0..0xFF mostly letters, 0x80..0x9F controls), and the
+// next byte starts afresh. Every byte thus lands in exactly one piece, so
+// encoding stays byte-exact. (The reference engine gives a lone bad byte
+// the same code point but decodes sloppily, taking any bytes after a lead
+// byte as its continuation; no tiktoken oracle exists for such input.)
 func class(s string, i int) (uint8, int) {
 	if c := byteClass[s[i]]; c != multiByte {
 		return c, 1
