@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -406,4 +407,49 @@ func TestPathologicalInputs(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestEncodeAgainstDefinition encodes random text with the fixture
+// vocabulary and compares with naiveBPE applied to each pre-token.
+func TestEncodeAgainstDefinition(t *testing.T) {
+	tok := fixtureTokenizer(t)
+	rng := rand.New(rand.NewPCG(15, 16))
+	for range 300 {
+		s := randomText(rng, rng.IntN(60))
+		var want []int
+		for _, p := range appendPieces(nil, s) {
+			want = append(want, naiveBPE(p, rankFunc(tok))...)
+		}
+		if got := tok.EncodeOrdinary(s); !slices.Equal(got, want) {
+			t.Fatalf("EncodeOrdinary(%q)\n got %v\nwant %v", s, got, want)
+		}
+	}
+}
+
+// TestConcurrentEncode shares one tokenizer between goroutines; run it
+// with -race.
+func TestConcurrentEncode(t *testing.T) {
+	tok := newTiny(t, []string{"ab", "  ", "\xe4\xb8"}, AddedToken{ID: 999, Content: "<|x|>"})
+	if ft := optionalFixtureTokenizer(t); ft != nil {
+		tok = ft
+	}
+	rng := rand.New(rand.NewPCG(17, 18))
+	texts := make([]string, 64)
+	want := make([][]int, len(texts))
+	for k := range texts {
+		texts[k] = randomText(rng, 200) + strings.Repeat("a", rng.IntN(300)) + "<|x|>"
+		want[k] = tok.Encode(texts[k])
+	}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for k := range texts {
+				k := (k + g*16) % len(texts)
+				if got := tok.Encode(texts[k]); !slices.Equal(got, want[k]) {
+					t.Errorf("goroutine %d: text %d encoded differently", g, k)
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
