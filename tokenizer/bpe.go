@@ -32,7 +32,7 @@ func (t *Tokenizer) pairRank(s string, i, j int) uint32 {
 }
 
 type part struct {
-	start int32  // offset in s
+	start int32  // offset in the piece
 	pair  uint32 // rank of this part joined with the next, or noRank
 	tok   uint32 // rank of this part
 }
@@ -69,12 +69,12 @@ func (t *Tokenizer) bpeShort(dst []int, s string, i, j int, sc *scratch) []int {
 	sc.parts = resize(sc.parts, n+1)
 	parts := sc.parts
 	for k := range n {
-		parts[k] = part{start: int32(i + k), pair: noRank, tok: t.byteRank[s[i+k]]}
+		parts[k] = part{start: int32(k), pair: noRank, tok: t.byteRank[s[i+k]]}
 		if k+2 <= n {
 			parts[k].pair = t.pairRank(s, i+k, i+k+2)
 		}
 	}
-	parts[n] = part{start: int32(j), pair: noRank}
+	parts[n] = part{start: int32(n), pair: noRank}
 	for {
 		best, m := noRank, -1
 		for k := range len(parts) - 1 {
@@ -88,11 +88,11 @@ func (t *Tokenizer) bpeShort(dst []int, s string, i, j int, sc *scratch) []int {
 		// Join parts m and m+1; parts[m+2] starts the next part.
 		parts[m].tok = best
 		if m > 0 {
-			parts[m-1].pair = t.pairRank(s, int(parts[m-1].start), int(parts[m+2].start))
+			parts[m-1].pair = t.pairRank(s, i+int(parts[m-1].start), i+int(parts[m+2].start))
 		}
 		parts[m].pair = noRank
 		if m+3 < len(parts) {
-			parts[m].pair = t.pairRank(s, int(parts[m].start), int(parts[m+3].start))
+			parts[m].pair = t.pairRank(s, i+int(parts[m].start), i+int(parts[m+3].start))
 		}
 		parts = append(parts[:m+1], parts[m+2:]...)
 	}
@@ -109,6 +109,13 @@ func (t *Tokenizer) bpeShort(dst []int, s string, i, j int, sc *scratch) []int {
 // stored rank with the current one detects both.
 func (t *Tokenizer) bpeLong(dst []int, s string, i, j int, sc *scratch) []int {
 	n := j - i
+	if n > maxLongPiece {
+		// Offsets are int32. A single pre-token this long (a 1 GiB run of
+		// spaces, say) is merged in two halves: the only case where the
+		// result can differ from tiktoken's.
+		dst = t.bpeLong(dst, s, i, i+n/2, sc)
+		return t.bpeLong(dst, s, i+n/2, j, sc)
+	}
 	sc.next = resize(sc.next, 2*n)
 	sc.tok = resize(sc.tok, n)
 	sc.pair = resize(sc.pair, n)
@@ -170,6 +177,9 @@ func (t *Tokenizer) bpeLong(dst []int, s string, i, j int, sc *scratch) []int {
 	}
 	return dst
 }
+
+// maxLongPiece is the longest piece bpeLong merges as a whole.
+const maxLongPiece = 1 << 30
 
 func resize[T any](b []T, n int) []T {
 	if cap(b) < n {

@@ -22,7 +22,8 @@ type EncodeOptions struct {
 // pre-tokens by [Pattern]; each pre-token that is itself a vocabulary key
 // becomes its rank, and any other is merged byte-pair by byte-pair, always
 // joining the adjacent pair whose concatenation has the lowest rank (the
-// leftmost on a tie).
+// leftmost on a tie). The one departure: a single pre-token longer than
+// 1 GiB is merged in halves.
 func (t *Tokenizer) Encode(text string) []int {
 	return t.AppendEncode(make([]int, 0, len(text)/4+8), text, EncodeOptions{})
 }

@@ -12,12 +12,13 @@ import (
 // hash and are confirmed against the arena. Lookups take the key as a
 // substring s[i:j] of a longer string, so no piece is ever copied.
 type vocab struct {
-	pair2 *[1 << 16]uint32 // ranks of the two-byte tokens, noRank where none
-	slots []slot
-	mask  uint64
-	seed  uint64
-	arena string   // all token bytes, ordinary and added
-	toks  []tokRef // by id; n == 0 means no token has this id
+	pair2  *[1 << 16]uint32 // ranks of the two-byte tokens, noRank where none
+	slots  []slot
+	mask   uint64
+	seed   uint64
+	arena  string   // all token bytes, ordinary and added
+	toks   []tokRef // by id; n == 0 means no token has this id
+	maxLen int      // length of the longest key
 }
 
 type slot struct {
@@ -79,6 +80,8 @@ func (v *vocab) lookup(s string, i, j int) (uint32, bool) {
 	case n == 2:
 		r := v.pair2[uint16(s[i])|uint16(s[i+1])<<8]
 		return r, r != noRank
+	case n > v.maxLen:
+		return 0, false
 	case n <= 8 && i+8 <= len(s):
 		// The common case, inlined: one load, one multiply.
 		key = load64(s, i) & (^uint64(0) >> (64 - 8*uint(n)))
@@ -133,6 +136,7 @@ func (v *vocab) initPair2() {
 func (v *vocab) insert(rank uint32) (uint32, bool) {
 	r := v.toks[rank]
 	i, j := int(r.off), int(r.off+r.n)
+	v.maxLen = max(v.maxLen, int(r.n))
 	key, h := v.keyHash(v.arena, i, j)
 	for idx := h & v.mask; ; idx = (idx + 1) & v.mask {
 		sl := &v.slots[idx]
