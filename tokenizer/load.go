@@ -225,9 +225,17 @@ func truncate(b []byte) string {
 // parseConfig reads added_tokens_decoder from tokenizer_config.json. It
 // streams through the JSON so that errors can name the line of the entry.
 func parseConfig(name string, data []byte) ([]rawAdded, error) {
-	lineAt := func(off int64) int {
-		off = min(max(off, 0), int64(len(data)))
-		return bytes.Count(data[:off], []byte{'\n'}) + 1
+	// lineAt counts lines incrementally: offsets mostly increase, so the
+	// total work stays linear in the size of data.
+	lastOff, lastLine := 0, 1
+	lineAt := func(off64 int64) int {
+		off := int(min(max(off64, 0), int64(len(data))))
+		if off < lastOff {
+			lastOff, lastLine = 0, 1
+		}
+		lastLine += bytes.Count(data[lastOff:off], []byte{'\n'})
+		lastOff = off
+		return lastLine
 	}
 	// Validate first: a syntax error found by Unmarshal carries an offset
 	// into data, which the streaming decoder's errors do not.

@@ -202,3 +202,27 @@ func TestDecodeBase64(t *testing.T) {
 		t.Error("a line break inside a token was accepted")
 	}
 }
+
+// TestParseConfigLinear parses a config with many entries on many lines;
+// line numbers must not cost quadratic time.
+func TestParseConfigLinear(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("{\"added_tokens_decoder\": {\n")
+	const n = 50000
+	for k := range n {
+		fmt.Fprintf(&b, "%q: {\"content\": \"<t%d>\",\n \"special\": true}", fmt.Sprint(300+k), k)
+		if k < n-1 {
+			b.WriteString(",\n")
+		}
+	}
+	b.WriteString("}}\n")
+	start := time.Now()
+	added, err := parseConfig("big.json", []byte(b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(added) != n || added[n-1].line != 2+2*(n-1) {
+		t.Errorf("%d entries, last on line %d", len(added), added[n-1].line)
+	}
+	t.Logf("%d entries (%d bytes) in %v", n, b.Len(), time.Since(start))
+}
