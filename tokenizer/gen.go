@@ -1,0 +1,3 @@
+package tokenizer
+
+//go:generate go run ./internal/ucd/gentables -o tables.go
