@@ -25,6 +25,9 @@ var (
 	ErrClosed = model.ErrClosed
 	// ErrBudget: Options.RAMBudget cannot hold the model's fixed floor.
 	ErrBudget = model.ErrBudget
+	// ErrNoTokenizer: a text operation on a model opened without a
+	// tokenizer (tiktoken.model and tokenizer_config.json).
+	ErrNoTokenizer = errors.New("no tokenizer")
 	// ErrBadOptions: an option value is invalid.
 	ErrBadOptions = errors.New("invalid options")
 )

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"iter"
 	"slices"
+	"strings"
+
+	"github.com/k3go/k3/tokenizer"
 )
 
 // Mode selects how Generate carries state between tokens.
@@ -16,7 +19,8 @@ const (
 	// default.
 	Incremental Mode = iota
 	// FullRecompute re-runs a fresh forward over the whole sequence for
-	// every token. It is slow and exists to check Incremental.
+	// every token. It is slow and exists to check Incremental: both give
+	// bit-identical logits.
 	FullRecompute
 )
 
@@ -28,9 +32,15 @@ type GenerateOptions struct {
 	Mode Mode
 	// Sampling chooses tokens; the zero value is greedy.
 	Sampling SamplingOptions
-	// StopTokens end the generation after the first of them is produced
-	// (the stop token is yielded).
+	// StopTokens end the generation once one of them is produced; the stop
+	// token is yielded (with no text) and stays pending in the session.
 	StopTokens []int
+	// StopStrings end the generation once the generated text contains one
+	// of them, even across token boundaries. The stop string and anything
+	// after it are not part of any yielded Token.Text; text that could be
+	// the start of a stop string is held back until it is clear. Needs the
+	// model's tokenizer.
+	StopStrings []string
 }
 
 // Token is one generated token.
@@ -38,15 +48,20 @@ type Token struct {
 	ID int
 	// Index counts generated tokens from 0.
 	Index int
+	// Text is the text this token adds to the output, when the model has a
+	// tokenizer: whole UTF-8 characters only (a character split across
+	// tokens comes out with the token that completes it), and nothing that
+	// is or may become part of a stop string. It may be empty.
+	Text string
 }
 
 const defaultMaxTokens = 256
 
 // Generate continues the session with prompt and yields generated tokens
-// until MaxTokens, a stop token, an error or the caller's break. At most
-// one error is yielded, last. The sequence is single-use. After a break
-// the session holds the prompt and every token yielded except the last
-// (which has not been fed yet).
+// until MaxTokens, a stop token or string, an error or the caller's break.
+// At most one error is yielded, last. The sequence is single-use. The
+// generated tokens become part of the session's sequence; the last one is
+// pending (fed by the next call).
 func (s *Session) Generate(ctx context.Context, prompt []int, opts GenerateOptions) iter.Seq2[Token, error] {
 	return func(yield func(Token, error) bool) {
 		if err := s.generate(ctx, prompt, opts, yield); err != nil {
@@ -56,7 +71,7 @@ func (s *Session) Generate(ctx context.Context, prompt []int, opts GenerateOptio
 }
 
 func (s *Session) generate(ctx context.Context, prompt []int, opts GenerateOptions, yield func(Token, error) bool) error {
-	if len(prompt) == 0 && s.Len() == 0 {
+	if len(prompt) == 0 && len(s.pending) == 0 {
 		return fmt.Errorf("k3: Generate: %w: empty prompt", ErrBadOptions)
 	}
 	if err := opts.Sampling.validate(); err != nil {
@@ -75,8 +90,20 @@ func (s *Session) generate(ctx context.Context, prompt []int, opts GenerateOptio
 			return fmt.Errorf("k3: Generate: %w: stop token %d outside [0, %d)", ErrTokenOutOfRange, id, V)
 		}
 	}
+	tok := s.m.tok
+	for _, st := range opts.StopStrings {
+		if st == "" {
+			return fmt.Errorf("k3: Generate: %w: empty stop string", ErrBadOptions)
+		}
+	}
+	if len(opts.StopStrings) > 0 && tok == nil {
+		return fmt.Errorf("k3: Generate: %w: stop strings need a tokenizer", ErrNoTokenizer)
+	}
 	smp := newSampler(opts.Sampling, V)
 	for _, id := range s.tokens {
+		smp.observe(id)
+	}
+	for _, id := range s.pending {
 		smp.observe(id)
 	}
 	for _, id := range prompt {
@@ -84,42 +111,94 @@ func (s *Session) generate(ctx context.Context, prompt []int, opts GenerateOptio
 	}
 	var seq []int
 	if opts.Mode == FullRecompute {
-		seq = append(slices.Clone(s.tokens), prompt...)
+		seq = append(append(slices.Clone(s.tokens), s.pending...), prompt...)
+	}
+	var text *textStream
+	if tok != nil {
+		text = &textStream{dec: tok.NewStreamDecoder(), stops: opts.StopStrings}
 	}
 	feed := prompt
-	var one [1]int // the next token to feed, without allocating per token
 	for i := 0; i < maxTokens; i++ {
 		var logits []float32
 		var err error
 		if opts.Mode == FullRecompute {
 			s.Reset()
 			logits, err = s.Step(ctx, seq)
-		} else if len(feed) > 0 {
-			logits, err = s.Step(ctx, feed)
 		} else {
-			// Continuing a session without a new prompt: recompute the
-			// logits of its last token is impossible without state, so
-			// the caller must supply at least one token.
-			return fmt.Errorf("k3: Generate: %w: empty prompt", ErrBadOptions)
+			logits, err = s.Step(ctx, feed)
 		}
 		if err != nil {
 			return err
 		}
 		id := smp.pick(logits)
 		smp.observe(id)
-		if !yield(Token{ID: id, Index: i}, nil) {
-			return nil
+		stopTok := slices.Contains(opts.StopTokens, id)
+		last := stopTok || i == maxTokens-1
+		t := Token{ID: id, Index: i}
+		stopped := false
+		if text != nil {
+			t.Text, stopped = text.add(id, stopTok, last)
 		}
-		if slices.Contains(opts.StopTokens, id) {
-			return nil
-		}
+		s.pending = append(s.pending[:0], id)
 		if opts.Mode == FullRecompute {
 			seq = append(seq, id)
 		}
-		one[0] = id
-		feed = one[:]
+		if !yield(t, nil) || stopTok || stopped {
+			return nil
+		}
+		feed = nil // the pending token is fed by Step
 	}
 	return nil
+}
+
+// textStream turns generated tokens into text: whole UTF-8 characters,
+// with stop strings cut out.
+type textStream struct {
+	dec   *tokenizer.StreamDecoder
+	stops []string
+	held  string // decoded text not yet yielded
+}
+
+// add decodes id (unless it is a stop token, whose text is never shown)
+// and returns the text to yield now and whether a stop string was found.
+// last says no token follows: everything held is released.
+func (ts *textStream) add(id int, stopTok, last bool) (string, bool) {
+	if !stopTok {
+		d, err := ts.dec.Write(id)
+		if err == nil {
+			ts.held += d
+		}
+	}
+	if last {
+		ts.held += ts.dec.Flush()
+	}
+	// A complete stop string: yield what precedes the earliest one.
+	cut := -1
+	for _, st := range ts.stops {
+		if i := strings.Index(ts.held, st); i >= 0 && (cut < 0 || i < cut) {
+			cut = i
+		}
+	}
+	if cut >= 0 {
+		out := ts.held[:cut]
+		ts.held = ""
+		return out, true
+	}
+	keep := 0
+	if !last {
+		// Hold back the longest tail that could start a stop string.
+		for _, st := range ts.stops {
+			for k := min(len(st)-1, len(ts.held)); k > keep; k-- {
+				if strings.HasSuffix(ts.held, st[:k]) {
+					keep = k
+					break
+				}
+			}
+		}
+	}
+	out := ts.held[:len(ts.held)-keep]
+	ts.held = ts.held[len(ts.held)-keep:]
+	return out, false
 }
 
 // Generate runs a fresh session over prompt and yields generated tokens;
@@ -127,4 +206,20 @@ func (s *Session) generate(ctx context.Context, prompt []int, opts GenerateOptio
 // session.
 func (m *Model) Generate(ctx context.Context, prompt []int, opts GenerateOptions) iter.Seq2[Token, error] {
 	return m.NewSession().Generate(ctx, prompt, opts)
+}
+
+// GenerateText encodes prompt with the model's tokenizer, generates, and
+// returns the generated text.
+func (m *Model) GenerateText(ctx context.Context, prompt string, opts GenerateOptions) (string, error) {
+	if m.tok == nil {
+		return "", fmt.Errorf("k3: GenerateText: %w", ErrNoTokenizer)
+	}
+	var b strings.Builder
+	for t, err := range m.Generate(ctx, m.tok.Encode(prompt), opts) {
+		if err != nil {
+			return b.String(), err
+		}
+		b.WriteString(t.Text)
+	}
+	return b.String(), nil
 }

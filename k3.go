@@ -11,6 +11,7 @@ import (
 
 	"github.com/k3go/k3/iox"
 	"github.com/k3go/k3/model"
+	"github.com/k3go/k3/tokenizer"
 )
 
 // Config is the model configuration read from config.json.
@@ -33,6 +34,10 @@ type Options struct {
 	// weights during prefill. It changes speed and scratch memory, never
 	// results. Zero means 64.
 	PrefillChunk int
+	// TokenizerDir holds tiktoken.model and tokenizer_config.json. Empty
+	// means the checkpoint directory; if the files are absent there, the
+	// model has no tokenizer and text operations return ErrNoTokenizer.
+	TokenizerDir string
 	// TrunkDir is a packed trunk written by Pack (k3 pack): the dense
 	// weights of every layer in one file, read with one aligned request per
 	// layer part. Empty means: read the trunk from the shards.
@@ -56,6 +61,7 @@ const defaultMaxContext = 4096
 type Model struct {
 	m      *model.Model
 	e      *engine
+	tok    *tokenizer.Tokenizer
 	opts   Options
 	log    *slog.Logger
 	closed atomic.Bool
@@ -105,14 +111,39 @@ func OpenContext(ctx context.Context, dir string, opts Options) (*Model, error) 
 	if err != nil {
 		return nil, fmt.Errorf("k3: %s: %w", dir, checkpointErr(err))
 	}
+	tok, err := loadTokenizer(dir, opts.TokenizerDir)
+	if err != nil {
+		return nil, err
+	}
 	e, err := newEngine(ctx, ck, plan, opts, log)
 	if err != nil {
 		return nil, err
 	}
 	log.Info("k3: model loaded", "dir", dir, "layers", cfg.Layers, "experts", cfg.Experts, "vocab", cfg.Vocab)
 	ok = true
-	return &Model{m: e.m, e: e, opts: opts, log: log}, nil
+	return &Model{m: e.m, e: e, tok: tok, opts: opts, log: log}, nil
 }
+
+// loadTokenizer loads the tokenizer from dir (or the checkpoint directory).
+// Files absent from the checkpoint directory mean no tokenizer; absent
+// from an explicit directory, an error.
+func loadTokenizer(ckptDir, dir string) (*tokenizer.Tokenizer, error) {
+	explicit := dir != ""
+	if !explicit {
+		dir = ckptDir
+		if _, err := os.Stat(filepath.Join(dir, tokenizer.ModelFile)); err != nil {
+			return nil, nil
+		}
+	}
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		return nil, fmt.Errorf("k3: tokenizer: %w", err)
+	}
+	return tok, nil
+}
+
+// Tokenizer returns the model's tokenizer, or nil if it has none.
+func (m *Model) Tokenizer() *tokenizer.Tokenizer { return m.tok }
 
 // Config returns the model configuration.
 func (m *Model) Config() Config { return *m.m.Cfg }

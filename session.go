@@ -15,9 +15,14 @@ import (
 type Session struct {
 	m      *Model
 	s      *model.Session
-	tokens []int
-	logits []float32
-	broken bool // a failed step left the state undefined
+	tokens []int // fed to the model
+	// pending are tokens that belong to the sequence but have not been fed
+	// yet: the last token Generate produced. The next Step, Logits or
+	// Generate feeds them first.
+	pending []int
+	feed    []int // scratch for pending + new tokens
+	logits  []float32
+	broken  bool // a failed step left the state undefined
 }
 
 // NewSession starts an empty sequence with room for Options.MaxContext
@@ -26,25 +31,28 @@ func (m *Model) NewSession() *Session {
 	return &Session{m: m, s: m.m.NewSession(m.opts.MaxContext)}
 }
 
-// Len returns the number of tokens consumed.
-func (s *Session) Len() int { return len(s.tokens) }
+// Len returns the length of the sequence: tokens fed plus pending ones.
+func (s *Session) Len() int { return len(s.tokens) + len(s.pending) }
 
-// Tokens returns the tokens consumed so far (a copy).
-func (s *Session) Tokens() []int { return append([]int(nil), s.tokens...) }
+// Tokens returns the sequence so far (a copy), pending tokens included.
+func (s *Session) Tokens() []int {
+	return append(append([]int(nil), s.tokens...), s.pending...)
+}
 
 // Reset empties the session, keeping its allocations.
 func (s *Session) Reset() {
 	s.s.St.Reset()
 	s.tokens = s.tokens[:0]
+	s.pending = s.pending[:0]
 	s.broken = false
 }
 
-// Step appends tokens to the sequence and returns the logits of the last
-// position (vocab values). The slice is owned by the session and valid
+// Step appends tokens to the sequence (after any pending ones) and returns
+// the logits of the last position (vocab values). The slice is owned by the session and valid
 // until its next call; copy it to keep it. A failed step (cancellation, an
 // I/O error, a closed model) leaves the session unusable until Reset.
 func (s *Session) Step(ctx context.Context, tokens []int) ([]float32, error) {
-	if len(tokens) == 0 {
+	if len(tokens) == 0 && len(s.pending) == 0 {
 		return nil, fmt.Errorf("k3: Step: %w: no tokens", ErrBadOptions)
 	}
 	V := s.m.m.Cfg.Vocab
@@ -61,19 +69,26 @@ func (s *Session) Step(ctx context.Context, tokens []int) ([]float32, error) {
 // their positions (len(tokens)×vocab values, position-major; a new slice).
 // It is teacher forcing: one forward over the tokens.
 func (s *Session) Logits(ctx context.Context, tokens []int) ([]float32, error) {
-	if len(tokens) == 0 {
+	if len(tokens) == 0 && len(s.pending) == 0 {
 		return nil, fmt.Errorf("k3: Logits: %w: no tokens", ErrBadOptions)
 	}
-	out := make([]float32, len(tokens)*s.m.m.Cfg.Vocab)
+	V := s.m.m.Cfg.Vocab
+	out := make([]float32, (len(s.pending)+len(tokens))*V)
+	skip := len(s.pending) * V
 	if err := s.forward(ctx, tokens, out, true); err != nil {
 		return nil, err
 	}
-	return out, nil
+	return out[skip:], nil
 }
 
+// forward feeds the pending tokens and then tokens.
 func (s *Session) forward(ctx context.Context, tokens []int, out []float32, all bool) error {
 	if s.broken {
 		return fmt.Errorf("k3: session unusable after a failed step; call Reset")
+	}
+	if len(s.pending) > 0 {
+		s.feed = append(append(s.feed[:0], s.pending...), tokens...)
+		tokens = s.feed
 	}
 	for i, t := range tokens {
 		if t < 0 || t >= s.m.m.Cfg.Vocab {
@@ -95,5 +110,6 @@ func (s *Session) forward(ctx context.Context, tokens []int, out []float32, all 
 		return fmt.Errorf("k3: step at position %d: %w", len(s.tokens), err)
 	}
 	s.tokens = append(s.tokens, tokens...)
+	s.pending = s.pending[:0]
 	return nil
 }

@@ -42,9 +42,10 @@ func (c *Config) Fingerprint() uint64 {
 	return lo<<32 | uint64(h.Sum32())
 }
 
-// Save writes the state and the tokens it consumed (len(tokens) must equal
-// Len()).
-func (s *State) Save(w io.Writer, tokens []int) error {
+// Save writes the state, the tokens it consumed (len(tokens) must equal
+// Len()) and pending tokens chosen but not yet fed (for instance the last
+// generated token), which a restored session feeds first.
+func (s *State) Save(w io.Writer, tokens, pending []int) error {
 	if len(tokens) != s.pos {
 		return fmt.Errorf("state holds %d positions but %d tokens were given", s.pos, len(tokens))
 	}
@@ -55,7 +56,11 @@ func (s *State) Save(w io.Writer, tokens []int) error {
 	put(uint32(stateVersion))
 	put(s.cfg.Fingerprint())
 	put(int64(s.pos))
+	put(int64(len(pending)))
 	for _, t := range tokens {
+		put(int32(t))
+	}
+	for _, t := range pending {
 		put(int32(t))
 	}
 	for l := range s.kda {
@@ -94,18 +99,22 @@ func writeFloats(w io.Writer, v []float32) {
 	}
 }
 
-// StateFileSize returns the exact size of a saved state of n positions.
-func StateFileSize(c *Config, n int) int64 {
+// StateFileSize returns the exact size of a saved state of n positions
+// and p pending tokens.
+func StateFileSize(c *Config, n, p int) int64 {
 	fixed, perPos := StateBytes(c)
-	return int64(len(stateMagic)) + 4 + 8 + 8 + 4*int64(n) + fixed + perPos*int64(n) + 4
+	return int64(len(stateMagic)) + 4 + 8 + 8 + 8 + 4*int64(n+p) + fixed + perPos*int64(n) + 4
 }
+
+// maxPending bounds the pending tokens of a state file.
+const maxPending = 1 << 20
 
 // Load replaces the state with one saved by Save and returns its tokens.
 // It checks the magic, version, config fingerprint, the position count
 // against the state's capacity, the exact size (when size >= 0) and the
 // checksum, before and while reading; nothing is allocated from the file's
 // numbers beyond what the capacity allows. On error the state is reset.
-func (s *State) Load(r io.Reader, size int64) (tokens []int, err error) {
+func (s *State) Load(r io.Reader, size int64) (tokens, pending []int, err error) {
 	defer func() {
 		if err != nil {
 			s.Reset()
@@ -117,44 +126,48 @@ func (s *State) Load(r io.Reader, size int64) (tokens []int, err error) {
 	in := io.TeeReader(br, h) // hashes exactly the bytes consumed
 	magic := make([]byte, len(stateMagic))
 	if _, err := io.ReadFull(in, magic); err != nil {
-		return nil, fmt.Errorf("reading header: %v", err)
+		return nil, nil, fmt.Errorf("reading header: %v", err)
 	}
 	if string(magic) != stateMagic {
-		return nil, errors.New("not a k3 session state file")
+		return nil, nil, errors.New("not a k3 session state file")
 	}
 	var version uint32
 	var fp uint64
-	var n int64
-	if err := readAll(in, &version, &fp, &n); err != nil {
-		return nil, err
+	var n, np int64
+	if err := readAll(in, &version, &fp, &n, &np); err != nil {
+		return nil, nil, err
 	}
 	if version != stateVersion {
-		return nil, fmt.Errorf("version %d, this build reads %d", version, stateVersion)
+		return nil, nil, fmt.Errorf("version %d, this build reads %d", version, stateVersion)
 	}
 	if fp != s.cfg.Fingerprint() {
-		return nil, errors.New("saved with a model of another configuration")
+		return nil, nil, errors.New("saved with a model of another configuration")
 	}
 	if n < 0 || n > int64(s.cap) {
-		return nil, fmt.Errorf("%d positions, the session holds at most %d", n, s.cap)
+		return nil, nil, fmt.Errorf("%d positions, the session holds at most %d", n, s.cap)
 	}
-	if want := StateFileSize(s.cfg, int(n)); size >= 0 && size != want {
-		return nil, fmt.Errorf("file is %d bytes, a state of %d positions is %d", size, n, want)
+	if np < 0 || np > maxPending {
+		return nil, nil, fmt.Errorf("%d pending tokens", np)
+	}
+	if want := StateFileSize(s.cfg, int(n), int(np)); size >= 0 && size != want {
+		return nil, nil, fmt.Errorf("file is %d bytes, a state of %d positions and %d pending tokens is %d", size, n, np, want)
 	}
 	s.Reset()
 	if err := s.reserve(int(n)); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	tokens = make([]int, n)
-	for i := range tokens {
+	all := make([]int, n+np)
+	for i := range all {
 		var t int32
 		if err := readAll(in, &t); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if t < 0 || int(t) >= s.cfg.Vocab {
-			return nil, fmt.Errorf("token %d at position %d is outside the vocabulary", t, i)
+			return nil, nil, fmt.Errorf("token %d at index %d is outside the vocabulary", t, i)
 		}
-		tokens[i] = int(t)
+		all[i] = int(t)
 	}
+	tokens, pending = all[:n:n], all[n:]
 	for l := range s.kda {
 		if s.cfg.IsMLA(l) {
 			continue
@@ -162,7 +175,7 @@ func (s *State) Load(r io.Reader, size int64) (tokens []int, err error) {
 		k := &s.kda[l]
 		for _, v := range [][]float32{k.S, k.qh, k.kh, k.vh} {
 			if err := readFloats(in, v); err != nil {
-				return nil, fmt.Errorf("KDA layer %d: %v", l, err)
+				return nil, nil, fmt.Errorf("KDA layer %d: %v", l, err)
 			}
 		}
 	}
@@ -174,22 +187,22 @@ func (s *State) Load(r io.Reader, size int64) (tokens []int, err error) {
 		m := &s.mla[l]
 		m.lat, m.kr = m.lat[:int(n)*ckv], m.kr[:int(n)*rr]
 		if err := readFloats(in, m.lat); err != nil {
-			return nil, fmt.Errorf("MLA layer %d: %v", l, err)
+			return nil, nil, fmt.Errorf("MLA layer %d: %v", l, err)
 		}
 		if err := readFloats(in, m.kr); err != nil {
-			return nil, fmt.Errorf("MLA layer %d: %v", l, err)
+			return nil, nil, fmt.Errorf("MLA layer %d: %v", l, err)
 		}
 	}
 	sum := h.Sum32()
 	var stored uint32
 	if err := binary.Read(br, binary.LittleEndian, &stored); err != nil {
-		return nil, fmt.Errorf("reading checksum: %v", err)
+		return nil, nil, fmt.Errorf("reading checksum: %v", err)
 	}
 	if stored != sum {
-		return nil, errors.New("checksum mismatch: the file is corrupt")
+		return nil, nil, errors.New("checksum mismatch: the file is corrupt")
 	}
 	s.pos = int(n)
-	return tokens, nil
+	return tokens, pending, nil
 }
 
 func readAll(r io.Reader, vs ...any) error {
