@@ -42,6 +42,7 @@ func init() {
 	commands = []command{
 		{"generate", "generate token ids from a prompt of ids", runGenerate},
 		{"logits", "print the logits of a teacher-forced forward pass", runLogits},
+		{"synth", "write a synthetic checkpoint (tiny, medium or custom)", runSynth},
 	}
 }
 
