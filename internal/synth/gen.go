@@ -142,13 +142,13 @@ func (g scaleBytes) fillWords(dst []byte, w0 uint64) {
 	for i := 0; i+8 <= len(dst); i += 8 {
 		r := word(g.key, w0)
 		w0++
-		for k := range 8 {
-			b := g.lo
-			if (r>>(8*k))&0xff < g.thr {
-				b++
-			}
-			dst[i+k] = b
+		// Byte k is lo, plus one when random byte k is below thr
+		// (branch-free: the subtraction borrows into bit 63).
+		v := uint64(g.lo) * 0x0101010101010101
+		for k := 0; k < 64; k += 8 {
+			v += ((r>>k&0xff - g.thr) >> 63) << k
 		}
+		binary.LittleEndian.PutUint64(dst[i:], v)
 	}
 }
 
@@ -176,7 +176,10 @@ func (g vector) value(i uint64) float32 {
 	}
 	switch g.kind {
 	case vecUniform:
-		return float32(g.lo + (g.hi-g.lo)*unitFloat(word(g.key, i)))
+		// The explicit conversion keeps the compiler from fusing the
+		// multiply and add (it does on arm64), so every build gives the
+		// same bits.
+		return float32(g.lo + float64((g.hi-g.lo)*unitFloat(word(g.key, i))))
 	}
 	return float32(g.lo)
 }

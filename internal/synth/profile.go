@@ -7,7 +7,8 @@
 // experts.
 //
 // The weights are random but deterministic from the seed (the same profile
-// and seed give byte-identical files, whatever the thread count), and
+// and seed give byte-identical files, whatever the thread count, chunk size
+// or I/O mode; a golden test pins the tiny checkpoint's bytes), and
 // scaled so that activations stay finite and routing is spread over every
 // expert. They are generated with a counter-based generator keyed by
 // (seed, tensor name), so any byte range of any tensor can be produced

@@ -268,35 +268,34 @@ func (w *writer) writeShards(ctx context.Context) error {
 			}
 		}
 	}()
-	w.direct = !w.opts.Buffered && oDirect != 0
 	for i := range L.Shards {
-		sh := &L.Shards[i]
-		f, err := w.create(sh.Name)
+		f, err := w.create(L.Shards[i].Name)
 		if err != nil {
 			return err
 		}
-		files[i] = shardFile{sh: sh, f: f}
-		if w.direct {
-			if d, err := w.openDirect(f, sh); err == nil {
-				files[i].f.Close()
-				files[i].f = d
-			} else {
-				w.direct = false
-			}
-		}
+		files[i] = shardFile{sh: &L.Shards[i], f: f}
 	}
-	if !w.direct {
-		// A later shard may have been opened directly before the probe
-		// failed on another: reopen everything buffered.
-		for i := range files {
-			name := files[i].f.Name()
-			files[i].f.Close()
-			f, err := os.OpenFile(name, os.O_WRONLY, 0)
+	// O_DIRECT where the file system takes it: reopen every shard with
+	// the flag; if one refuses, keep the buffered handles for all.
+	if !w.opts.Buffered && oDirect != 0 {
+		direct := make([]*os.File, 0, len(files))
+		for _, sf := range files {
+			d, err := openDirectHook(sf.f.Name(), sf.sh)
 			if err != nil {
-				files[i].f = nil
-				return fmt.Errorf("synth: %w", err)
+				break
 			}
-			files[i].f = f
+			direct = append(direct, d)
+		}
+		if len(direct) == len(files) {
+			for i := range files {
+				files[i].f.Close()
+				files[i].f = direct[i]
+			}
+			w.direct = true
+		} else {
+			for _, d := range direct {
+				d.Close()
+			}
 		}
 	}
 
@@ -382,11 +381,14 @@ func (w *writer) writeShards(ctx context.Context) error {
 	return nil
 }
 
-// openDirect reopens a freshly created temporary file with O_DIRECT and
-// probes it with one aligned write (some file systems accept the flag at
-// open and refuse the writes).
-func (w *writer) openDirect(f *os.File, sh *Shard) (*os.File, error) {
-	d, err := os.OpenFile(f.Name(), os.O_WRONLY|oDirect, 0)
+// openDirectHook is openDirect; tests replace it.
+var openDirectHook = openDirect
+
+// openDirect opens a freshly created temporary file with O_DIRECT and
+// probes it with one aligned write of the shard's first block (some file
+// systems accept the flag at open and refuse the writes).
+func openDirect(path string, sh *Shard) (*os.File, error) {
+	d, err := os.OpenFile(path, os.O_WRONLY|oDirect, 0)
 	if err != nil {
 		return nil, err
 	}
