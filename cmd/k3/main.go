@@ -43,6 +43,7 @@ func init() {
 		{"generate", "generate token ids from a prompt of ids", runGenerate},
 		{"logits", "print the logits of a teacher-forced forward pass", runLogits},
 		{"pack", "rewrite the dense weights into one aligned file for streaming", runPack},
+		{"synth", "write a synthetic checkpoint (tiny, medium or custom)", runSynth},
 	}
 }
 
