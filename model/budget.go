@@ -254,3 +254,63 @@ func scratchBytes(c *Config, tc, maxContext int) int64 {
 	n += int64(c.MLAHeads) * int64(2*c.KVLoraRank+maxContext)
 	return n * 4
 }
+
+// Sizes summarises the bytes of a plan's weights.
+type Sizes struct {
+	TrunkPayload  int64 // matrix bytes of every layer part
+	TrunkBuffers  int64 // buffer bytes of every layer part (alignment included)
+	LargestPart   int64
+	ExpertBytes   int64 // one routed expert
+	Experts       int64 // routed experts in the checkpoint
+	ExpertsPerTok int64 // routed experts used per token (K × MoE layers)
+	LMHead, Embed int64
+}
+
+// Sizes returns the plan's weight sizes.
+func (p *Plan) Sizes() Sizes {
+	s := Sizes{LMHead: p.lmHead.Size, Embed: p.embed.Size, ExpertBytes: p.experts.runBytes}
+	for u := range p.parts {
+		s.TrunkPayload += p.parts[u].payload
+		s.TrunkBuffers += p.parts[u].bytes
+		s.LargestPart = max(s.LargestPart, p.parts[u].bytes)
+	}
+	for l := range p.experts.locs {
+		s.Experts += int64(len(p.experts.locs[l]))
+		if len(p.experts.locs[l]) > 0 {
+			s.ExpertsPerTok += int64(p.Cfg.TopK)
+		}
+	}
+	return s
+}
+
+// FloorBudget returns the smallest budget PlanMemory accepts for req
+// (req.Budget is ignored), and FullBudget the smallest that keeps every
+// weight resident (trunk pinned, every expert cached).
+func (p *Plan) FloorBudget(req BudgetRequest) int64 {
+	lo, hi := int64(1), int64(1)<<50
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		req.Budget = mid
+		if _, err := p.PlanMemory(req); err == nil {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
+}
+
+// FullBudget returns the budget at which everything is resident.
+func (p *Plan) FullBudget(req BudgetRequest) int64 {
+	req.Budget = 0
+	mp, err := p.PlanMemory(req)
+	if err != nil {
+		return 0
+	}
+	mp.CacheSlots = int(p.Sizes().Experts)
+	if mp.CacheSlots < p.Cfg.TopK+1 {
+		mp.CacheSlots = p.Cfg.TopK + 1
+	}
+	mp.CacheSlotBytes = p.experts.slot
+	return mp.Total()
+}

@@ -1,0 +1,85 @@
+package k3
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/k3go/k3/iox"
+	"github.com/k3go/k3/model"
+)
+
+// MemoryPlan says where every byte of a RAM budget goes: the fixed floor,
+// the pinned trunk, the streaming ring, the expert cache.
+type MemoryPlan = model.MemoryPlan
+
+// Inspection describes a checkpoint without loading its weights: sizes,
+// the smallest budget that runs it, and the plan for any budget.
+type Inspection struct {
+	Config  Config
+	Tensors int
+	Sizes   model.Sizes
+	// FloorBytes is the smallest RAMBudget Open accepts (with the options
+	// given to Inspect); FullBytes the budget that keeps everything
+	// resident.
+	FloorBytes, FullBytes int64
+
+	plan *model.Plan
+	req  model.BudgetRequest
+}
+
+// Inspect reads a checkpoint's config and headers and plans its memory.
+// Only opts.MaxContext, Sessions and PrefillChunk matter.
+func Inspect(dir string, opts Options) (*Inspection, error) {
+	raw, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return nil, fmt.Errorf("k3: %w: %w", ErrBadConfig, err)
+	}
+	cfg, err := model.ParseConfig(raw)
+	if err != nil {
+		return nil, fmt.Errorf("k3: %w", err)
+	}
+	ck, err := iox.OpenCheckpoint(dir)
+	if err != nil {
+		return nil, fmt.Errorf("k3: %w", checkpointErr(err))
+	}
+	defer ck.Close()
+	plan, err := model.NewPlan(cfg, ck)
+	if err != nil {
+		return nil, fmt.Errorf("k3: %w", checkpointErr(err))
+	}
+	if opts.MaxContext == 0 {
+		opts.MaxContext = defaultMaxContext
+	}
+	req := model.BudgetRequest{Sessions: opts.Sessions, MaxContext: opts.MaxContext, Chunk: opts.PrefillChunk}
+	in := &Inspection{Config: *cfg, Tensors: ck.Len(), Sizes: plan.Sizes(), plan: plan, req: req}
+	in.FloorBytes = plan.FloorBudget(req)
+	in.FullBytes = plan.FullBudget(req)
+	return in, nil
+}
+
+// Plan returns the memory plan for a budget (0: unlimited).
+func (in *Inspection) Plan(budget int64) (*MemoryPlan, error) {
+	r := in.req
+	r.Budget = budget
+	mp, err := in.plan.PlanMemory(r)
+	if err != nil {
+		return nil, fmt.Errorf("k3: %w", err)
+	}
+	return mp, nil
+}
+
+// BytesPerToken estimates the bytes one decoded token reads at a budget:
+// the streamed trunk plus every routed expert that misses the cache. The
+// miss rate is taken as 1 (no reuse), the worst case; the real cache keeps
+// some experts across tokens.
+func (in *Inspection) BytesPerToken(budget int64) (int64, error) {
+	mp, err := in.Plan(budget)
+	if err != nil {
+		return 0, err
+	}
+	if mp.CacheSlots >= int(in.Sizes.Experts) {
+		return mp.TrunkBytesPerPass, nil
+	}
+	return mp.TrunkBytesPerPass + in.Sizes.ExpertsPerTok*in.Sizes.ExpertBytes, nil
+}
