@@ -264,6 +264,9 @@ type Sizes struct {
 	Experts       int64 // routed experts in the checkpoint
 	ExpertsPerTok int64 // routed experts used per token (K × MoE layers)
 	LMHead, Embed int64
+	// Multiply-adds per token: every trunk matrix once, one routed expert,
+	// the lm_head.
+	TrunkMACs, ExpertMACs, LMHeadMACs int64
 }
 
 // Sizes returns the plan's weight sizes.
@@ -273,7 +276,13 @@ func (p *Plan) Sizes() Sizes {
 		s.TrunkPayload += p.parts[u].payload
 		s.TrunkBuffers += p.parts[u].bytes
 		s.LargestPart = max(s.LargestPart, p.parts[u].bytes)
+		for _, m := range p.parts[u].mats {
+			s.TrunkMACs += int64(m.rows) * int64(m.cols)
+		}
 	}
+	c := p.Cfg
+	s.ExpertMACs = 3 * int64(c.MoEIntermediate) * int64(c.LatentDim)
+	s.LMHeadMACs = int64(c.Vocab) * int64(c.Hidden)
 	for l := range p.experts.locs {
 		s.Experts += int64(len(p.experts.locs[l]))
 		if len(p.experts.locs[l]) > 0 {

@@ -44,6 +44,8 @@ func init() {
 		{"logits", "print the logits of a teacher-forced forward pass", runLogits},
 		{"pack", "rewrite the dense weights into one aligned file for streaming", runPack},
 		{"synth", "write a synthetic checkpoint (tiny, medium or custom)", runSynth},
+		{"bench", "measure prefill and decode speed against the disk and compute roofline", runBench},
+		{"doctor", "check this machine: CPU, kernels, RAM, disk bandwidth, advice for a checkpoint", runDoctor},
 	}
 }
 

@@ -1,0 +1,234 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+
+	"golang.org/x/sys/cpu"
+
+	"github.com/k3go/k3"
+	"github.com/k3go/k3/iox"
+	"github.com/k3go/k3/model"
+	"github.com/k3go/k3/quant"
+	"github.com/k3go/k3/tensor"
+)
+
+// doctorReport is what k3 doctor finds; --json prints it as one object.
+type doctorReport struct {
+	CPU          string   `json:"cpu"`
+	Features     []string `json:"cpu_features"`
+	KernelPath   string   `json:"kernel_path"`
+	DenseKernel  string   `json:"dense_kernel"`
+	MXFP4Kernel  string   `json:"mxfp4_kernel"`
+	Cores        int      `json:"cores"`
+	GOMAXPROCS   int      `json:"gomaxprocs"`
+	RAMBytes     int64    `json:"ram_bytes"`
+	RAMAvailable int64    `json:"ram_available_bytes"`
+	CgroupLimit  int64    `json:"cgroup_limit_bytes,omitempty"`
+
+	Dir            string  `json:"dir"`
+	FSType         string  `json:"fs_type"`
+	FreeBytes      int64   `json:"free_bytes"`
+	ODirect        bool    `json:"odirect"`
+	ODirectSeqGBps float64 `json:"odirect_seq_gbps"`
+	ODirectRndGBps float64 `json:"odirect_rand_gbps"`
+	ProbeNote      string  `json:"probe_note,omitempty"`
+
+	Model             string   `json:"model,omitempty"`
+	FloorBytes        int64    `json:"floor_bytes,omitempty"`
+	FullBytes         int64    `json:"full_bytes,omitempty"`
+	RecommendedBudget int64    `json:"recommended_budget_bytes,omitempty"`
+	RecommendedPreset string   `json:"recommended_preset,omitempty"`
+	BytesPerToken     int64    `json:"bytes_per_token,omitempty"`
+	ExpectedSPerToken float64  `json:"expected_s_per_token,omitempty"`
+	CanRun            bool     `json:"can_run"`
+	Problems          []string `json:"problems,omitempty"`
+}
+
+func runDoctor(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("doctor", "[--dir DIR] [--model CHECKPOINT] [--json]", stderr)
+	dir := fs.String("dir", ".", "`directory` on the disk to measure (a temporary file is written and removed)")
+	modelDir := fs.String("model", "", "checkpoint `directory` to plan for (its disk is measured unless --dir is given)")
+	probeSize := fs.String("probe-size", "1GiB", "size of the temporary file the disk probe reads")
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	size, err := parseSize(*probeSize)
+	if err != nil || size < 1<<20 {
+		return usagef("--probe-size: want at least 1MiB")
+	}
+	dirSet := false
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "dir" {
+			dirSet = true
+		}
+	})
+	if *modelDir != "" && !dirSet {
+		*dir = *modelDir
+	}
+	ctx, cancel := signalContext()
+	defer cancel()
+
+	r := &doctorReport{CPU: cpuName(), Cores: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), Dir: *dir}
+	r.Features = cpuFeatures()
+	r.DenseKernel, r.MXFP4Kernel = tensor.Implementation(), quant.Implementation()
+	r.KernelPath = r.MXFP4Kernel
+	if mi, err := iox.MemoryInfo(); err == nil {
+		r.RAMBytes, r.RAMAvailable, r.CgroupLimit = mi.Limit(), mi.Headroom(), mi.CgroupLimit
+	}
+	if ds, err := iox.FreeSpace(*dir); err == nil {
+		r.FreeBytes, r.FSType = ds.Free, ds.FSType
+	} else {
+		r.Problems = append(r.Problems, fmt.Sprintf("disk: %v", err))
+	}
+	probe, err := iox.ProbeBandwidth(ctx, *dir, iox.ProbeOptions{FileSize: size, QueueDepths: []int{8}})
+	if err != nil {
+		r.Problems = append(r.Problems, fmt.Sprintf("disk probe: %v", err))
+	} else {
+		r.ODirect, r.ProbeNote = probe.Direct, probe.Note
+		for _, run := range probe.Runs {
+			r.ODirectSeqGBps = max(r.ODirectSeqGBps, run.Sequential.GBps())
+			r.ODirectRndGBps = max(r.ODirectRndGBps, run.Random.GBps())
+		}
+	}
+	r.CanRun = true
+	if *modelDir != "" {
+		r.Model = *modelDir
+		if err := planFor(r, *modelDir); err != nil {
+			r.CanRun = false
+			r.Problems = append(r.Problems, err.Error())
+		}
+	}
+	if *asJSON {
+		if err := json.NewEncoder(stdout).Encode(r); err != nil {
+			return err
+		}
+	} else {
+		printDoctor(stdout, r)
+	}
+	if !r.CanRun {
+		return fmt.Errorf("this machine cannot run %s: %s", *modelDir, strings.Join(r.Problems, "; "))
+	}
+	return nil
+}
+
+// planFor fills the checkpoint part of the report: the floor, a budget
+// that fits the machine, and the expected speed from the roofline.
+func planFor(r *doctorReport, dir string) error {
+	in, err := k3.Inspect(dir, k3.Options{})
+	if err != nil {
+		return err
+	}
+	r.FloorBytes, r.FullBytes = in.FloorBytes, in.FullBytes
+	avail := r.RAMAvailable
+	if avail == 0 {
+		avail = r.RAMBytes
+	}
+	// Leave a tenth of the available memory to the rest of the system.
+	usable := avail - avail/10
+	if usable < in.FloorBytes {
+		return fmt.Errorf("the model needs at least %s of RAM for its floor; %s is available", human(in.FloorBytes), human(avail))
+	}
+	budget := min(usable, in.FullBytes)
+	r.RecommendedBudget = budget
+	r.RecommendedPreset = "custom: --budget " + human(budget)
+	for i := len(presets) - 1; i >= 0; i-- {
+		p := presets[i]
+		if p.bytes == 0 && in.FullBytes <= usable {
+			r.RecommendedPreset = p.name
+			break
+		}
+		if p.bytes > 0 && p.bytes <= usable && p.bytes >= in.FloorBytes {
+			r.RecommendedPreset = p.name
+			break
+		}
+	}
+	bpt, err := in.BytesPerToken(budget)
+	if err != nil {
+		return err
+	}
+	r.BytesPerToken = bpt
+	if bw := max(r.ODirectSeqGBps, r.ODirectRndGBps); bw > 0 {
+		r.ExpectedSPerToken = float64(bpt) / (bw * 1e9)
+	}
+	return nil
+}
+
+func printDoctor(w io.Writer, r *doctorReport) {
+	fmt.Fprintf(w, "CPU:      %s, %d cores (GOMAXPROCS %d)\n", r.CPU, r.Cores, r.GOMAXPROCS)
+	fmt.Fprintf(w, "features: %s\n", strings.Join(r.Features, " "))
+	fmt.Fprintf(w, "kernels:  dense %s, MXFP4 %s\n", r.DenseKernel, r.MXFP4Kernel)
+	lim := ""
+	if r.CgroupLimit > 0 {
+		lim = fmt.Sprintf(" (cgroup limit %s)", human(r.CgroupLimit))
+	}
+	fmt.Fprintf(w, "RAM:      %s, %s available%s\n", human(r.RAMBytes), human(r.RAMAvailable), lim)
+	direct := "O_DIRECT"
+	if !r.ODirect {
+		direct = "buffered (O_DIRECT refused; may include the page cache)"
+	}
+	fmt.Fprintf(w, "disk:     %s (%s), %s free; %s sequential %.2f GB/s, random 17.5 MB reads %.2f GB/s\n",
+		r.Dir, r.FSType, human(r.FreeBytes), direct, r.ODirectSeqGBps, r.ODirectRndGBps)
+	if r.ProbeNote != "" {
+		fmt.Fprintf(w, "          %s\n", r.ProbeNote)
+	}
+	if r.Model != "" && r.FloorBytes > 0 {
+		fmt.Fprintf(w, "model:    %s: floor %s, everything resident %s\n", r.Model, human(r.FloorBytes), human(r.FullBytes))
+		if r.RecommendedBudget > 0 {
+			fmt.Fprintf(w, "advice:   --budget %s (%s): about %s read per token, roofline %.3f s/token at %.2f GB/s\n",
+				human(r.RecommendedBudget), r.RecommendedPreset, human(r.BytesPerToken), r.ExpectedSPerToken, max(r.ODirectSeqGBps, r.ODirectRndGBps))
+		}
+	}
+	for _, p := range r.Problems {
+		fmt.Fprintf(w, "problem:  %s\n", p)
+	}
+}
+
+func human(n int64) string { return model.Human(n) }
+
+func cpuName() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "model name") {
+				if i := strings.Index(line, ":"); i >= 0 {
+					return strings.TrimSpace(line[i+1:])
+				}
+			}
+		}
+	}
+	return runtime.GOARCH
+}
+
+func cpuFeatures() []string {
+	var f []string
+	add := func(name string, ok bool) {
+		if ok {
+			f = append(f, name)
+		}
+	}
+	switch runtime.GOARCH {
+	case "amd64":
+		add("avx2", cpu.X86.HasAVX2)
+		add("fma", cpu.X86.HasFMA)
+		add("avx512f", cpu.X86.HasAVX512F)
+		add("avx512bw", cpu.X86.HasAVX512BW)
+		add("avx512vl", cpu.X86.HasAVX512VL)
+		add("avx512vnni", cpu.X86.HasAVX512VNNI)
+		add("avx512bf16", cpu.X86.HasAVX512BF16)
+	case "arm64":
+		add("asimd", cpu.ARM64.HasASIMD)
+		add("asimddp", cpu.ARM64.HasASIMDDP)
+		add("sve", cpu.ARM64.HasSVE)
+	}
+	if len(f) == 0 {
+		f = []string{"(none of interest)"}
+	}
+	return f
+}
