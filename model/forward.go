@@ -46,6 +46,7 @@ type scratch struct {
 	seen    []int32   // [Ne] position+1 in first, 0 if unseen
 	sg, su  []float32 // [tc][max(Ns·I, Id)]
 
+	batch  ExpertBatch
 	rowBuf []byte // one embedding row read from disk, with alignment slack
 	logits []float32
 	kdaJob kdaJob

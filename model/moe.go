@@ -37,7 +37,13 @@ func (s *Session) moe(ctx context.Context, l int, mats *LayerMats, vec *LayerVec
 			sc.seen[e] = int32(len(first))
 		}
 	}
-	m.experts.Prefetch(ctx, l, first)
+	b := &sc.batch
+	b.Layer, b.IDs = l, first
+	if err := m.experts.Begin(ctx, b); err != nil {
+		m.experts.End(b)
+		s.clearSeen(first)
+		return fmt.Errorf("experts: %w", err)
+	}
 
 	// 2. Latent down-projection and the shared experts while reads run.
 	mats.LatentDown.MatMul(m.pool, sc.zl[:T*Lt], xn, T)
@@ -52,15 +58,15 @@ func (s *Session) moe(ctx context.Context, l int, mats *LayerMats, vec *LayerVec
 		clear(sc.ffn[:T*E])
 	}
 
-	// 3. Experts.
+	// 3. Experts, in first-seen order, each released as soon as it is done.
 	var err error
-	for _, e := range first {
-		if err == nil {
-			err = s.runExpert(ctx, l, int(e), T)
+	for i := range first {
+		if err = s.runExpert(ctx, b, i, T); err != nil {
+			break
 		}
-		sc.seen[e] = 0
 	}
-	sc.first = first[:0]
+	m.experts.End(b)
+	s.clearSeen(first)
 	if err != nil {
 		return err
 	}
@@ -90,10 +96,19 @@ func (s *Session) moe(ctx context.Context, l int, mats *LayerMats, vec *LayerVec
 	return nil
 }
 
-// runExpert multiplies expert e of layer l by every token that selected it
-// and scatters the outputs to contrib[token][slot].
-func (s *Session) runExpert(ctx context.Context, l, e, T int) error {
+// clearSeen resets the first-seen marks of a pass.
+func (s *Session) clearSeen(first []int32) {
+	for _, e := range first {
+		s.sc.seen[e] = 0
+	}
+	s.sc.first = first[:0]
+}
+
+// runExpert multiplies the batch's i-th expert by every token that
+// selected it and scatters the outputs to contrib[token][slot].
+func (s *Session) runExpert(ctx context.Context, b *ExpertBatch, i, T int) error {
 	m, c, sc := s.m, s.m.Cfg, s.sc
+	e := int(b.IDs[i])
 	K, Lt, I := c.TopK, c.LatentDim, c.MoEIntermediate
 	users := sc.users[:0]
 	for i := 0; i < T*K; i++ {
@@ -106,7 +121,7 @@ func (s *Session) runExpert(ctx context.Context, l, e, T int) error {
 		t := int(i) / K
 		copy(sc.xg[u*Lt:(u+1)*Lt], sc.zl[t*Lt:(t+1)*Lt])
 	}
-	ex, err := m.experts.Acquire(ctx, l, e)
+	ex, err := m.experts.Get(ctx, b, i)
 	if err != nil {
 		return fmt.Errorf("expert %d: %w", e, err)
 	}
@@ -115,7 +130,7 @@ func (s *Session) runExpert(ctx context.Context, l, e, T int) error {
 	ex.W[2].MatMul(m.pool, a3, sc.xg[:n*Lt], n)
 	situGLU(a1, a1, a3, c.SituBeta, c.SituLinearBeta)
 	ex.W[1].MatMul(m.pool, sc.eo[:n*Lt], a1, n)
-	m.experts.Release(ex)
+	m.experts.Put(b, i)
 	for u, i := range users {
 		copy(sc.contrib[int(i)*Lt:(int(i)+1)*Lt], sc.eo[u*Lt:(u+1)*Lt])
 	}

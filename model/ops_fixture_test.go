@@ -239,18 +239,20 @@ type fixtureExperts struct {
 	released   int
 }
 
-func (x *fixtureExperts) Prefetch(_ context.Context, layer int, experts []int32) {
+func (x *fixtureExperts) Begin(_ context.Context, b *ExpertBatch) error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if layer != x.layer {
-		return
+	if b.Layer != x.layer {
+		return nil
 	}
-	for _, e := range experts {
+	for _, e := range b.IDs {
 		x.prefetched[e] = true
 	}
+	return nil
 }
 
-func (x *fixtureExperts) Acquire(_ context.Context, layer, e int) (*Expert, error) {
+func (x *fixtureExperts) Get(_ context.Context, b *ExpertBatch, i int) (*Expert, error) {
+	layer, e := b.Layer, int(b.IDs[i])
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if layer != x.layer || e < 0 || e >= len(x.w) {
@@ -263,11 +265,13 @@ func (x *fixtureExperts) Acquire(_ context.Context, layer, e int) (*Expert, erro
 	return &Expert{W: x.w[e]}, nil
 }
 
-func (x *fixtureExperts) Release(*Expert) {
+func (x *fixtureExperts) Put(*ExpertBatch, int) {
 	x.mu.Lock()
 	x.released++
 	x.mu.Unlock()
 }
+
+func (x *fixtureExperts) End(*ExpertBatch) {}
 
 // loadMoE binds the MoE weights of a fixture whose keys carry prefix (""
 // in moe.json, "mlp_" in the layer fixtures) into mats and vec, and returns
@@ -875,11 +879,11 @@ type brokenExperts struct {
 
 var errBrokenExpert = errors.New("expert unavailable")
 
-func (b *brokenExperts) Acquire(ctx context.Context, l, e int) (*Expert, error) {
-	if e == b.fail {
+func (b *brokenExperts) Get(ctx context.Context, bt *ExpertBatch, i int) (*Expert, error) {
+	if int(bt.IDs[i]) == b.fail {
 		return nil, errBrokenExpert
 	}
-	return b.ExpertSource.Acquire(ctx, l, e)
+	return b.ExpertSource.Get(ctx, bt, i)
 }
 
 func TestOpLayer(t *testing.T) {

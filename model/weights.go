@@ -22,12 +22,26 @@ type Expert struct {
 	handle any
 }
 
-// ExpertSource provides routed experts. Prefetch starts reading a layer's
-// selected experts as soon as routing is known; Acquire waits for one.
+// ExpertSource provides routed experts for one MoE pass at a time per
+// batch. Begin starts reading the batch's experts as soon as routing is
+// known; Get waits for one (in any order) and Put releases it; End releases
+// whatever the pass still holds (it is always called, errors included).
+// Sources keep per-pass state in the batch, so passes of several sessions
+// do not interfere.
 type ExpertSource interface {
-	Prefetch(ctx context.Context, layer int, experts []int32)
-	Acquire(ctx context.Context, layer, expert int) (*Expert, error)
-	Release(*Expert)
+	Begin(ctx context.Context, b *ExpertBatch) error
+	Get(ctx context.Context, b *ExpertBatch, i int) (*Expert, error)
+	Put(b *ExpertBatch, i int)
+	End(b *ExpertBatch)
+}
+
+// ExpertBatch is one MoE pass's request: the layer and the experts it
+// needs, in the order it will use them. Sources may keep state in it; a
+// batch is reused from pass to pass.
+type ExpertBatch struct {
+	Layer int
+	IDs   []int32
+	State any
 }
 
 // residentLayers holds every layer's matrices in memory.
@@ -97,8 +111,9 @@ func loadResidentExperts(ctx context.Context, p *Plan, read ReadFunc) (*resident
 	return r, nil
 }
 
-func (r *residentExperts) Prefetch(context.Context, int, []int32) {}
-func (r *residentExperts) Acquire(ctx context.Context, l, e int) (*Expert, error) {
-	return &r.experts[l][e], nil
+func (r *residentExperts) Begin(context.Context, *ExpertBatch) error { return nil }
+func (r *residentExperts) Get(_ context.Context, b *ExpertBatch, i int) (*Expert, error) {
+	return &r.experts[b.Layer][b.IDs[i]], nil
 }
-func (r *residentExperts) Release(*Expert) {}
+func (r *residentExperts) Put(*ExpertBatch, int) {}
+func (r *residentExperts) End(*ExpertBatch)      {}

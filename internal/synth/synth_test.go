@@ -155,14 +155,16 @@ func newRecordingExperts(t *testing.T, cfg *model.Config, ck *iox.Checkpoint) *r
 	return r
 }
 
-func (r *recordingExperts) Prefetch(context.Context, int, []int32) {}
-func (r *recordingExperts) Acquire(_ context.Context, l, e int) (*model.Expert, error) {
+func (r *recordingExperts) Begin(context.Context, *model.ExpertBatch) error { return nil }
+func (r *recordingExperts) Get(_ context.Context, b *model.ExpertBatch, i int) (*model.Expert, error) {
+	l, e := b.Layer, b.IDs[i]
 	r.mu.Lock()
 	r.used[l][e]++
 	r.mu.Unlock()
 	return &r.experts[l][e], nil
 }
-func (r *recordingExperts) Release(*model.Expert) {}
+func (r *recordingExperts) Put(*model.ExpertBatch, int) {}
+func (r *recordingExperts) End(*model.ExpertBatch)      {}
 
 // routing runs seq through the checkpoint in dir with an expert source
 // that records which experts are used, checks every position's logits, and
