@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -20,6 +21,8 @@ import (
 type engine struct {
 	ck     *iox.Checkpoint
 	files  []*iox.File
+	paths  []string      // of files, for detecting replacement
+	stats  []os.FileInfo // of files at open
 	reader *iox.Reader
 	pool   *par.Pool
 	m      *model.Model
@@ -45,7 +48,9 @@ func newEngine(ctx context.Context, ck *iox.Checkpoint, plan *model.Plan, opts O
 		if err != nil {
 			return nil, fmt.Errorf("k3: %w", err)
 		}
-		e.files = append(e.files, f)
+		if err := e.addFile(f, sh.Path); err != nil {
+			return nil, err
+		}
 		if f.Size() != sh.Header.FileSize {
 			return nil, fmt.Errorf("k3: %s: %w: size changed from %d to %d bytes since it was indexed", sh.Path, ErrBadCheckpoint, sh.Header.FileSize, f.Size())
 		}
@@ -86,9 +91,43 @@ func (e *engine) usePacked(plan *model.Plan, dir string) error {
 	if err != nil {
 		return fmt.Errorf("k3: packed trunk: %w", err)
 	}
-	e.files = append(e.files, f)
+	if err := e.addFile(f, filepath.Join(dir, model.PackedDataFile)); err != nil {
+		return err
+	}
 	if err := plan.UsePacked(x, len(e.files)-1, f.Size()); err != nil {
 		return fmt.Errorf("k3: packed trunk %s: %w: %w", dir, ErrBadCheckpoint, err)
+	}
+	return nil
+}
+
+// addFile records an opened file and its identity on disk.
+func (e *engine) addFile(f *iox.File, path string) error {
+	e.files = append(e.files, f)
+	st, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("k3: %w", err)
+	}
+	e.paths = append(e.paths, path)
+	e.stats = append(e.stats, st)
+	return nil
+}
+
+// checkFiles fails if a checkpoint file was truncated, extended, modified
+// or replaced since Open: reading on would mix two checkpoints or read
+// past the end. It costs two stat calls per file and runs before every
+// forward pass.
+func (e *engine) checkFiles() error {
+	for i, f := range e.files {
+		if err := f.CheckSize(); err != nil {
+			return fmt.Errorf("k3: %w: %w", ErrBadCheckpoint, err)
+		}
+		st, err := os.Stat(e.paths[i])
+		if err != nil {
+			return fmt.Errorf("k3: %w: %s: %w", ErrBadCheckpoint, e.paths[i], err)
+		}
+		if !os.SameFile(st, e.stats[i]) {
+			return fmt.Errorf("k3: %w: %s was replaced on disk since it was opened", ErrBadCheckpoint, e.paths[i])
+		}
 	}
 	return nil
 }
@@ -101,6 +140,9 @@ func (e *engine) read(ctx context.Context, x model.Extent, buf []byte) error {
 	f := e.reader.Submit(ctx, iox.Request{Src: e.files[x.File], Off: x.Off, Len: int(x.Size), Dst: buf[x.Region : x.Region+w]})
 	_, err := f.Wait()
 	<-f.Released()
+	if errors.Is(err, iox.ErrFileChanged) {
+		err = fmt.Errorf("%w: %w", ErrBadCheckpoint, err)
+	}
 	return err
 }
 

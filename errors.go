@@ -28,6 +28,10 @@ var (
 	// ErrNoTokenizer: a text operation on a model opened without a
 	// tokenizer (tiktoken.model and tokenizer_config.json).
 	ErrNoTokenizer = errors.New("no tokenizer")
+	// ErrNonFinite: the forward pass produced NaN or infinite logits,
+	// which means corrupt weights (NaN/Inf in a matrix the loader does not
+	// scan) or an overflow; the output would be garbage, so it is refused.
+	ErrNonFinite = errors.New("non-finite logits")
 	// ErrBadOptions: an option value is invalid.
 	ErrBadOptions = errors.New("invalid options")
 )

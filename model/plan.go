@@ -134,6 +134,14 @@ func (p *Plan) vector(pr *problems, name string, n int, atLeast bool) []float32 
 		pr.add("tensor %s: %v", name, err)
 		return nil
 	}
+	// Vectors are cheap to scan; a NaN or infinity in a norm gain, bias or
+	// decay parameter would poison every token.
+	for i, v := range out {
+		if v-v != 0 {
+			pr.add("tensor %s holds a non-finite value (%v at index %d)", name, v, i)
+			return nil
+		}
+	}
 	return out
 }
 
