@@ -199,3 +199,24 @@ func FuzzParseHeader(f *testing.F) {
 		}
 	})
 }
+
+func FuzzParseIndex(f *testing.F) {
+	f.Add([]byte(`{"metadata":{},"weight_map":{"a":"model-00001-of-00002.safetensors"}}`))
+	f.Add([]byte(`{"weight_map":{"a":"../evil.safetensors"}}`))
+	f.Add([]byte(`{"weight_map":{}}`))
+	f.Add([]byte(`[]`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		x, err := ParseIndex(data, "index.json")
+		if err != nil {
+			if !errors.Is(err, ErrCheckpoint) {
+				t.Fatalf("error does not wrap ErrCheckpoint: %v", err)
+			}
+			return
+		}
+		for name, shard := range x.WeightMap {
+			if strings.ContainsAny(shard, `/\`) || !strings.HasSuffix(shard, ".safetensors") {
+				t.Fatalf("tensor %q maps to unsafe shard name %q", name, shard)
+			}
+		}
+	})
+}
