@@ -105,6 +105,9 @@ func loadTrace(t *testing.T) []cache.Key {
 // the shipped policy to the target: never below LRU, and at 1,024, 2,048 and
 // 4,096 experts at least half way from LRU to Belady.
 func TestPolicyTable(t *testing.T) {
+	if raceEnabled {
+		t.Skip("replays are single-threaded and slow under -race")
+	}
 	tr := loadTrace(t)
 	rows := policyTable(tr, tableCaps, true)
 	t.Logf("full-recompute trace, %d requests, hit rate = hits / requests:\n%s", len(tr), formatTable(tableCaps, rows))
@@ -154,7 +157,7 @@ func TestPolicyTable(t *testing.T) {
 // TestPublishedCapacities checks the replays against the reference
 // engine's own table (reference-engine.md §3.5), at its slot counts.
 func TestPublishedCapacities(t *testing.T) {
-	if testing.Short() {
+	if testing.Short() || raceEnabled {
 		t.Skip("slow: Belady at 7,294 slots")
 	}
 	tr := loadTrace(t)

@@ -41,7 +41,7 @@ type wlfu struct {
 	used          []bool
 	winCount      int // window members, pinned ones included
 	win           dlist
-	heap          []int32 // evictable main members, min-heap on (kv, prob, -at)
+	heap          []hent // evictable main members, min-heap on (kv, prob, -at)
 	hidx          []int32
 	hist          history
 }
@@ -61,7 +61,7 @@ func (p *wlfu) reset(slots int, halfLife float64, window float64) {
 		key: make([]Key, slots), kv: make([]float64, slots), fv: make([]float64, slots),
 		at: make([]int64, slots), runOf: make([]int64, slots), prob: make([]bool, slots),
 		inWin: make([]bool, slots), pinned: make([]bool, slots), used: make([]bool, slots),
-		win: newDlist(slots), heap: make([]int32, 0, slots), hidx: make([]int32, slots),
+		win: newDlist(slots), heap: make([]hent, 0, slots), hidx: make([]int32, slots),
 		hist: newHistory(max(minHistorySize, historyPerSlot*slots)),
 	}
 	for i := range p.hidx {
@@ -123,6 +123,7 @@ func (p *wlfu) access(k Key, s int) {
 	p.runOf[s] = p.run
 	p.at[s] = p.t
 	if i := p.hidx[s]; i >= 0 {
+		p.heap[i] = p.entry(int32(s))
 		p.heapFix(int(i))
 	}
 }
@@ -181,7 +182,7 @@ func (p *wlfu) victim() int {
 	var s int32 = -1
 	switch {
 	case len(p.heap) > 0:
-		s = p.heap[0]
+		s = p.heap[0].s
 		p.heapRemove(0)
 	case p.win.tail >= 0:
 		s = p.win.tail
@@ -193,28 +194,39 @@ func (p *wlfu) victim() int {
 	return int(s)
 }
 
+// hent is a main-heap entry: a copy of the slot's ranking fields, so that
+// comparisons touch one cache line.
+type hent struct {
+	kv   float64
+	at   int64
+	s    int32
+	prob bool
+}
+
+func (p *wlfu) entry(s int32) hent { return hent{kv: p.kv[s], at: p.at[s], s: s, prob: p.prob[s]} }
+
 // less orders the main heap: lowest score first; on a tie a probationary
 // newcomer first, then the most recently used (on a cyclic scan the most
 // recent is the one needed furthest in the future).
-func (p *wlfu) less(a, b int32) bool {
-	if p.kv[a] != p.kv[b] {
-		return p.kv[a] < p.kv[b]
+func less(a, b *hent) bool {
+	if a.kv != b.kv {
+		return a.kv < b.kv
 	}
-	if p.prob[a] != p.prob[b] {
-		return p.prob[a]
+	if a.prob != b.prob {
+		return a.prob
 	}
-	return p.at[a] > p.at[b]
+	return a.at > b.at
 }
 
 func (p *wlfu) heapPush(s int32) {
-	p.heap = append(p.heap, s)
+	p.heap = append(p.heap, p.entry(s))
 	p.hidx[s] = int32(len(p.heap) - 1)
 	p.up(len(p.heap) - 1)
 }
 
 func (p *wlfu) heapRemove(i int) {
 	last := len(p.heap) - 1
-	s := p.heap[i]
+	s := p.heap[i].s
 	if i != last {
 		p.swap(i, last)
 	}
@@ -234,13 +246,13 @@ func (p *wlfu) heapFix(i int) {
 func (p *wlfu) swap(i, j int) {
 	h := p.heap
 	h[i], h[j] = h[j], h[i]
-	p.hidx[h[i]], p.hidx[h[j]] = int32(i), int32(j)
+	p.hidx[h[i].s], p.hidx[h[j].s] = int32(i), int32(j)
 }
 
 func (p *wlfu) up(i int) {
 	for i > 0 {
 		parent := (i - 1) / 2
-		if !p.less(p.heap[i], p.heap[parent]) {
+		if !less(&p.heap[i], &p.heap[parent]) {
 			return
 		}
 		p.swap(i, parent)
@@ -256,10 +268,10 @@ func (p *wlfu) down(i0 int) bool {
 			break
 		}
 		j := l
-		if r := l + 1; r < n && p.less(p.heap[r], p.heap[l]) {
+		if r := l + 1; r < n && less(&p.heap[r], &p.heap[l]) {
 			j = r
 		}
-		if !p.less(p.heap[j], p.heap[i]) {
+		if !less(&p.heap[j], &p.heap[i]) {
 			break
 		}
 		p.swap(i, j)
