@@ -124,7 +124,7 @@ func (p *Plan) PlanMemory(req BudgetRequest) (*MemoryPlan, error) {
 	mp.KV = s * perPos * int64(req.MaxContext)
 	mp.Scratch = s * scratchBytes(c, min(req.Chunk, max(req.MaxContext, 1)), req.MaxContext)
 	mp.Overhead = runtimeOverhead + int64(p.Ckpt.Len())*perTensorOverhead
-	mp.CacheSlotBytes = p.experts.slot
+	mp.CacheSlotBytes = (p.experts.slot + Align - 1) &^ (Align - 1)
 	minCache := int64(c.TopK+1) * mp.CacheSlotBytes
 
 	var trunk int64
@@ -320,6 +320,6 @@ func (p *Plan) FullBudget(req BudgetRequest) int64 {
 	if mp.CacheSlots < p.Cfg.TopK+1 {
 		mp.CacheSlots = p.Cfg.TopK + 1
 	}
-	mp.CacheSlotBytes = p.experts.slot
+	mp.CacheSlotBytes = (p.experts.slot + Align - 1) &^ (Align - 1)
 	return mp.Total()
 }

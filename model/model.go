@@ -37,6 +37,9 @@ type Options struct {
 	// (nil: the Go heap).
 	Memory *MemoryPlan
 	Alloc  Alloc
+	// ExpertWindow is the number of expert reads a pass keeps in flight
+	// (zero: top-k).
+	ExpertWindow int
 }
 
 // Model is a loaded Kimi K3: its plan, its weight sources and its worker
@@ -139,6 +142,22 @@ func Load(ctx context.Context, p *Plan, read ReadFunc, opts Options) (*Model, er
 			return nil, err
 		}
 	}
+	if m.experts == nil && opts.Memory != nil {
+		alloc := opts.Alloc
+		if alloc == nil {
+			alloc = func(n int64) ([]byte, error) { return make([]byte, n), nil }
+		}
+		slots := opts.Memory.CacheSlots
+		arena, err := alloc(int64(slots) * opts.Memory.CacheSlotBytes)
+		if err != nil {
+			return nil, fmt.Errorf("expert cache: %w", err)
+		}
+		se, err := NewStreamExperts(p, slots, arena, read, opts.ExpertWindow)
+		if err != nil {
+			return nil, err
+		}
+		m.experts = se
+	}
 	if m.experts == nil {
 		if m.experts, err = loadResidentExperts(ctx, p, read); err != nil {
 			return nil, err
@@ -188,6 +207,9 @@ func (m *Model) Close() {
 	m.closed.Store(true)
 	if t, ok := m.layers.(*Trunk); ok {
 		t.Close()
+	}
+	if se, ok := m.experts.(*StreamExperts); ok {
+		se.Close()
 	}
 	if m.ownPool {
 		m.pool.Close()

@@ -1,0 +1,218 @@
+package model
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/k3go/k3/cache"
+)
+
+// StreamExperts reads routed experts on demand into a byte-budgeted cache
+// (package cache) and multiplies them in place, packed: an expert is never
+// dequantised and never copied after its read. A pass keeps a window of
+// reads in flight ahead of the expert it computes; expert passes of
+// different sessions take turns (the device is the bottleneck, and turns
+// keep the pinned slots below the cache's size, so no pass can wait on
+// another forever).
+type StreamExperts struct {
+	plan   *Plan
+	cache  *cache.Cache
+	read   ReadFunc
+	window int
+
+	phase sync.Mutex // one expert pass at a time
+
+	fills   chan cache.Fill
+	ctx     context.Context // reads run under it; cancelled by Close
+	cancel  context.CancelFunc
+	workers sync.WaitGroup
+
+	bytesRead atomic.Int64
+	waitNanos atomic.Int64
+}
+
+// streamBatch is a pass's state, kept in its ExpertBatch and reused.
+type streamBatch struct {
+	handles []*cache.Handle
+	experts []Expert
+	started int
+}
+
+// NewStreamExperts builds the expert source over an arena of slots ×
+// the plan's expert slot size (arena may be nil: the cache allocates from
+// the Go heap). window is the number of reads kept in flight per pass; it
+// is capped below the number of slots.
+func NewStreamExperts(p *Plan, slots int, arena []byte, read ReadFunc, window int) (*StreamExperts, error) {
+	k := p.Cfg.TopK
+	if slots < k+1 {
+		return nil, fmt.Errorf("%w: the expert cache needs at least %d slots, has %d", ErrBudget, k+1, slots)
+	}
+	c, err := cache.New(cache.Options{SlotSize: int(p.experts.slot),
+		Arena: arena, MinSlots: k + 1})
+	if err != nil {
+		return nil, err
+	}
+	if window <= 0 {
+		window = k
+	}
+	window = min(window, c.Slots()-1)
+	s := &StreamExperts{plan: p, cache: c, read: read, window: window, fills: make(chan cache.Fill, window)}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	for i := 0; i < window; i++ {
+		s.workers.Add(1)
+		go s.worker()
+	}
+	return s, nil
+}
+
+// worker runs pending loads until Close.
+func (s *StreamExperts) worker() {
+	defer s.workers.Done()
+	for {
+		select {
+		case f := <-s.fills:
+			f.Run(s.ctx, s.load)
+		case <-s.ctx.Done():
+			return
+		}
+	}
+}
+
+// load reads one expert into its slot; the payload is the expert's bytes
+// at its offset inside the aligned read window.
+func (s *StreamExperts) load(ctx context.Context, key cache.Key, slot []byte) ([]byte, error) {
+	loc := s.plan.experts.locs[key.Layer][key.Expert]
+	if loc.irr != nil {
+		for _, x := range loc.irr.extents {
+			if err := s.read(ctx, x, slot); err != nil {
+				return nil, fmt.Errorf("layer %d expert %d: %w", key.Layer, key.Expert, err)
+			}
+			s.bytesRead.Add(x.Size)
+		}
+		return slot[:loc.irr.bytes], nil
+	}
+	x, n := singleExtent(loc.File, loc.Off, loc.Size)
+	if n > int64(len(slot)) {
+		return nil, fmt.Errorf("layer %d expert %d: %d-byte read window exceeds the %d-byte slot", key.Layer, key.Expert, n, len(slot))
+	}
+	if err := s.read(ctx, x, slot); err != nil {
+		return nil, fmt.Errorf("layer %d expert %d: %w", key.Layer, key.Expert, err)
+	}
+	s.bytesRead.Add(loc.Size)
+	return slot[x.BufOff : x.BufOff+loc.Size], nil
+}
+
+func (s *StreamExperts) batch(b *ExpertBatch) *streamBatch {
+	sb, _ := b.State.(*streamBatch)
+	if sb == nil {
+		sb = &streamBatch{}
+		b.State = sb
+	}
+	if cap(sb.handles) < len(b.IDs) {
+		sb.handles = make([]*cache.Handle, len(b.IDs), 2*len(b.IDs))
+		sb.experts = make([]Expert, len(b.IDs), 2*len(b.IDs))
+	}
+	sb.handles, sb.experts = sb.handles[:len(b.IDs)], sb.experts[:len(b.IDs)]
+	return sb
+}
+
+// Begin takes the pass's turn and starts the first window of reads.
+func (s *StreamExperts) Begin(ctx context.Context, b *ExpertBatch) error {
+	s.phase.Lock()
+	sb := s.batch(b)
+	sb.started = 0
+	clear(sb.handles)
+	return s.topUp(ctx, b, sb, 0)
+}
+
+// topUp starts reads until the window ahead of expert i is full.
+func (s *StreamExperts) topUp(ctx context.Context, b *ExpertBatch, sb *streamBatch, i int) error {
+	for sb.started < len(b.IDs) && sb.started < i+s.window {
+		k := sb.started
+		h, f, err := s.cache.Start(ctx, cache.Key{Layer: int32(b.Layer), Expert: b.IDs[k]})
+		if err != nil {
+			return fmt.Errorf("expert %d: %w", b.IDs[k], err)
+		}
+		sb.handles[k] = h
+		sb.started++
+		if f.Pending() {
+			select {
+			case s.fills <- f:
+			case <-s.ctx.Done():
+				return ErrClosed
+			}
+		}
+	}
+	return nil
+}
+
+// Get waits for the batch's i-th expert and binds its matrices.
+func (s *StreamExperts) Get(ctx context.Context, b *ExpertBatch, i int) (*Expert, error) {
+	sb := b.State.(*streamBatch)
+	if err := s.topUp(ctx, b, sb, i); err != nil {
+		return nil, err
+	}
+	h := sb.handles[i]
+	if h == nil {
+		return nil, fmt.Errorf("expert %d was not started", b.IDs[i])
+	}
+	start := time.Now()
+	payload, err := h.Wait(ctx)
+	s.waitNanos.Add(int64(time.Since(start)))
+	if err != nil {
+		if errors.Is(err, context.Canceled) && s.ctx.Err() != nil {
+			err = ErrClosed
+		}
+		return nil, err
+	}
+	loc := s.plan.experts.locs[b.Layer][b.IDs[i]]
+	mats := &s.plan.experts.template
+	if loc.irr != nil {
+		mats = &loc.irr.mats
+	}
+	bindExpert(payload, mats, &sb.experts[i].W)
+	return &sb.experts[i], nil
+}
+
+// Put releases the batch's i-th expert and starts the next read.
+func (s *StreamExperts) Put(b *ExpertBatch, i int) {
+	sb := b.State.(*streamBatch)
+	if h := sb.handles[i]; h != nil {
+		h.Release()
+		sb.handles[i] = nil
+	}
+	sb.experts[i] = Expert{}
+}
+
+// End releases what the pass still holds and ends its turn.
+func (s *StreamExperts) End(b *ExpertBatch) {
+	if sb, _ := b.State.(*streamBatch); sb != nil {
+		for i, h := range sb.handles {
+			if h != nil {
+				h.Release()
+				sb.handles[i] = nil
+			}
+		}
+	}
+	s.phase.Unlock()
+}
+
+// ExpertStats implements the model's counters.
+func (s *StreamExperts) ExpertStats() (bytesRead, hits, misses int64, wait time.Duration) {
+	st := s.cache.Stats()
+	return s.bytesRead.Load(), st.Hits, st.Misses + st.InflightWaits, time.Duration(s.waitNanos.Load())
+}
+
+// CacheStats returns the cache's counters.
+func (s *StreamExperts) CacheStats() cache.Stats { return s.cache.Stats() }
+
+// Close stops the loaders after reads in flight finish; the arena may then
+// be freed.
+func (s *StreamExperts) Close() {
+	s.cancel()
+	s.workers.Wait()
+}
