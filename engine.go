@@ -21,6 +21,7 @@ import (
 type engine struct {
 	ck     *iox.Checkpoint
 	files  []*iox.File
+	srcs   []iox.Source  // what reads go to: the files, or test wrappers
 	paths  []string      // of files, for detecting replacement
 	stats  []os.FileInfo // of files at open
 	reader *iox.Reader
@@ -100,9 +101,18 @@ func (e *engine) usePacked(plan *model.Plan, dir string) error {
 	return nil
 }
 
+// wrapSourceForTest, set by tests only, wraps every file the engine reads
+// (to inject I/O faults).
+var wrapSourceForTest func(path string, f *iox.File) iox.Source
+
 // addFile records an opened file and its identity on disk.
 func (e *engine) addFile(f *iox.File, path string) error {
 	e.files = append(e.files, f)
+	var src iox.Source = f
+	if wrapSourceForTest != nil {
+		src = wrapSourceForTest(path, f)
+	}
+	e.srcs = append(e.srcs, src)
 	st, err := os.Stat(path)
 	if err != nil {
 		return fmt.Errorf("k3: %w", err)
@@ -137,7 +147,7 @@ func (e *engine) checkFiles() error {
 // reused or freed.
 func (e *engine) read(ctx context.Context, x model.Extent, buf []byte) error {
 	_, w := x.Window()
-	f := e.reader.Submit(ctx, iox.Request{Src: e.files[x.File], Off: x.Off, Len: int(x.Size), Dst: buf[x.Region : x.Region+w]})
+	f := e.reader.Submit(ctx, iox.Request{Src: e.srcs[x.File], Off: x.Off, Len: int(x.Size), Dst: buf[x.Region : x.Region+w]})
 	_, err := f.Wait()
 	<-f.Released()
 	if errors.Is(err, iox.ErrFileChanged) {

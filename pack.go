@@ -60,6 +60,7 @@ func Pack(ctx context.Context, dir, out string, opts PackOptions) error {
 			return fmt.Errorf("k3: %w", err)
 		}
 		e.files = append(e.files, f)
+		e.srcs = append(e.srcs, f)
 	}
 	defer func() {
 		if e.reader != nil {

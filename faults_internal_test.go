@@ -1,0 +1,76 @@
+package k3
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/k3go/k3/internal/fixtures"
+	"github.com/k3go/k3/iox"
+	"github.com/k3go/k3/iox/ioxtest"
+)
+
+// TestInjectedReadFaults wraps the checkpoint's files in fault injectors:
+// an EIO on a streamed read fails the step with an error naming the file
+// and offset; the model stays usable for other sessions; short reads and
+// EINTR are retried transparently; a slow disk only slows things down.
+func TestInjectedReadFaults(t *testing.T) {
+	dir := fixtures.Path(t, "oracle/tiny-mxfp4")
+	ref, err := Open(dir, Options{MaxContext: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := ref.NewSession().Logits(context.Background(), []int{1, 2, 3, 4})
+	ref.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name  string
+		fault ioxtest.Fault
+		fails bool
+	}{
+		{"EIO once", ioxtest.Fault{Kind: ioxtest.Fail, Off: 400_000, End: 3_000_000, Times: 1}, true},
+		{"short reads", ioxtest.Fault{Kind: ioxtest.Short, Off: 0, End: 1 << 40, Times: 50}, false},
+		{"EINTR", ioxtest.Fault{Kind: ioxtest.Fail, Err: syscall.EINTR, Off: 0, End: 1 << 40, Times: 20}, false},
+		{"slow", ioxtest.Fault{Kind: ioxtest.Delay, Delay: 2e6, Off: 0, End: 1 << 40, Times: 20}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var faulty *ioxtest.FaultySource
+			wrapSourceForTest = func(path string, f *iox.File) iox.Source {
+				faulty = ioxtest.NewFaultySource(f)
+				return faulty
+			}
+			defer func() { wrapSourceForTest = nil }()
+			m, err := Open(dir, Options{RAMBudget: 56e6, MaxContext: 64})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			idx := faulty.Add(c.fault) // armed after Open: only streamed reads see it
+			ctx := context.Background()
+			got, err := m.NewSession().Logits(ctx, []int{1, 2, 3, 4})
+			if c.fails {
+				if err == nil || !strings.Contains(err.Error(), "model.safetensors") || !errors.Is(err, syscall.EIO) {
+					t.Fatalf("got %v, want an EIO naming the file", err)
+				}
+				// The fault fired once: a new session works and is exact.
+				if got, err = m.NewSession().Logits(ctx, []int{1, 2, 3, 4}); err != nil {
+					t.Fatalf("after the fault: %v", err)
+				}
+			} else if err != nil {
+				t.Fatalf("%s should be retried: %v", c.name, err)
+			}
+			if faulty.Fired(idx) == 0 {
+				t.Fatal("the fault never fired")
+			}
+			for i := range want {
+				if got[i] != want[i] {
+					t.Fatalf("logit %d = %v, want %v", i, got[i], want[i])
+				}
+			}
+		})
+	}
+}
