@@ -1,0 +1,344 @@
+// Command mxfp4 generates quant/mxfp4_amd64.s: the MXFP4 × f32 kernels for
+// AVX2 and AVX-512.
+//
+// Every kernel decodes a group of 32 E2M1 codes in registers into the exact
+// f32 weights E2M1[code]·2^(s−127) (the product of two powers of two times a
+// small integer is exact for every scale byte s ≤ 252) and feeds them to the
+// same one-accumulator FMA chain as the dense kernels (see the gemm
+// generator). Rows with a scale byte ≥ 253 (255 skips a group; 253 and 254
+// can overflow a dequantised weight) are not handled here: the kernels stop
+// at them and return the row index, and the Go code runs the generic kernel
+// for that row.
+//
+// Element order inside a group (the Go code permutes x to match):
+//
+//	AVX2:    chunks {0,4,8,12,1,5,9,13}, {2,6,10,14,3,7,11,15}, then +16
+//	AVX-512: chunks {0,2,...,30}, {1,3,...,31}
+package main
+
+import (
+	"fmt"
+	"math"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	"github.com/mmcloughlin/avo/reg"
+
+	"github.com/k3go/k3/internal/asmgen/lib"
+)
+
+// maxScale is the largest scale byte the kernels handle.
+const maxScale = 252
+
+var (
+	scaleTab Mem // [256]f32: 2^(s-127), 0 for s > maxScale
+	nibTabs  Mem // AVX2: [32]u8 bf16 high bytes, [32]u8 bf16 low bytes (each table twice)
+	e2m1Tab  Mem // AVX-512: [16]f32 E2M1 values
+	maskLow  Mem // [8]u32 0x0F0F0F0F
+	maskHigh Mem // [8]u32 0xFFFF0000
+)
+
+var e2m1 = [16]float32{0, 0.5, 1, 1.5, 2, 3, 4, 6, float32(math.Copysign(0, -1)), -0.5, -1, -1.5, -2, -3, -4, -6}
+
+func main() {
+	ConstraintExpr("!purego")
+	tables()
+	for _, isa := range []lib.ISA{lib.AVX2, lib.AVX512} {
+		rows(isa)
+		tile(isa)
+	}
+	Generate()
+}
+
+func tables() {
+	var s [256]uint32
+	for k := 0; k <= maxScale; k++ {
+		if k == 0 {
+			s[k] = 0x00400000 // 2^-127, subnormal
+		} else {
+			s[k] = uint32(k) << 23
+		}
+	}
+	scaleTab = lib.Const32("scaleTab", s[:])
+	var hi, lo [16]byte
+	for c, v := range e2m1 {
+		b := math.Float32bits(v)
+		if b&0xFFFF != 0 {
+			panic("E2M1 value is not bf16")
+		}
+		hi[c], lo[c] = byte(b>>24), byte(b>>16)
+	}
+	var words []uint32
+	for _, t := range [][16]byte{hi, lo} {
+		for rep := 0; rep < 2; rep++ {
+			for k := 0; k < 16; k += 4 {
+				words = append(words, uint32(t[k])|uint32(t[k+1])<<8|uint32(t[k+2])<<16|uint32(t[k+3])<<24)
+			}
+		}
+	}
+	nibTabs = lib.Const32("nibTabs", words)
+	var e [16]uint32
+	for c, v := range e2m1 {
+		e[c] = math.Float32bits(v)
+	}
+	e2m1Tab = lib.Const32("e2m1Tab", e[:])
+	maskLow = lib.Const32("maskLow", lib.Splat32(0x0F0F0F0F, 8))
+	maskHigh = lib.Const32("maskHigh", lib.Splat32(0xFFFF0000, 8))
+}
+
+// consts holds the decode constants in registers.
+type consts struct {
+	tab          reg.GPVirtual // scale table address
+	tabHi, tabLo reg.VecVirtual
+	mLow, mHigh  reg.VecVirtual
+	e2m1         reg.VecVirtual
+}
+
+func loadConsts(isa lib.ISA) consts {
+	var c consts
+	c.tab = GP64()
+	LEAQ(scaleTab, c.tab)
+	if isa.Lanes == 8 {
+		c.tabHi, c.tabLo, c.mLow, c.mHigh = YMM(), YMM(), YMM(), YMM()
+		VMOVDQU(nibTabs, c.tabHi)
+		VMOVDQU(nibTabs.Offset(32), c.tabLo)
+		VMOVDQU(maskLow, c.mLow)
+		VMOVDQU(maskHigh, c.mHigh)
+	} else {
+		c.e2m1 = ZMM()
+		VMOVUPS(e2m1Tab, c.e2m1)
+	}
+	return c
+}
+
+// chunksPerGroup is the number of vectors one group of 32 decodes into.
+func chunksPerGroup(isa lib.ISA) int { return 32 / isa.Lanes }
+
+// scale loads scale byte sm, jumps to bail if it is > maxScale, and returns
+// the broadcast f32 scale.
+func scale(isa lib.ISA, c consts, sm Mem, bail string) reg.VecVirtual {
+	s := GP32()
+	MOVBLZX(sm, s)
+	CMPL(s, U32(maxScale))
+	JA(LabelRef(bail))
+	v := isa.Vec()
+	VBROADCASTSS(Mem{Base: c.tab, Index: s, Scale: 4}, v)
+	return v
+}
+
+// decode decodes the 16 packed bytes at pm with broadcast scale sv and calls
+// use(k, w) for each chunk k of the group in order, w holding the exact
+// scaled weights.
+func decode(isa lib.ISA, c consts, pm Mem, sv reg.VecVirtual, use func(k int, w reg.VecVirtual)) {
+	if isa.Lanes == 16 {
+		d := ZMM()
+		VPMOVZXBD(pm, d)
+		t := ZMM()
+		VMULPS(sv, c.e2m1, t) // scaled table (exact)
+		lo := ZMM()
+		VPERMPS(t, d, lo) // lo[i] = t[d[i] & 15]: element 2i
+		use(0, lo)
+		VPSRLD(U8(4), d, d)
+		hi := ZMM()
+		VPERMPS(t, d, hi) // element 2i+1
+		use(1, hi)
+		return
+	}
+	b := XMM()
+	VMOVDQU(pm, b)
+	h := XMM()
+	VPSRLW(U8(4), b, h)
+	cd := YMM()
+	VINSERTI128(U8(1), h, b.AsY(), cd) // [bytes | bytes>>4]
+	VPAND(c.mLow, cd, cd)              // lane 0: codes of elements 2j, lane 1: 2j+1
+	t1 := YMM()
+	VPSHUFB(cd, c.tabHi, t1) // bf16 high bytes
+	VPSHUFB(cd, c.tabLo, cd) // bf16 low bytes
+	wa, wb := YMM(), YMM()
+	VPUNPCKLBW(t1, cd, wa) // bf16 words: lane 0 elements 0,2,..,14; lane 1 1,3,..,15
+	VPUNPCKHBW(t1, cd, wb) // elements 16..31 likewise
+	for k, src := range []reg.VecVirtual{wa, wa, wb, wb} {
+		f := YMM()
+		if k%2 == 0 {
+			VPSLLD(U8(16), src, f) // even words
+		} else {
+			VPAND(c.mHigh, src, f) // odd words
+		}
+		VMULPS(sv, f, f)
+		use(k, f)
+	}
+}
+
+// rows computes dst[r] = Σ_c W[r][c]·x'[c] for MXFP4 rows (4 at a time),
+// x' being x in the kernel's element order, and returns the number of rows
+// done: rows, or the first row of the 4-row block in which a scale byte
+// > 252 was met.
+func rows(isa lib.ISA) {
+	name := "mxfp4Rows" + isa.Name
+	lib.Func(name, "func(dst *float32, packed *byte, pStride int, scales *byte, sStride int, rows, groups int, x *float32) int",
+		fmt.Sprintf("%s is the MXFP4 mat-vec kernel; it returns the rows done before a scale byte > %d.", name, maxScale),
+		"Requires: "+isa.Requires()+".")
+	var lb lib.Labeler
+	const R = 4
+	packed := Load(Param("packed"), GP64())
+	scales := Load(Param("scales"), GP64())
+	pStride := Load(Param("pStride"), GP64())
+	sStride := Load(Param("sStride"), GP64())
+	done := GP64()
+	XORQ(done, done)
+	c := loadConsts(isa)
+	bail, finish := lb.New("bail"), lb.New("finish")
+	B := isa.Bytes()
+	cpg := chunksPerGroup(isa)
+
+	body := func(r int) {
+		accs := make([]reg.VecVirtual, r)
+		for i := range accs {
+			accs[i] = isa.Vec()
+			VXORPS(accs[i], accs[i], accs[i])
+		}
+		pp, sp := GP64(), GP64()
+		MOVQ(packed, pp)
+		MOVQ(scales, sp)
+		xp := Load(Param("x"), GP64())
+		g := Load(Param("groups"), GP64())
+		loop, end := lb.New("g"), lb.New("gend")
+		TESTQ(g, g)
+		JZ(LabelRef(end))
+		Label(loop)
+		for i := 0; i < r; i++ {
+			var pm, sm Mem
+			switch i {
+			case 0:
+				pm, sm = Mem{Base: pp}, Mem{Base: sp}
+			case 1, 2:
+				pm, sm = Mem{Base: pp, Index: pStride, Scale: uint8(i)}, Mem{Base: sp, Index: sStride, Scale: uint8(i)}
+			case 3:
+				t := GP64()
+				LEAQ(Mem{Base: pp, Index: pStride, Scale: 2}, t)
+				pm = Mem{Base: t, Index: pStride, Scale: 1}
+				u := GP64()
+				LEAQ(Mem{Base: sp, Index: sStride, Scale: 2}, u)
+				sm = Mem{Base: u, Index: sStride, Scale: 1}
+			}
+			sv := scale(isa, c, sm, bail)
+			acc := accs[i]
+			decode(isa, c, pm, sv, func(k int, w reg.VecVirtual) {
+				VFMADD231PS(Mem{Base: xp, Disp: k * B}, w, acc)
+			})
+		}
+		ADDQ(U8(16), pp)
+		INCQ(sp)
+		ADDQ(U32(cpg*B), xp)
+		DECQ(g)
+		JNZ(LabelRef(loop))
+		Label(end)
+		dst := Load(Param("dst"), GP64())
+		LEAQ(Mem{Base: dst, Index: done, Scale: 4}, dst)
+		isa.ReduceStore(accs, dst)
+	}
+	advance := func(r int) {
+		ADDQ(U8(r), done)
+		for k := 0; k < r; k++ {
+			ADDQ(pStride, packed)
+			ADDQ(sStride, scales)
+		}
+	}
+
+	loop, edge := lb.New("rows"), lb.New("edge")
+	Label(loop)
+	left := Load(Param("rows"), GP64())
+	SUBQ(done, left)
+	CMPQ(left, U8(R))
+	JL(LabelRef(edge))
+	body(R)
+	advance(R)
+	JMP(LabelRef(loop))
+	Label(edge)
+	var labels []string
+	for r := 1; r < R; r++ {
+		l := lb.New(fmt.Sprintf("edge%d", r))
+		labels = append(labels, l)
+		CMPQ(left, U8(r))
+		JE(LabelRef(l))
+	}
+	JMP(LabelRef(finish))
+	for r := 1; r < R; r++ {
+		Label(labels[r-1])
+		body(r)
+		advance(r)
+		JMP(LabelRef(finish))
+	}
+	Label(bail)
+	Label(finish)
+	Store(done, ReturnIndex(0))
+	VZEROUPPER()
+	RET()
+}
+
+// tile decodes rows × groups of an MXFP4 matrix into the packed GEMM layout
+// of the gemm generator (isa.GemmR-row blocks, blockStride bytes apart) and
+// returns the number of rows decoded: rows, or the index of the first row
+// with a scale byte > 252 (that row is partly written).
+func tile(isa lib.ISA) {
+	name := "mxfp4Tile" + isa.Name
+	lib.Func(name, "func(tile *float32, blockStride int, packed *byte, pStride int, scales *byte, sStride int, rows, groups int) int",
+		fmt.Sprintf("%s decodes MXFP4 rows into the packed GEMM layout; it returns the rows done before a scale byte > %d.", name, maxScale),
+		"Requires: "+isa.Requires()+".")
+	var lb lib.Labeler
+	R, B := isa.GemmR, isa.Bytes()
+	cpg := chunksPerGroup(isa)
+	blk := Load(Param("tile"), GP64())
+	packed := Load(Param("packed"), GP64())
+	scales := Load(Param("scales"), GP64())
+	done := GP64()
+	XORQ(done, done)
+	slot := GP64()
+	XORQ(slot, slot)
+	rowDst := GP64()
+	MOVQ(blk, rowDst)
+	c := loadConsts(isa)
+	bail, finish := lb.New("bail"), lb.New("finish")
+
+	rloop := lb.New("row")
+	Label(rloop)
+	rows := Load(Param("rows"), GP64())
+	CMPQ(done, rows)
+	JGE(LabelRef(finish))
+	pp, sp, dp := GP64(), GP64(), GP64()
+	MOVQ(packed, pp)
+	MOVQ(scales, sp)
+	MOVQ(rowDst, dp)
+	g := Load(Param("groups"), GP64())
+	gloop, gend := lb.New("g"), lb.New("gend")
+	TESTQ(g, g)
+	JZ(LabelRef(gend))
+	Label(gloop)
+	sv := scale(isa, c, Mem{Base: sp}, bail)
+	decode(isa, c, Mem{Base: pp}, sv, func(k int, w reg.VecVirtual) {
+		VMOVUPS(w, Mem{Base: dp, Disp: k * R * B})
+	})
+	ADDQ(U8(16), pp)
+	INCQ(sp)
+	ADDQ(U32(cpg*R*B), dp)
+	DECQ(g)
+	JNZ(LabelRef(gloop))
+	Label(gend)
+	// Next row.
+	INCQ(done)
+	ADDQ(Load(Param("pStride"), GP64()), packed)
+	ADDQ(Load(Param("sStride"), GP64()), scales)
+	INCQ(slot)
+	ADDQ(U32(B), rowDst)
+	CMPQ(slot, U8(R))
+	JNE(LabelRef(rloop))
+	XORQ(slot, slot)
+	ADDQ(Load(Param("blockStride"), GP64()), blk)
+	MOVQ(blk, rowDst)
+	JMP(LabelRef(rloop))
+	Label(bail)
+	Label(finish)
+	Store(done, ReturnIndex(0))
+	VZEROUPPER()
+	RET()
+}
