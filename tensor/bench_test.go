@@ -1,0 +1,58 @@
+package tensor_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"testing"
+
+	"github.com/k3go/k3/internal/kernel/probe"
+	"github.com/k3go/k3/internal/par"
+	"github.com/k3go/k3/tensor"
+)
+
+// BenchmarkRoofline measures the machine in the same run as the kernels:
+// Roofline/MemBandwidth/threadsN and Roofline/FMAPeak/threadsN.
+func BenchmarkRoofline(b *testing.B) { probe.Benchmarks(b, tensor.Implementation()) }
+
+func benchDense(b *testing.B, dt tensor.DType, shapes [][2]int) {
+	for _, sh := range shapes {
+		rows, cols := sh[0], sh[1]
+		rng := rand.New(rand.NewPCG(1, uint64(rows)))
+		w := tensor.Mat{DType: dt, Rows: rows, Cols: cols, Data: make([]byte, rows*cols*dt.Size())}
+		for i := range w.Data {
+			w.Data[i] = byte(rng.Uint32() & 0x3f) // small finite values
+		}
+		for _, batch := range []int{1, 8, 64} {
+			x := make([]float32, batch*cols)
+			for i := range x {
+				x[i] = float32(rng.NormFloat64())
+			}
+			dst := make([]float32, batch*rows)
+			for _, th := range probe.Threads() {
+				b.Run(fmt.Sprintf("%dx%d/b%d/threads%d", rows, cols, batch, th), func(b *testing.B) {
+					pool := par.New(th)
+					defer pool.Close()
+					for b.Loop() {
+						tensor.MatMul(pool, dst, w, x, batch)
+					}
+					s := b.Elapsed().Seconds() / float64(b.N)
+					b.ReportMetric(2*float64(rows)*float64(cols)*float64(batch)/s/1e9, "GFLOP/s")
+					b.ReportMetric(float64(len(w.Data))/s/1e9, "GB/s")
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkMatVecBF16 runs a trunk projection (12288×7168) and, with
+// K3_BENCH_LMHEAD=1, the lm_head shape 163840×7168 (2.35 GB).
+func BenchmarkMatVecBF16(b *testing.B) {
+	shapes := [][2]int{{12288, 7168}}
+	if os.Getenv("K3_BENCH_LMHEAD") == "1" {
+		shapes = append(shapes, [2]int{163840, 7168})
+	}
+	benchDense(b, tensor.BF16, shapes)
+}
+
+func BenchmarkMatVecF32(b *testing.B) { benchDense(b, tensor.F32, [][2]int{{3584, 7168}}) }

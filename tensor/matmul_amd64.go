@@ -1,0 +1,61 @@
+//go:build !purego
+
+package tensor
+
+import (
+	"github.com/k3go/k3/internal/cpu"
+	"github.com/k3go/k3/internal/kernel/gemm"
+)
+
+var archImpls = []*Impl{
+	simdImpl(cpu.AVX2, gemm.AVX2),
+	simdImpl(cpu.AVX512, gemm.AVX512),
+}
+
+func simdImpl(name string, isa *gemm.ISA) *Impl {
+	a := simd{isa}
+	i := &Impl{Name: name, accel: a}
+	i.MatBF16 = func(dst []float32, dstStride int, w []byte, rows, cols int, x []float32, n int) {
+		a.standalone(dst, dstStride, w, true, rows, cols, x, n)
+	}
+	i.MatF32 = func(dst []float32, dstStride int, w []byte, rows, cols int, x []float32, n int) {
+		a.standalone(dst, dstStride, w, false, rows, cols, x, n)
+	}
+	return i
+}
+
+// simd adapts the shared gemm kernels to the tensor MatKernel contract.
+type simd struct{ isa *gemm.ISA }
+
+// denseChunkBytes is the weight bytes per parallel chunk of a mat-vec.
+const denseChunkBytes = 512 << 10
+
+func (s simd) grain(rowBytes, n int) int {
+	if n > 1 {
+		return s.isa.Mc()
+	}
+	g := denseChunkBytes / max(rowBytes, 1)
+	return max(gemm.RowsMV, g/gemm.RowsMV*gemm.RowsMV)
+}
+
+func (s simd) packX(x []float32, cols, n int) ([]float32, func()) {
+	chunks := cols / s.isa.Lanes
+	if n <= 1 || chunks == 0 {
+		return nil, nil
+	}
+	b := gemm.GetX(s.isa.XLen(chunks, n))
+	s.isa.PackX(*b, x, cols, chunks, n, nil)
+	return *b, func() { gemm.PutX(b) }
+}
+
+func (s simd) mat(dst []float32, dstStride int, w []byte, bf16 bool, rows, cols int, x, px []float32, n int) {
+	s.isa.Dense(dst, dstStride, w, rows, cols, x, px, n, bf16)
+}
+
+func (s simd) standalone(dst []float32, dstStride int, w []byte, bf16 bool, rows, cols int, x []float32, n int) {
+	px, release := s.packX(x, cols, n)
+	s.mat(dst, dstStride, w, bf16, rows, cols, x, px, n)
+	if release != nil {
+		release()
+	}
+}
