@@ -262,24 +262,6 @@ DATA scaleTab<>+1016(SB)/4, $0x00000000
 DATA scaleTab<>+1020(SB)/4, $0x00000000
 GLOBL scaleTab<>(SB), RODATA|NOPTR, $1024
 
-DATA nibTabs<>+0(SB)/4, $0x3f3f3f00
-DATA nibTabs<>+4(SB)/4, $0x40404040
-DATA nibTabs<>+8(SB)/4, $0xbfbfbf80
-DATA nibTabs<>+12(SB)/4, $0xc0c0c0c0
-DATA nibTabs<>+16(SB)/4, $0x3f3f3f00
-DATA nibTabs<>+20(SB)/4, $0x40404040
-DATA nibTabs<>+24(SB)/4, $0xbfbfbf80
-DATA nibTabs<>+28(SB)/4, $0xc0c0c0c0
-DATA nibTabs<>+32(SB)/4, $0xc0800000
-DATA nibTabs<>+36(SB)/4, $0xc0804000
-DATA nibTabs<>+40(SB)/4, $0xc0800000
-DATA nibTabs<>+44(SB)/4, $0xc0804000
-DATA nibTabs<>+48(SB)/4, $0xc0800000
-DATA nibTabs<>+52(SB)/4, $0xc0804000
-DATA nibTabs<>+56(SB)/4, $0xc0800000
-DATA nibTabs<>+60(SB)/4, $0xc0804000
-GLOBL nibTabs<>(SB), RODATA|NOPTR, $64
-
 DATA e2m1Tab<>+0(SB)/4, $0x00000000
 DATA e2m1Tab<>+4(SB)/4, $0x3f000000
 DATA e2m1Tab<>+8(SB)/4, $0x3f800000
@@ -308,6 +290,2066 @@ DATA maskLow<>+24(SB)/4, $0x0f0f0f0f
 DATA maskLow<>+28(SB)/4, $0x0f0f0f0f
 GLOBL maskLow<>(SB), RODATA|NOPTR, $32
 
+DATA nibShift<>+0(SB)/4, $0x00000000
+DATA nibShift<>+4(SB)/4, $0x00000000
+DATA nibShift<>+8(SB)/4, $0x00000000
+DATA nibShift<>+12(SB)/4, $0x00000000
+DATA nibShift<>+16(SB)/4, $0x00000004
+DATA nibShift<>+20(SB)/4, $0x00000004
+DATA nibShift<>+24(SB)/4, $0x00000004
+DATA nibShift<>+28(SB)/4, $0x00000004
+GLOBL nibShift<>(SB), RODATA|NOPTR, $32
+
+DATA scaledTabs<>+0(SB)/4, $0x00000000
+DATA scaledTabs<>+4(SB)/4, $0x01010000
+DATA scaledTabs<>+8(SB)/4, $0x80808080
+DATA scaledTabs<>+12(SB)/4, $0x81818080
+DATA scaledTabs<>+16(SB)/4, $0x60402000
+DATA scaledTabs<>+20(SB)/4, $0x4000c080
+DATA scaledTabs<>+24(SB)/4, $0x60402000
+DATA scaledTabs<>+28(SB)/4, $0x4000c080
+DATA scaledTabs<>+32(SB)/4, $0x00000000
+DATA scaledTabs<>+36(SB)/4, $0x01010101
+DATA scaledTabs<>+40(SB)/4, $0x80808080
+DATA scaledTabs<>+44(SB)/4, $0x81818181
+DATA scaledTabs<>+48(SB)/4, $0xc0804000
+DATA scaledTabs<>+52(SB)/4, $0xc0804000
+DATA scaledTabs<>+56(SB)/4, $0xc0804000
+DATA scaledTabs<>+60(SB)/4, $0xc0804000
+DATA scaledTabs<>+64(SB)/4, $0x01010000
+DATA scaledTabs<>+68(SB)/4, $0x02020101
+DATA scaledTabs<>+72(SB)/4, $0x81818080
+DATA scaledTabs<>+76(SB)/4, $0x82828181
+DATA scaledTabs<>+80(SB)/4, $0x40008000
+DATA scaledTabs<>+84(SB)/4, $0x4000c080
+DATA scaledTabs<>+88(SB)/4, $0x40008000
+DATA scaledTabs<>+92(SB)/4, $0x4000c080
+DATA scaledTabs<>+96(SB)/4, $0x01010100
+DATA scaledTabs<>+100(SB)/4, $0x02020202
+DATA scaledTabs<>+104(SB)/4, $0x81818180
+DATA scaledTabs<>+108(SB)/4, $0x82828282
+DATA scaledTabs<>+112(SB)/4, $0xc0800000
+DATA scaledTabs<>+116(SB)/4, $0xc0804000
+DATA scaledTabs<>+120(SB)/4, $0xc0800000
+DATA scaledTabs<>+124(SB)/4, $0xc0804000
+DATA scaledTabs<>+128(SB)/4, $0x02020100
+DATA scaledTabs<>+132(SB)/4, $0x03030202
+DATA scaledTabs<>+136(SB)/4, $0x82828180
+DATA scaledTabs<>+140(SB)/4, $0x83838282
+DATA scaledTabs<>+144(SB)/4, $0x40008000
+DATA scaledTabs<>+148(SB)/4, $0x4000c080
+DATA scaledTabs<>+152(SB)/4, $0x40008000
+DATA scaledTabs<>+156(SB)/4, $0x4000c080
+DATA scaledTabs<>+160(SB)/4, $0x02020200
+DATA scaledTabs<>+164(SB)/4, $0x03030303
+DATA scaledTabs<>+168(SB)/4, $0x82828280
+DATA scaledTabs<>+172(SB)/4, $0x83838383
+DATA scaledTabs<>+176(SB)/4, $0xc0800000
+DATA scaledTabs<>+180(SB)/4, $0xc0804000
+DATA scaledTabs<>+184(SB)/4, $0xc0800000
+DATA scaledTabs<>+188(SB)/4, $0xc0804000
+DATA scaledTabs<>+192(SB)/4, $0x03030200
+DATA scaledTabs<>+196(SB)/4, $0x04040303
+DATA scaledTabs<>+200(SB)/4, $0x83838280
+DATA scaledTabs<>+204(SB)/4, $0x84848383
+DATA scaledTabs<>+208(SB)/4, $0x40008000
+DATA scaledTabs<>+212(SB)/4, $0x4000c080
+DATA scaledTabs<>+216(SB)/4, $0x40008000
+DATA scaledTabs<>+220(SB)/4, $0x4000c080
+DATA scaledTabs<>+224(SB)/4, $0x03030300
+DATA scaledTabs<>+228(SB)/4, $0x04040404
+DATA scaledTabs<>+232(SB)/4, $0x83838380
+DATA scaledTabs<>+236(SB)/4, $0x84848484
+DATA scaledTabs<>+240(SB)/4, $0xc0800000
+DATA scaledTabs<>+244(SB)/4, $0xc0804000
+DATA scaledTabs<>+248(SB)/4, $0xc0800000
+DATA scaledTabs<>+252(SB)/4, $0xc0804000
+DATA scaledTabs<>+256(SB)/4, $0x04040300
+DATA scaledTabs<>+260(SB)/4, $0x05050404
+DATA scaledTabs<>+264(SB)/4, $0x84848380
+DATA scaledTabs<>+268(SB)/4, $0x85858484
+DATA scaledTabs<>+272(SB)/4, $0x40008000
+DATA scaledTabs<>+276(SB)/4, $0x4000c080
+DATA scaledTabs<>+280(SB)/4, $0x40008000
+DATA scaledTabs<>+284(SB)/4, $0x4000c080
+DATA scaledTabs<>+288(SB)/4, $0x04040400
+DATA scaledTabs<>+292(SB)/4, $0x05050505
+DATA scaledTabs<>+296(SB)/4, $0x84848480
+DATA scaledTabs<>+300(SB)/4, $0x85858585
+DATA scaledTabs<>+304(SB)/4, $0xc0800000
+DATA scaledTabs<>+308(SB)/4, $0xc0804000
+DATA scaledTabs<>+312(SB)/4, $0xc0800000
+DATA scaledTabs<>+316(SB)/4, $0xc0804000
+DATA scaledTabs<>+320(SB)/4, $0x05050400
+DATA scaledTabs<>+324(SB)/4, $0x06060505
+DATA scaledTabs<>+328(SB)/4, $0x85858480
+DATA scaledTabs<>+332(SB)/4, $0x86868585
+DATA scaledTabs<>+336(SB)/4, $0x40008000
+DATA scaledTabs<>+340(SB)/4, $0x4000c080
+DATA scaledTabs<>+344(SB)/4, $0x40008000
+DATA scaledTabs<>+348(SB)/4, $0x4000c080
+DATA scaledTabs<>+352(SB)/4, $0x05050500
+DATA scaledTabs<>+356(SB)/4, $0x06060606
+DATA scaledTabs<>+360(SB)/4, $0x85858580
+DATA scaledTabs<>+364(SB)/4, $0x86868686
+DATA scaledTabs<>+368(SB)/4, $0xc0800000
+DATA scaledTabs<>+372(SB)/4, $0xc0804000
+DATA scaledTabs<>+376(SB)/4, $0xc0800000
+DATA scaledTabs<>+380(SB)/4, $0xc0804000
+DATA scaledTabs<>+384(SB)/4, $0x06060500
+DATA scaledTabs<>+388(SB)/4, $0x07070606
+DATA scaledTabs<>+392(SB)/4, $0x86868580
+DATA scaledTabs<>+396(SB)/4, $0x87878686
+DATA scaledTabs<>+400(SB)/4, $0x40008000
+DATA scaledTabs<>+404(SB)/4, $0x4000c080
+DATA scaledTabs<>+408(SB)/4, $0x40008000
+DATA scaledTabs<>+412(SB)/4, $0x4000c080
+DATA scaledTabs<>+416(SB)/4, $0x06060600
+DATA scaledTabs<>+420(SB)/4, $0x07070707
+DATA scaledTabs<>+424(SB)/4, $0x86868680
+DATA scaledTabs<>+428(SB)/4, $0x87878787
+DATA scaledTabs<>+432(SB)/4, $0xc0800000
+DATA scaledTabs<>+436(SB)/4, $0xc0804000
+DATA scaledTabs<>+440(SB)/4, $0xc0800000
+DATA scaledTabs<>+444(SB)/4, $0xc0804000
+DATA scaledTabs<>+448(SB)/4, $0x07070600
+DATA scaledTabs<>+452(SB)/4, $0x08080707
+DATA scaledTabs<>+456(SB)/4, $0x87878680
+DATA scaledTabs<>+460(SB)/4, $0x88888787
+DATA scaledTabs<>+464(SB)/4, $0x40008000
+DATA scaledTabs<>+468(SB)/4, $0x4000c080
+DATA scaledTabs<>+472(SB)/4, $0x40008000
+DATA scaledTabs<>+476(SB)/4, $0x4000c080
+DATA scaledTabs<>+480(SB)/4, $0x07070700
+DATA scaledTabs<>+484(SB)/4, $0x08080808
+DATA scaledTabs<>+488(SB)/4, $0x87878780
+DATA scaledTabs<>+492(SB)/4, $0x88888888
+DATA scaledTabs<>+496(SB)/4, $0xc0800000
+DATA scaledTabs<>+500(SB)/4, $0xc0804000
+DATA scaledTabs<>+504(SB)/4, $0xc0800000
+DATA scaledTabs<>+508(SB)/4, $0xc0804000
+DATA scaledTabs<>+512(SB)/4, $0x08080700
+DATA scaledTabs<>+516(SB)/4, $0x09090808
+DATA scaledTabs<>+520(SB)/4, $0x88888780
+DATA scaledTabs<>+524(SB)/4, $0x89898888
+DATA scaledTabs<>+528(SB)/4, $0x40008000
+DATA scaledTabs<>+532(SB)/4, $0x4000c080
+DATA scaledTabs<>+536(SB)/4, $0x40008000
+DATA scaledTabs<>+540(SB)/4, $0x4000c080
+DATA scaledTabs<>+544(SB)/4, $0x08080800
+DATA scaledTabs<>+548(SB)/4, $0x09090909
+DATA scaledTabs<>+552(SB)/4, $0x88888880
+DATA scaledTabs<>+556(SB)/4, $0x89898989
+DATA scaledTabs<>+560(SB)/4, $0xc0800000
+DATA scaledTabs<>+564(SB)/4, $0xc0804000
+DATA scaledTabs<>+568(SB)/4, $0xc0800000
+DATA scaledTabs<>+572(SB)/4, $0xc0804000
+DATA scaledTabs<>+576(SB)/4, $0x09090800
+DATA scaledTabs<>+580(SB)/4, $0x0a0a0909
+DATA scaledTabs<>+584(SB)/4, $0x89898880
+DATA scaledTabs<>+588(SB)/4, $0x8a8a8989
+DATA scaledTabs<>+592(SB)/4, $0x40008000
+DATA scaledTabs<>+596(SB)/4, $0x4000c080
+DATA scaledTabs<>+600(SB)/4, $0x40008000
+DATA scaledTabs<>+604(SB)/4, $0x4000c080
+DATA scaledTabs<>+608(SB)/4, $0x09090900
+DATA scaledTabs<>+612(SB)/4, $0x0a0a0a0a
+DATA scaledTabs<>+616(SB)/4, $0x89898980
+DATA scaledTabs<>+620(SB)/4, $0x8a8a8a8a
+DATA scaledTabs<>+624(SB)/4, $0xc0800000
+DATA scaledTabs<>+628(SB)/4, $0xc0804000
+DATA scaledTabs<>+632(SB)/4, $0xc0800000
+DATA scaledTabs<>+636(SB)/4, $0xc0804000
+DATA scaledTabs<>+640(SB)/4, $0x0a0a0900
+DATA scaledTabs<>+644(SB)/4, $0x0b0b0a0a
+DATA scaledTabs<>+648(SB)/4, $0x8a8a8980
+DATA scaledTabs<>+652(SB)/4, $0x8b8b8a8a
+DATA scaledTabs<>+656(SB)/4, $0x40008000
+DATA scaledTabs<>+660(SB)/4, $0x4000c080
+DATA scaledTabs<>+664(SB)/4, $0x40008000
+DATA scaledTabs<>+668(SB)/4, $0x4000c080
+DATA scaledTabs<>+672(SB)/4, $0x0a0a0a00
+DATA scaledTabs<>+676(SB)/4, $0x0b0b0b0b
+DATA scaledTabs<>+680(SB)/4, $0x8a8a8a80
+DATA scaledTabs<>+684(SB)/4, $0x8b8b8b8b
+DATA scaledTabs<>+688(SB)/4, $0xc0800000
+DATA scaledTabs<>+692(SB)/4, $0xc0804000
+DATA scaledTabs<>+696(SB)/4, $0xc0800000
+DATA scaledTabs<>+700(SB)/4, $0xc0804000
+DATA scaledTabs<>+704(SB)/4, $0x0b0b0a00
+DATA scaledTabs<>+708(SB)/4, $0x0c0c0b0b
+DATA scaledTabs<>+712(SB)/4, $0x8b8b8a80
+DATA scaledTabs<>+716(SB)/4, $0x8c8c8b8b
+DATA scaledTabs<>+720(SB)/4, $0x40008000
+DATA scaledTabs<>+724(SB)/4, $0x4000c080
+DATA scaledTabs<>+728(SB)/4, $0x40008000
+DATA scaledTabs<>+732(SB)/4, $0x4000c080
+DATA scaledTabs<>+736(SB)/4, $0x0b0b0b00
+DATA scaledTabs<>+740(SB)/4, $0x0c0c0c0c
+DATA scaledTabs<>+744(SB)/4, $0x8b8b8b80
+DATA scaledTabs<>+748(SB)/4, $0x8c8c8c8c
+DATA scaledTabs<>+752(SB)/4, $0xc0800000
+DATA scaledTabs<>+756(SB)/4, $0xc0804000
+DATA scaledTabs<>+760(SB)/4, $0xc0800000
+DATA scaledTabs<>+764(SB)/4, $0xc0804000
+DATA scaledTabs<>+768(SB)/4, $0x0c0c0b00
+DATA scaledTabs<>+772(SB)/4, $0x0d0d0c0c
+DATA scaledTabs<>+776(SB)/4, $0x8c8c8b80
+DATA scaledTabs<>+780(SB)/4, $0x8d8d8c8c
+DATA scaledTabs<>+784(SB)/4, $0x40008000
+DATA scaledTabs<>+788(SB)/4, $0x4000c080
+DATA scaledTabs<>+792(SB)/4, $0x40008000
+DATA scaledTabs<>+796(SB)/4, $0x4000c080
+DATA scaledTabs<>+800(SB)/4, $0x0c0c0c00
+DATA scaledTabs<>+804(SB)/4, $0x0d0d0d0d
+DATA scaledTabs<>+808(SB)/4, $0x8c8c8c80
+DATA scaledTabs<>+812(SB)/4, $0x8d8d8d8d
+DATA scaledTabs<>+816(SB)/4, $0xc0800000
+DATA scaledTabs<>+820(SB)/4, $0xc0804000
+DATA scaledTabs<>+824(SB)/4, $0xc0800000
+DATA scaledTabs<>+828(SB)/4, $0xc0804000
+DATA scaledTabs<>+832(SB)/4, $0x0d0d0c00
+DATA scaledTabs<>+836(SB)/4, $0x0e0e0d0d
+DATA scaledTabs<>+840(SB)/4, $0x8d8d8c80
+DATA scaledTabs<>+844(SB)/4, $0x8e8e8d8d
+DATA scaledTabs<>+848(SB)/4, $0x40008000
+DATA scaledTabs<>+852(SB)/4, $0x4000c080
+DATA scaledTabs<>+856(SB)/4, $0x40008000
+DATA scaledTabs<>+860(SB)/4, $0x4000c080
+DATA scaledTabs<>+864(SB)/4, $0x0d0d0d00
+DATA scaledTabs<>+868(SB)/4, $0x0e0e0e0e
+DATA scaledTabs<>+872(SB)/4, $0x8d8d8d80
+DATA scaledTabs<>+876(SB)/4, $0x8e8e8e8e
+DATA scaledTabs<>+880(SB)/4, $0xc0800000
+DATA scaledTabs<>+884(SB)/4, $0xc0804000
+DATA scaledTabs<>+888(SB)/4, $0xc0800000
+DATA scaledTabs<>+892(SB)/4, $0xc0804000
+DATA scaledTabs<>+896(SB)/4, $0x0e0e0d00
+DATA scaledTabs<>+900(SB)/4, $0x0f0f0e0e
+DATA scaledTabs<>+904(SB)/4, $0x8e8e8d80
+DATA scaledTabs<>+908(SB)/4, $0x8f8f8e8e
+DATA scaledTabs<>+912(SB)/4, $0x40008000
+DATA scaledTabs<>+916(SB)/4, $0x4000c080
+DATA scaledTabs<>+920(SB)/4, $0x40008000
+DATA scaledTabs<>+924(SB)/4, $0x4000c080
+DATA scaledTabs<>+928(SB)/4, $0x0e0e0e00
+DATA scaledTabs<>+932(SB)/4, $0x0f0f0f0f
+DATA scaledTabs<>+936(SB)/4, $0x8e8e8e80
+DATA scaledTabs<>+940(SB)/4, $0x8f8f8f8f
+DATA scaledTabs<>+944(SB)/4, $0xc0800000
+DATA scaledTabs<>+948(SB)/4, $0xc0804000
+DATA scaledTabs<>+952(SB)/4, $0xc0800000
+DATA scaledTabs<>+956(SB)/4, $0xc0804000
+DATA scaledTabs<>+960(SB)/4, $0x0f0f0e00
+DATA scaledTabs<>+964(SB)/4, $0x10100f0f
+DATA scaledTabs<>+968(SB)/4, $0x8f8f8e80
+DATA scaledTabs<>+972(SB)/4, $0x90908f8f
+DATA scaledTabs<>+976(SB)/4, $0x40008000
+DATA scaledTabs<>+980(SB)/4, $0x4000c080
+DATA scaledTabs<>+984(SB)/4, $0x40008000
+DATA scaledTabs<>+988(SB)/4, $0x4000c080
+DATA scaledTabs<>+992(SB)/4, $0x0f0f0f00
+DATA scaledTabs<>+996(SB)/4, $0x10101010
+DATA scaledTabs<>+1000(SB)/4, $0x8f8f8f80
+DATA scaledTabs<>+1004(SB)/4, $0x90909090
+DATA scaledTabs<>+1008(SB)/4, $0xc0800000
+DATA scaledTabs<>+1012(SB)/4, $0xc0804000
+DATA scaledTabs<>+1016(SB)/4, $0xc0800000
+DATA scaledTabs<>+1020(SB)/4, $0xc0804000
+DATA scaledTabs<>+1024(SB)/4, $0x10100f00
+DATA scaledTabs<>+1028(SB)/4, $0x11111010
+DATA scaledTabs<>+1032(SB)/4, $0x90908f80
+DATA scaledTabs<>+1036(SB)/4, $0x91919090
+DATA scaledTabs<>+1040(SB)/4, $0x40008000
+DATA scaledTabs<>+1044(SB)/4, $0x4000c080
+DATA scaledTabs<>+1048(SB)/4, $0x40008000
+DATA scaledTabs<>+1052(SB)/4, $0x4000c080
+DATA scaledTabs<>+1056(SB)/4, $0x10101000
+DATA scaledTabs<>+1060(SB)/4, $0x11111111
+DATA scaledTabs<>+1064(SB)/4, $0x90909080
+DATA scaledTabs<>+1068(SB)/4, $0x91919191
+DATA scaledTabs<>+1072(SB)/4, $0xc0800000
+DATA scaledTabs<>+1076(SB)/4, $0xc0804000
+DATA scaledTabs<>+1080(SB)/4, $0xc0800000
+DATA scaledTabs<>+1084(SB)/4, $0xc0804000
+DATA scaledTabs<>+1088(SB)/4, $0x11111000
+DATA scaledTabs<>+1092(SB)/4, $0x12121111
+DATA scaledTabs<>+1096(SB)/4, $0x91919080
+DATA scaledTabs<>+1100(SB)/4, $0x92929191
+DATA scaledTabs<>+1104(SB)/4, $0x40008000
+DATA scaledTabs<>+1108(SB)/4, $0x4000c080
+DATA scaledTabs<>+1112(SB)/4, $0x40008000
+DATA scaledTabs<>+1116(SB)/4, $0x4000c080
+DATA scaledTabs<>+1120(SB)/4, $0x11111100
+DATA scaledTabs<>+1124(SB)/4, $0x12121212
+DATA scaledTabs<>+1128(SB)/4, $0x91919180
+DATA scaledTabs<>+1132(SB)/4, $0x92929292
+DATA scaledTabs<>+1136(SB)/4, $0xc0800000
+DATA scaledTabs<>+1140(SB)/4, $0xc0804000
+DATA scaledTabs<>+1144(SB)/4, $0xc0800000
+DATA scaledTabs<>+1148(SB)/4, $0xc0804000
+DATA scaledTabs<>+1152(SB)/4, $0x12121100
+DATA scaledTabs<>+1156(SB)/4, $0x13131212
+DATA scaledTabs<>+1160(SB)/4, $0x92929180
+DATA scaledTabs<>+1164(SB)/4, $0x93939292
+DATA scaledTabs<>+1168(SB)/4, $0x40008000
+DATA scaledTabs<>+1172(SB)/4, $0x4000c080
+DATA scaledTabs<>+1176(SB)/4, $0x40008000
+DATA scaledTabs<>+1180(SB)/4, $0x4000c080
+DATA scaledTabs<>+1184(SB)/4, $0x12121200
+DATA scaledTabs<>+1188(SB)/4, $0x13131313
+DATA scaledTabs<>+1192(SB)/4, $0x92929280
+DATA scaledTabs<>+1196(SB)/4, $0x93939393
+DATA scaledTabs<>+1200(SB)/4, $0xc0800000
+DATA scaledTabs<>+1204(SB)/4, $0xc0804000
+DATA scaledTabs<>+1208(SB)/4, $0xc0800000
+DATA scaledTabs<>+1212(SB)/4, $0xc0804000
+DATA scaledTabs<>+1216(SB)/4, $0x13131200
+DATA scaledTabs<>+1220(SB)/4, $0x14141313
+DATA scaledTabs<>+1224(SB)/4, $0x93939280
+DATA scaledTabs<>+1228(SB)/4, $0x94949393
+DATA scaledTabs<>+1232(SB)/4, $0x40008000
+DATA scaledTabs<>+1236(SB)/4, $0x4000c080
+DATA scaledTabs<>+1240(SB)/4, $0x40008000
+DATA scaledTabs<>+1244(SB)/4, $0x4000c080
+DATA scaledTabs<>+1248(SB)/4, $0x13131300
+DATA scaledTabs<>+1252(SB)/4, $0x14141414
+DATA scaledTabs<>+1256(SB)/4, $0x93939380
+DATA scaledTabs<>+1260(SB)/4, $0x94949494
+DATA scaledTabs<>+1264(SB)/4, $0xc0800000
+DATA scaledTabs<>+1268(SB)/4, $0xc0804000
+DATA scaledTabs<>+1272(SB)/4, $0xc0800000
+DATA scaledTabs<>+1276(SB)/4, $0xc0804000
+DATA scaledTabs<>+1280(SB)/4, $0x14141300
+DATA scaledTabs<>+1284(SB)/4, $0x15151414
+DATA scaledTabs<>+1288(SB)/4, $0x94949380
+DATA scaledTabs<>+1292(SB)/4, $0x95959494
+DATA scaledTabs<>+1296(SB)/4, $0x40008000
+DATA scaledTabs<>+1300(SB)/4, $0x4000c080
+DATA scaledTabs<>+1304(SB)/4, $0x40008000
+DATA scaledTabs<>+1308(SB)/4, $0x4000c080
+DATA scaledTabs<>+1312(SB)/4, $0x14141400
+DATA scaledTabs<>+1316(SB)/4, $0x15151515
+DATA scaledTabs<>+1320(SB)/4, $0x94949480
+DATA scaledTabs<>+1324(SB)/4, $0x95959595
+DATA scaledTabs<>+1328(SB)/4, $0xc0800000
+DATA scaledTabs<>+1332(SB)/4, $0xc0804000
+DATA scaledTabs<>+1336(SB)/4, $0xc0800000
+DATA scaledTabs<>+1340(SB)/4, $0xc0804000
+DATA scaledTabs<>+1344(SB)/4, $0x15151400
+DATA scaledTabs<>+1348(SB)/4, $0x16161515
+DATA scaledTabs<>+1352(SB)/4, $0x95959480
+DATA scaledTabs<>+1356(SB)/4, $0x96969595
+DATA scaledTabs<>+1360(SB)/4, $0x40008000
+DATA scaledTabs<>+1364(SB)/4, $0x4000c080
+DATA scaledTabs<>+1368(SB)/4, $0x40008000
+DATA scaledTabs<>+1372(SB)/4, $0x4000c080
+DATA scaledTabs<>+1376(SB)/4, $0x15151500
+DATA scaledTabs<>+1380(SB)/4, $0x16161616
+DATA scaledTabs<>+1384(SB)/4, $0x95959580
+DATA scaledTabs<>+1388(SB)/4, $0x96969696
+DATA scaledTabs<>+1392(SB)/4, $0xc0800000
+DATA scaledTabs<>+1396(SB)/4, $0xc0804000
+DATA scaledTabs<>+1400(SB)/4, $0xc0800000
+DATA scaledTabs<>+1404(SB)/4, $0xc0804000
+DATA scaledTabs<>+1408(SB)/4, $0x16161500
+DATA scaledTabs<>+1412(SB)/4, $0x17171616
+DATA scaledTabs<>+1416(SB)/4, $0x96969580
+DATA scaledTabs<>+1420(SB)/4, $0x97979696
+DATA scaledTabs<>+1424(SB)/4, $0x40008000
+DATA scaledTabs<>+1428(SB)/4, $0x4000c080
+DATA scaledTabs<>+1432(SB)/4, $0x40008000
+DATA scaledTabs<>+1436(SB)/4, $0x4000c080
+DATA scaledTabs<>+1440(SB)/4, $0x16161600
+DATA scaledTabs<>+1444(SB)/4, $0x17171717
+DATA scaledTabs<>+1448(SB)/4, $0x96969680
+DATA scaledTabs<>+1452(SB)/4, $0x97979797
+DATA scaledTabs<>+1456(SB)/4, $0xc0800000
+DATA scaledTabs<>+1460(SB)/4, $0xc0804000
+DATA scaledTabs<>+1464(SB)/4, $0xc0800000
+DATA scaledTabs<>+1468(SB)/4, $0xc0804000
+DATA scaledTabs<>+1472(SB)/4, $0x17171600
+DATA scaledTabs<>+1476(SB)/4, $0x18181717
+DATA scaledTabs<>+1480(SB)/4, $0x97979680
+DATA scaledTabs<>+1484(SB)/4, $0x98989797
+DATA scaledTabs<>+1488(SB)/4, $0x40008000
+DATA scaledTabs<>+1492(SB)/4, $0x4000c080
+DATA scaledTabs<>+1496(SB)/4, $0x40008000
+DATA scaledTabs<>+1500(SB)/4, $0x4000c080
+DATA scaledTabs<>+1504(SB)/4, $0x17171700
+DATA scaledTabs<>+1508(SB)/4, $0x18181818
+DATA scaledTabs<>+1512(SB)/4, $0x97979780
+DATA scaledTabs<>+1516(SB)/4, $0x98989898
+DATA scaledTabs<>+1520(SB)/4, $0xc0800000
+DATA scaledTabs<>+1524(SB)/4, $0xc0804000
+DATA scaledTabs<>+1528(SB)/4, $0xc0800000
+DATA scaledTabs<>+1532(SB)/4, $0xc0804000
+DATA scaledTabs<>+1536(SB)/4, $0x18181700
+DATA scaledTabs<>+1540(SB)/4, $0x19191818
+DATA scaledTabs<>+1544(SB)/4, $0x98989780
+DATA scaledTabs<>+1548(SB)/4, $0x99999898
+DATA scaledTabs<>+1552(SB)/4, $0x40008000
+DATA scaledTabs<>+1556(SB)/4, $0x4000c080
+DATA scaledTabs<>+1560(SB)/4, $0x40008000
+DATA scaledTabs<>+1564(SB)/4, $0x4000c080
+DATA scaledTabs<>+1568(SB)/4, $0x18181800
+DATA scaledTabs<>+1572(SB)/4, $0x19191919
+DATA scaledTabs<>+1576(SB)/4, $0x98989880
+DATA scaledTabs<>+1580(SB)/4, $0x99999999
+DATA scaledTabs<>+1584(SB)/4, $0xc0800000
+DATA scaledTabs<>+1588(SB)/4, $0xc0804000
+DATA scaledTabs<>+1592(SB)/4, $0xc0800000
+DATA scaledTabs<>+1596(SB)/4, $0xc0804000
+DATA scaledTabs<>+1600(SB)/4, $0x19191800
+DATA scaledTabs<>+1604(SB)/4, $0x1a1a1919
+DATA scaledTabs<>+1608(SB)/4, $0x99999880
+DATA scaledTabs<>+1612(SB)/4, $0x9a9a9999
+DATA scaledTabs<>+1616(SB)/4, $0x40008000
+DATA scaledTabs<>+1620(SB)/4, $0x4000c080
+DATA scaledTabs<>+1624(SB)/4, $0x40008000
+DATA scaledTabs<>+1628(SB)/4, $0x4000c080
+DATA scaledTabs<>+1632(SB)/4, $0x19191900
+DATA scaledTabs<>+1636(SB)/4, $0x1a1a1a1a
+DATA scaledTabs<>+1640(SB)/4, $0x99999980
+DATA scaledTabs<>+1644(SB)/4, $0x9a9a9a9a
+DATA scaledTabs<>+1648(SB)/4, $0xc0800000
+DATA scaledTabs<>+1652(SB)/4, $0xc0804000
+DATA scaledTabs<>+1656(SB)/4, $0xc0800000
+DATA scaledTabs<>+1660(SB)/4, $0xc0804000
+DATA scaledTabs<>+1664(SB)/4, $0x1a1a1900
+DATA scaledTabs<>+1668(SB)/4, $0x1b1b1a1a
+DATA scaledTabs<>+1672(SB)/4, $0x9a9a9980
+DATA scaledTabs<>+1676(SB)/4, $0x9b9b9a9a
+DATA scaledTabs<>+1680(SB)/4, $0x40008000
+DATA scaledTabs<>+1684(SB)/4, $0x4000c080
+DATA scaledTabs<>+1688(SB)/4, $0x40008000
+DATA scaledTabs<>+1692(SB)/4, $0x4000c080
+DATA scaledTabs<>+1696(SB)/4, $0x1a1a1a00
+DATA scaledTabs<>+1700(SB)/4, $0x1b1b1b1b
+DATA scaledTabs<>+1704(SB)/4, $0x9a9a9a80
+DATA scaledTabs<>+1708(SB)/4, $0x9b9b9b9b
+DATA scaledTabs<>+1712(SB)/4, $0xc0800000
+DATA scaledTabs<>+1716(SB)/4, $0xc0804000
+DATA scaledTabs<>+1720(SB)/4, $0xc0800000
+DATA scaledTabs<>+1724(SB)/4, $0xc0804000
+DATA scaledTabs<>+1728(SB)/4, $0x1b1b1a00
+DATA scaledTabs<>+1732(SB)/4, $0x1c1c1b1b
+DATA scaledTabs<>+1736(SB)/4, $0x9b9b9a80
+DATA scaledTabs<>+1740(SB)/4, $0x9c9c9b9b
+DATA scaledTabs<>+1744(SB)/4, $0x40008000
+DATA scaledTabs<>+1748(SB)/4, $0x4000c080
+DATA scaledTabs<>+1752(SB)/4, $0x40008000
+DATA scaledTabs<>+1756(SB)/4, $0x4000c080
+DATA scaledTabs<>+1760(SB)/4, $0x1b1b1b00
+DATA scaledTabs<>+1764(SB)/4, $0x1c1c1c1c
+DATA scaledTabs<>+1768(SB)/4, $0x9b9b9b80
+DATA scaledTabs<>+1772(SB)/4, $0x9c9c9c9c
+DATA scaledTabs<>+1776(SB)/4, $0xc0800000
+DATA scaledTabs<>+1780(SB)/4, $0xc0804000
+DATA scaledTabs<>+1784(SB)/4, $0xc0800000
+DATA scaledTabs<>+1788(SB)/4, $0xc0804000
+DATA scaledTabs<>+1792(SB)/4, $0x1c1c1b00
+DATA scaledTabs<>+1796(SB)/4, $0x1d1d1c1c
+DATA scaledTabs<>+1800(SB)/4, $0x9c9c9b80
+DATA scaledTabs<>+1804(SB)/4, $0x9d9d9c9c
+DATA scaledTabs<>+1808(SB)/4, $0x40008000
+DATA scaledTabs<>+1812(SB)/4, $0x4000c080
+DATA scaledTabs<>+1816(SB)/4, $0x40008000
+DATA scaledTabs<>+1820(SB)/4, $0x4000c080
+DATA scaledTabs<>+1824(SB)/4, $0x1c1c1c00
+DATA scaledTabs<>+1828(SB)/4, $0x1d1d1d1d
+DATA scaledTabs<>+1832(SB)/4, $0x9c9c9c80
+DATA scaledTabs<>+1836(SB)/4, $0x9d9d9d9d
+DATA scaledTabs<>+1840(SB)/4, $0xc0800000
+DATA scaledTabs<>+1844(SB)/4, $0xc0804000
+DATA scaledTabs<>+1848(SB)/4, $0xc0800000
+DATA scaledTabs<>+1852(SB)/4, $0xc0804000
+DATA scaledTabs<>+1856(SB)/4, $0x1d1d1c00
+DATA scaledTabs<>+1860(SB)/4, $0x1e1e1d1d
+DATA scaledTabs<>+1864(SB)/4, $0x9d9d9c80
+DATA scaledTabs<>+1868(SB)/4, $0x9e9e9d9d
+DATA scaledTabs<>+1872(SB)/4, $0x40008000
+DATA scaledTabs<>+1876(SB)/4, $0x4000c080
+DATA scaledTabs<>+1880(SB)/4, $0x40008000
+DATA scaledTabs<>+1884(SB)/4, $0x4000c080
+DATA scaledTabs<>+1888(SB)/4, $0x1d1d1d00
+DATA scaledTabs<>+1892(SB)/4, $0x1e1e1e1e
+DATA scaledTabs<>+1896(SB)/4, $0x9d9d9d80
+DATA scaledTabs<>+1900(SB)/4, $0x9e9e9e9e
+DATA scaledTabs<>+1904(SB)/4, $0xc0800000
+DATA scaledTabs<>+1908(SB)/4, $0xc0804000
+DATA scaledTabs<>+1912(SB)/4, $0xc0800000
+DATA scaledTabs<>+1916(SB)/4, $0xc0804000
+DATA scaledTabs<>+1920(SB)/4, $0x1e1e1d00
+DATA scaledTabs<>+1924(SB)/4, $0x1f1f1e1e
+DATA scaledTabs<>+1928(SB)/4, $0x9e9e9d80
+DATA scaledTabs<>+1932(SB)/4, $0x9f9f9e9e
+DATA scaledTabs<>+1936(SB)/4, $0x40008000
+DATA scaledTabs<>+1940(SB)/4, $0x4000c080
+DATA scaledTabs<>+1944(SB)/4, $0x40008000
+DATA scaledTabs<>+1948(SB)/4, $0x4000c080
+DATA scaledTabs<>+1952(SB)/4, $0x1e1e1e00
+DATA scaledTabs<>+1956(SB)/4, $0x1f1f1f1f
+DATA scaledTabs<>+1960(SB)/4, $0x9e9e9e80
+DATA scaledTabs<>+1964(SB)/4, $0x9f9f9f9f
+DATA scaledTabs<>+1968(SB)/4, $0xc0800000
+DATA scaledTabs<>+1972(SB)/4, $0xc0804000
+DATA scaledTabs<>+1976(SB)/4, $0xc0800000
+DATA scaledTabs<>+1980(SB)/4, $0xc0804000
+DATA scaledTabs<>+1984(SB)/4, $0x1f1f1e00
+DATA scaledTabs<>+1988(SB)/4, $0x20201f1f
+DATA scaledTabs<>+1992(SB)/4, $0x9f9f9e80
+DATA scaledTabs<>+1996(SB)/4, $0xa0a09f9f
+DATA scaledTabs<>+2000(SB)/4, $0x40008000
+DATA scaledTabs<>+2004(SB)/4, $0x4000c080
+DATA scaledTabs<>+2008(SB)/4, $0x40008000
+DATA scaledTabs<>+2012(SB)/4, $0x4000c080
+DATA scaledTabs<>+2016(SB)/4, $0x1f1f1f00
+DATA scaledTabs<>+2020(SB)/4, $0x20202020
+DATA scaledTabs<>+2024(SB)/4, $0x9f9f9f80
+DATA scaledTabs<>+2028(SB)/4, $0xa0a0a0a0
+DATA scaledTabs<>+2032(SB)/4, $0xc0800000
+DATA scaledTabs<>+2036(SB)/4, $0xc0804000
+DATA scaledTabs<>+2040(SB)/4, $0xc0800000
+DATA scaledTabs<>+2044(SB)/4, $0xc0804000
+DATA scaledTabs<>+2048(SB)/4, $0x20201f00
+DATA scaledTabs<>+2052(SB)/4, $0x21212020
+DATA scaledTabs<>+2056(SB)/4, $0xa0a09f80
+DATA scaledTabs<>+2060(SB)/4, $0xa1a1a0a0
+DATA scaledTabs<>+2064(SB)/4, $0x40008000
+DATA scaledTabs<>+2068(SB)/4, $0x4000c080
+DATA scaledTabs<>+2072(SB)/4, $0x40008000
+DATA scaledTabs<>+2076(SB)/4, $0x4000c080
+DATA scaledTabs<>+2080(SB)/4, $0x20202000
+DATA scaledTabs<>+2084(SB)/4, $0x21212121
+DATA scaledTabs<>+2088(SB)/4, $0xa0a0a080
+DATA scaledTabs<>+2092(SB)/4, $0xa1a1a1a1
+DATA scaledTabs<>+2096(SB)/4, $0xc0800000
+DATA scaledTabs<>+2100(SB)/4, $0xc0804000
+DATA scaledTabs<>+2104(SB)/4, $0xc0800000
+DATA scaledTabs<>+2108(SB)/4, $0xc0804000
+DATA scaledTabs<>+2112(SB)/4, $0x21212000
+DATA scaledTabs<>+2116(SB)/4, $0x22222121
+DATA scaledTabs<>+2120(SB)/4, $0xa1a1a080
+DATA scaledTabs<>+2124(SB)/4, $0xa2a2a1a1
+DATA scaledTabs<>+2128(SB)/4, $0x40008000
+DATA scaledTabs<>+2132(SB)/4, $0x4000c080
+DATA scaledTabs<>+2136(SB)/4, $0x40008000
+DATA scaledTabs<>+2140(SB)/4, $0x4000c080
+DATA scaledTabs<>+2144(SB)/4, $0x21212100
+DATA scaledTabs<>+2148(SB)/4, $0x22222222
+DATA scaledTabs<>+2152(SB)/4, $0xa1a1a180
+DATA scaledTabs<>+2156(SB)/4, $0xa2a2a2a2
+DATA scaledTabs<>+2160(SB)/4, $0xc0800000
+DATA scaledTabs<>+2164(SB)/4, $0xc0804000
+DATA scaledTabs<>+2168(SB)/4, $0xc0800000
+DATA scaledTabs<>+2172(SB)/4, $0xc0804000
+DATA scaledTabs<>+2176(SB)/4, $0x22222100
+DATA scaledTabs<>+2180(SB)/4, $0x23232222
+DATA scaledTabs<>+2184(SB)/4, $0xa2a2a180
+DATA scaledTabs<>+2188(SB)/4, $0xa3a3a2a2
+DATA scaledTabs<>+2192(SB)/4, $0x40008000
+DATA scaledTabs<>+2196(SB)/4, $0x4000c080
+DATA scaledTabs<>+2200(SB)/4, $0x40008000
+DATA scaledTabs<>+2204(SB)/4, $0x4000c080
+DATA scaledTabs<>+2208(SB)/4, $0x22222200
+DATA scaledTabs<>+2212(SB)/4, $0x23232323
+DATA scaledTabs<>+2216(SB)/4, $0xa2a2a280
+DATA scaledTabs<>+2220(SB)/4, $0xa3a3a3a3
+DATA scaledTabs<>+2224(SB)/4, $0xc0800000
+DATA scaledTabs<>+2228(SB)/4, $0xc0804000
+DATA scaledTabs<>+2232(SB)/4, $0xc0800000
+DATA scaledTabs<>+2236(SB)/4, $0xc0804000
+DATA scaledTabs<>+2240(SB)/4, $0x23232200
+DATA scaledTabs<>+2244(SB)/4, $0x24242323
+DATA scaledTabs<>+2248(SB)/4, $0xa3a3a280
+DATA scaledTabs<>+2252(SB)/4, $0xa4a4a3a3
+DATA scaledTabs<>+2256(SB)/4, $0x40008000
+DATA scaledTabs<>+2260(SB)/4, $0x4000c080
+DATA scaledTabs<>+2264(SB)/4, $0x40008000
+DATA scaledTabs<>+2268(SB)/4, $0x4000c080
+DATA scaledTabs<>+2272(SB)/4, $0x23232300
+DATA scaledTabs<>+2276(SB)/4, $0x24242424
+DATA scaledTabs<>+2280(SB)/4, $0xa3a3a380
+DATA scaledTabs<>+2284(SB)/4, $0xa4a4a4a4
+DATA scaledTabs<>+2288(SB)/4, $0xc0800000
+DATA scaledTabs<>+2292(SB)/4, $0xc0804000
+DATA scaledTabs<>+2296(SB)/4, $0xc0800000
+DATA scaledTabs<>+2300(SB)/4, $0xc0804000
+DATA scaledTabs<>+2304(SB)/4, $0x24242300
+DATA scaledTabs<>+2308(SB)/4, $0x25252424
+DATA scaledTabs<>+2312(SB)/4, $0xa4a4a380
+DATA scaledTabs<>+2316(SB)/4, $0xa5a5a4a4
+DATA scaledTabs<>+2320(SB)/4, $0x40008000
+DATA scaledTabs<>+2324(SB)/4, $0x4000c080
+DATA scaledTabs<>+2328(SB)/4, $0x40008000
+DATA scaledTabs<>+2332(SB)/4, $0x4000c080
+DATA scaledTabs<>+2336(SB)/4, $0x24242400
+DATA scaledTabs<>+2340(SB)/4, $0x25252525
+DATA scaledTabs<>+2344(SB)/4, $0xa4a4a480
+DATA scaledTabs<>+2348(SB)/4, $0xa5a5a5a5
+DATA scaledTabs<>+2352(SB)/4, $0xc0800000
+DATA scaledTabs<>+2356(SB)/4, $0xc0804000
+DATA scaledTabs<>+2360(SB)/4, $0xc0800000
+DATA scaledTabs<>+2364(SB)/4, $0xc0804000
+DATA scaledTabs<>+2368(SB)/4, $0x25252400
+DATA scaledTabs<>+2372(SB)/4, $0x26262525
+DATA scaledTabs<>+2376(SB)/4, $0xa5a5a480
+DATA scaledTabs<>+2380(SB)/4, $0xa6a6a5a5
+DATA scaledTabs<>+2384(SB)/4, $0x40008000
+DATA scaledTabs<>+2388(SB)/4, $0x4000c080
+DATA scaledTabs<>+2392(SB)/4, $0x40008000
+DATA scaledTabs<>+2396(SB)/4, $0x4000c080
+DATA scaledTabs<>+2400(SB)/4, $0x25252500
+DATA scaledTabs<>+2404(SB)/4, $0x26262626
+DATA scaledTabs<>+2408(SB)/4, $0xa5a5a580
+DATA scaledTabs<>+2412(SB)/4, $0xa6a6a6a6
+DATA scaledTabs<>+2416(SB)/4, $0xc0800000
+DATA scaledTabs<>+2420(SB)/4, $0xc0804000
+DATA scaledTabs<>+2424(SB)/4, $0xc0800000
+DATA scaledTabs<>+2428(SB)/4, $0xc0804000
+DATA scaledTabs<>+2432(SB)/4, $0x26262500
+DATA scaledTabs<>+2436(SB)/4, $0x27272626
+DATA scaledTabs<>+2440(SB)/4, $0xa6a6a580
+DATA scaledTabs<>+2444(SB)/4, $0xa7a7a6a6
+DATA scaledTabs<>+2448(SB)/4, $0x40008000
+DATA scaledTabs<>+2452(SB)/4, $0x4000c080
+DATA scaledTabs<>+2456(SB)/4, $0x40008000
+DATA scaledTabs<>+2460(SB)/4, $0x4000c080
+DATA scaledTabs<>+2464(SB)/4, $0x26262600
+DATA scaledTabs<>+2468(SB)/4, $0x27272727
+DATA scaledTabs<>+2472(SB)/4, $0xa6a6a680
+DATA scaledTabs<>+2476(SB)/4, $0xa7a7a7a7
+DATA scaledTabs<>+2480(SB)/4, $0xc0800000
+DATA scaledTabs<>+2484(SB)/4, $0xc0804000
+DATA scaledTabs<>+2488(SB)/4, $0xc0800000
+DATA scaledTabs<>+2492(SB)/4, $0xc0804000
+DATA scaledTabs<>+2496(SB)/4, $0x27272600
+DATA scaledTabs<>+2500(SB)/4, $0x28282727
+DATA scaledTabs<>+2504(SB)/4, $0xa7a7a680
+DATA scaledTabs<>+2508(SB)/4, $0xa8a8a7a7
+DATA scaledTabs<>+2512(SB)/4, $0x40008000
+DATA scaledTabs<>+2516(SB)/4, $0x4000c080
+DATA scaledTabs<>+2520(SB)/4, $0x40008000
+DATA scaledTabs<>+2524(SB)/4, $0x4000c080
+DATA scaledTabs<>+2528(SB)/4, $0x27272700
+DATA scaledTabs<>+2532(SB)/4, $0x28282828
+DATA scaledTabs<>+2536(SB)/4, $0xa7a7a780
+DATA scaledTabs<>+2540(SB)/4, $0xa8a8a8a8
+DATA scaledTabs<>+2544(SB)/4, $0xc0800000
+DATA scaledTabs<>+2548(SB)/4, $0xc0804000
+DATA scaledTabs<>+2552(SB)/4, $0xc0800000
+DATA scaledTabs<>+2556(SB)/4, $0xc0804000
+DATA scaledTabs<>+2560(SB)/4, $0x28282700
+DATA scaledTabs<>+2564(SB)/4, $0x29292828
+DATA scaledTabs<>+2568(SB)/4, $0xa8a8a780
+DATA scaledTabs<>+2572(SB)/4, $0xa9a9a8a8
+DATA scaledTabs<>+2576(SB)/4, $0x40008000
+DATA scaledTabs<>+2580(SB)/4, $0x4000c080
+DATA scaledTabs<>+2584(SB)/4, $0x40008000
+DATA scaledTabs<>+2588(SB)/4, $0x4000c080
+DATA scaledTabs<>+2592(SB)/4, $0x28282800
+DATA scaledTabs<>+2596(SB)/4, $0x29292929
+DATA scaledTabs<>+2600(SB)/4, $0xa8a8a880
+DATA scaledTabs<>+2604(SB)/4, $0xa9a9a9a9
+DATA scaledTabs<>+2608(SB)/4, $0xc0800000
+DATA scaledTabs<>+2612(SB)/4, $0xc0804000
+DATA scaledTabs<>+2616(SB)/4, $0xc0800000
+DATA scaledTabs<>+2620(SB)/4, $0xc0804000
+DATA scaledTabs<>+2624(SB)/4, $0x29292800
+DATA scaledTabs<>+2628(SB)/4, $0x2a2a2929
+DATA scaledTabs<>+2632(SB)/4, $0xa9a9a880
+DATA scaledTabs<>+2636(SB)/4, $0xaaaaa9a9
+DATA scaledTabs<>+2640(SB)/4, $0x40008000
+DATA scaledTabs<>+2644(SB)/4, $0x4000c080
+DATA scaledTabs<>+2648(SB)/4, $0x40008000
+DATA scaledTabs<>+2652(SB)/4, $0x4000c080
+DATA scaledTabs<>+2656(SB)/4, $0x29292900
+DATA scaledTabs<>+2660(SB)/4, $0x2a2a2a2a
+DATA scaledTabs<>+2664(SB)/4, $0xa9a9a980
+DATA scaledTabs<>+2668(SB)/4, $0xaaaaaaaa
+DATA scaledTabs<>+2672(SB)/4, $0xc0800000
+DATA scaledTabs<>+2676(SB)/4, $0xc0804000
+DATA scaledTabs<>+2680(SB)/4, $0xc0800000
+DATA scaledTabs<>+2684(SB)/4, $0xc0804000
+DATA scaledTabs<>+2688(SB)/4, $0x2a2a2900
+DATA scaledTabs<>+2692(SB)/4, $0x2b2b2a2a
+DATA scaledTabs<>+2696(SB)/4, $0xaaaaa980
+DATA scaledTabs<>+2700(SB)/4, $0xababaaaa
+DATA scaledTabs<>+2704(SB)/4, $0x40008000
+DATA scaledTabs<>+2708(SB)/4, $0x4000c080
+DATA scaledTabs<>+2712(SB)/4, $0x40008000
+DATA scaledTabs<>+2716(SB)/4, $0x4000c080
+DATA scaledTabs<>+2720(SB)/4, $0x2a2a2a00
+DATA scaledTabs<>+2724(SB)/4, $0x2b2b2b2b
+DATA scaledTabs<>+2728(SB)/4, $0xaaaaaa80
+DATA scaledTabs<>+2732(SB)/4, $0xabababab
+DATA scaledTabs<>+2736(SB)/4, $0xc0800000
+DATA scaledTabs<>+2740(SB)/4, $0xc0804000
+DATA scaledTabs<>+2744(SB)/4, $0xc0800000
+DATA scaledTabs<>+2748(SB)/4, $0xc0804000
+DATA scaledTabs<>+2752(SB)/4, $0x2b2b2a00
+DATA scaledTabs<>+2756(SB)/4, $0x2c2c2b2b
+DATA scaledTabs<>+2760(SB)/4, $0xababaa80
+DATA scaledTabs<>+2764(SB)/4, $0xacacabab
+DATA scaledTabs<>+2768(SB)/4, $0x40008000
+DATA scaledTabs<>+2772(SB)/4, $0x4000c080
+DATA scaledTabs<>+2776(SB)/4, $0x40008000
+DATA scaledTabs<>+2780(SB)/4, $0x4000c080
+DATA scaledTabs<>+2784(SB)/4, $0x2b2b2b00
+DATA scaledTabs<>+2788(SB)/4, $0x2c2c2c2c
+DATA scaledTabs<>+2792(SB)/4, $0xababab80
+DATA scaledTabs<>+2796(SB)/4, $0xacacacac
+DATA scaledTabs<>+2800(SB)/4, $0xc0800000
+DATA scaledTabs<>+2804(SB)/4, $0xc0804000
+DATA scaledTabs<>+2808(SB)/4, $0xc0800000
+DATA scaledTabs<>+2812(SB)/4, $0xc0804000
+DATA scaledTabs<>+2816(SB)/4, $0x2c2c2b00
+DATA scaledTabs<>+2820(SB)/4, $0x2d2d2c2c
+DATA scaledTabs<>+2824(SB)/4, $0xacacab80
+DATA scaledTabs<>+2828(SB)/4, $0xadadacac
+DATA scaledTabs<>+2832(SB)/4, $0x40008000
+DATA scaledTabs<>+2836(SB)/4, $0x4000c080
+DATA scaledTabs<>+2840(SB)/4, $0x40008000
+DATA scaledTabs<>+2844(SB)/4, $0x4000c080
+DATA scaledTabs<>+2848(SB)/4, $0x2c2c2c00
+DATA scaledTabs<>+2852(SB)/4, $0x2d2d2d2d
+DATA scaledTabs<>+2856(SB)/4, $0xacacac80
+DATA scaledTabs<>+2860(SB)/4, $0xadadadad
+DATA scaledTabs<>+2864(SB)/4, $0xc0800000
+DATA scaledTabs<>+2868(SB)/4, $0xc0804000
+DATA scaledTabs<>+2872(SB)/4, $0xc0800000
+DATA scaledTabs<>+2876(SB)/4, $0xc0804000
+DATA scaledTabs<>+2880(SB)/4, $0x2d2d2c00
+DATA scaledTabs<>+2884(SB)/4, $0x2e2e2d2d
+DATA scaledTabs<>+2888(SB)/4, $0xadadac80
+DATA scaledTabs<>+2892(SB)/4, $0xaeaeadad
+DATA scaledTabs<>+2896(SB)/4, $0x40008000
+DATA scaledTabs<>+2900(SB)/4, $0x4000c080
+DATA scaledTabs<>+2904(SB)/4, $0x40008000
+DATA scaledTabs<>+2908(SB)/4, $0x4000c080
+DATA scaledTabs<>+2912(SB)/4, $0x2d2d2d00
+DATA scaledTabs<>+2916(SB)/4, $0x2e2e2e2e
+DATA scaledTabs<>+2920(SB)/4, $0xadadad80
+DATA scaledTabs<>+2924(SB)/4, $0xaeaeaeae
+DATA scaledTabs<>+2928(SB)/4, $0xc0800000
+DATA scaledTabs<>+2932(SB)/4, $0xc0804000
+DATA scaledTabs<>+2936(SB)/4, $0xc0800000
+DATA scaledTabs<>+2940(SB)/4, $0xc0804000
+DATA scaledTabs<>+2944(SB)/4, $0x2e2e2d00
+DATA scaledTabs<>+2948(SB)/4, $0x2f2f2e2e
+DATA scaledTabs<>+2952(SB)/4, $0xaeaead80
+DATA scaledTabs<>+2956(SB)/4, $0xafafaeae
+DATA scaledTabs<>+2960(SB)/4, $0x40008000
+DATA scaledTabs<>+2964(SB)/4, $0x4000c080
+DATA scaledTabs<>+2968(SB)/4, $0x40008000
+DATA scaledTabs<>+2972(SB)/4, $0x4000c080
+DATA scaledTabs<>+2976(SB)/4, $0x2e2e2e00
+DATA scaledTabs<>+2980(SB)/4, $0x2f2f2f2f
+DATA scaledTabs<>+2984(SB)/4, $0xaeaeae80
+DATA scaledTabs<>+2988(SB)/4, $0xafafafaf
+DATA scaledTabs<>+2992(SB)/4, $0xc0800000
+DATA scaledTabs<>+2996(SB)/4, $0xc0804000
+DATA scaledTabs<>+3000(SB)/4, $0xc0800000
+DATA scaledTabs<>+3004(SB)/4, $0xc0804000
+DATA scaledTabs<>+3008(SB)/4, $0x2f2f2e00
+DATA scaledTabs<>+3012(SB)/4, $0x30302f2f
+DATA scaledTabs<>+3016(SB)/4, $0xafafae80
+DATA scaledTabs<>+3020(SB)/4, $0xb0b0afaf
+DATA scaledTabs<>+3024(SB)/4, $0x40008000
+DATA scaledTabs<>+3028(SB)/4, $0x4000c080
+DATA scaledTabs<>+3032(SB)/4, $0x40008000
+DATA scaledTabs<>+3036(SB)/4, $0x4000c080
+DATA scaledTabs<>+3040(SB)/4, $0x2f2f2f00
+DATA scaledTabs<>+3044(SB)/4, $0x30303030
+DATA scaledTabs<>+3048(SB)/4, $0xafafaf80
+DATA scaledTabs<>+3052(SB)/4, $0xb0b0b0b0
+DATA scaledTabs<>+3056(SB)/4, $0xc0800000
+DATA scaledTabs<>+3060(SB)/4, $0xc0804000
+DATA scaledTabs<>+3064(SB)/4, $0xc0800000
+DATA scaledTabs<>+3068(SB)/4, $0xc0804000
+DATA scaledTabs<>+3072(SB)/4, $0x30302f00
+DATA scaledTabs<>+3076(SB)/4, $0x31313030
+DATA scaledTabs<>+3080(SB)/4, $0xb0b0af80
+DATA scaledTabs<>+3084(SB)/4, $0xb1b1b0b0
+DATA scaledTabs<>+3088(SB)/4, $0x40008000
+DATA scaledTabs<>+3092(SB)/4, $0x4000c080
+DATA scaledTabs<>+3096(SB)/4, $0x40008000
+DATA scaledTabs<>+3100(SB)/4, $0x4000c080
+DATA scaledTabs<>+3104(SB)/4, $0x30303000
+DATA scaledTabs<>+3108(SB)/4, $0x31313131
+DATA scaledTabs<>+3112(SB)/4, $0xb0b0b080
+DATA scaledTabs<>+3116(SB)/4, $0xb1b1b1b1
+DATA scaledTabs<>+3120(SB)/4, $0xc0800000
+DATA scaledTabs<>+3124(SB)/4, $0xc0804000
+DATA scaledTabs<>+3128(SB)/4, $0xc0800000
+DATA scaledTabs<>+3132(SB)/4, $0xc0804000
+DATA scaledTabs<>+3136(SB)/4, $0x31313000
+DATA scaledTabs<>+3140(SB)/4, $0x32323131
+DATA scaledTabs<>+3144(SB)/4, $0xb1b1b080
+DATA scaledTabs<>+3148(SB)/4, $0xb2b2b1b1
+DATA scaledTabs<>+3152(SB)/4, $0x40008000
+DATA scaledTabs<>+3156(SB)/4, $0x4000c080
+DATA scaledTabs<>+3160(SB)/4, $0x40008000
+DATA scaledTabs<>+3164(SB)/4, $0x4000c080
+DATA scaledTabs<>+3168(SB)/4, $0x31313100
+DATA scaledTabs<>+3172(SB)/4, $0x32323232
+DATA scaledTabs<>+3176(SB)/4, $0xb1b1b180
+DATA scaledTabs<>+3180(SB)/4, $0xb2b2b2b2
+DATA scaledTabs<>+3184(SB)/4, $0xc0800000
+DATA scaledTabs<>+3188(SB)/4, $0xc0804000
+DATA scaledTabs<>+3192(SB)/4, $0xc0800000
+DATA scaledTabs<>+3196(SB)/4, $0xc0804000
+DATA scaledTabs<>+3200(SB)/4, $0x32323100
+DATA scaledTabs<>+3204(SB)/4, $0x33333232
+DATA scaledTabs<>+3208(SB)/4, $0xb2b2b180
+DATA scaledTabs<>+3212(SB)/4, $0xb3b3b2b2
+DATA scaledTabs<>+3216(SB)/4, $0x40008000
+DATA scaledTabs<>+3220(SB)/4, $0x4000c080
+DATA scaledTabs<>+3224(SB)/4, $0x40008000
+DATA scaledTabs<>+3228(SB)/4, $0x4000c080
+DATA scaledTabs<>+3232(SB)/4, $0x32323200
+DATA scaledTabs<>+3236(SB)/4, $0x33333333
+DATA scaledTabs<>+3240(SB)/4, $0xb2b2b280
+DATA scaledTabs<>+3244(SB)/4, $0xb3b3b3b3
+DATA scaledTabs<>+3248(SB)/4, $0xc0800000
+DATA scaledTabs<>+3252(SB)/4, $0xc0804000
+DATA scaledTabs<>+3256(SB)/4, $0xc0800000
+DATA scaledTabs<>+3260(SB)/4, $0xc0804000
+DATA scaledTabs<>+3264(SB)/4, $0x33333200
+DATA scaledTabs<>+3268(SB)/4, $0x34343333
+DATA scaledTabs<>+3272(SB)/4, $0xb3b3b280
+DATA scaledTabs<>+3276(SB)/4, $0xb4b4b3b3
+DATA scaledTabs<>+3280(SB)/4, $0x40008000
+DATA scaledTabs<>+3284(SB)/4, $0x4000c080
+DATA scaledTabs<>+3288(SB)/4, $0x40008000
+DATA scaledTabs<>+3292(SB)/4, $0x4000c080
+DATA scaledTabs<>+3296(SB)/4, $0x33333300
+DATA scaledTabs<>+3300(SB)/4, $0x34343434
+DATA scaledTabs<>+3304(SB)/4, $0xb3b3b380
+DATA scaledTabs<>+3308(SB)/4, $0xb4b4b4b4
+DATA scaledTabs<>+3312(SB)/4, $0xc0800000
+DATA scaledTabs<>+3316(SB)/4, $0xc0804000
+DATA scaledTabs<>+3320(SB)/4, $0xc0800000
+DATA scaledTabs<>+3324(SB)/4, $0xc0804000
+DATA scaledTabs<>+3328(SB)/4, $0x34343300
+DATA scaledTabs<>+3332(SB)/4, $0x35353434
+DATA scaledTabs<>+3336(SB)/4, $0xb4b4b380
+DATA scaledTabs<>+3340(SB)/4, $0xb5b5b4b4
+DATA scaledTabs<>+3344(SB)/4, $0x40008000
+DATA scaledTabs<>+3348(SB)/4, $0x4000c080
+DATA scaledTabs<>+3352(SB)/4, $0x40008000
+DATA scaledTabs<>+3356(SB)/4, $0x4000c080
+DATA scaledTabs<>+3360(SB)/4, $0x34343400
+DATA scaledTabs<>+3364(SB)/4, $0x35353535
+DATA scaledTabs<>+3368(SB)/4, $0xb4b4b480
+DATA scaledTabs<>+3372(SB)/4, $0xb5b5b5b5
+DATA scaledTabs<>+3376(SB)/4, $0xc0800000
+DATA scaledTabs<>+3380(SB)/4, $0xc0804000
+DATA scaledTabs<>+3384(SB)/4, $0xc0800000
+DATA scaledTabs<>+3388(SB)/4, $0xc0804000
+DATA scaledTabs<>+3392(SB)/4, $0x35353400
+DATA scaledTabs<>+3396(SB)/4, $0x36363535
+DATA scaledTabs<>+3400(SB)/4, $0xb5b5b480
+DATA scaledTabs<>+3404(SB)/4, $0xb6b6b5b5
+DATA scaledTabs<>+3408(SB)/4, $0x40008000
+DATA scaledTabs<>+3412(SB)/4, $0x4000c080
+DATA scaledTabs<>+3416(SB)/4, $0x40008000
+DATA scaledTabs<>+3420(SB)/4, $0x4000c080
+DATA scaledTabs<>+3424(SB)/4, $0x35353500
+DATA scaledTabs<>+3428(SB)/4, $0x36363636
+DATA scaledTabs<>+3432(SB)/4, $0xb5b5b580
+DATA scaledTabs<>+3436(SB)/4, $0xb6b6b6b6
+DATA scaledTabs<>+3440(SB)/4, $0xc0800000
+DATA scaledTabs<>+3444(SB)/4, $0xc0804000
+DATA scaledTabs<>+3448(SB)/4, $0xc0800000
+DATA scaledTabs<>+3452(SB)/4, $0xc0804000
+DATA scaledTabs<>+3456(SB)/4, $0x36363500
+DATA scaledTabs<>+3460(SB)/4, $0x37373636
+DATA scaledTabs<>+3464(SB)/4, $0xb6b6b580
+DATA scaledTabs<>+3468(SB)/4, $0xb7b7b6b6
+DATA scaledTabs<>+3472(SB)/4, $0x40008000
+DATA scaledTabs<>+3476(SB)/4, $0x4000c080
+DATA scaledTabs<>+3480(SB)/4, $0x40008000
+DATA scaledTabs<>+3484(SB)/4, $0x4000c080
+DATA scaledTabs<>+3488(SB)/4, $0x36363600
+DATA scaledTabs<>+3492(SB)/4, $0x37373737
+DATA scaledTabs<>+3496(SB)/4, $0xb6b6b680
+DATA scaledTabs<>+3500(SB)/4, $0xb7b7b7b7
+DATA scaledTabs<>+3504(SB)/4, $0xc0800000
+DATA scaledTabs<>+3508(SB)/4, $0xc0804000
+DATA scaledTabs<>+3512(SB)/4, $0xc0800000
+DATA scaledTabs<>+3516(SB)/4, $0xc0804000
+DATA scaledTabs<>+3520(SB)/4, $0x37373600
+DATA scaledTabs<>+3524(SB)/4, $0x38383737
+DATA scaledTabs<>+3528(SB)/4, $0xb7b7b680
+DATA scaledTabs<>+3532(SB)/4, $0xb8b8b7b7
+DATA scaledTabs<>+3536(SB)/4, $0x40008000
+DATA scaledTabs<>+3540(SB)/4, $0x4000c080
+DATA scaledTabs<>+3544(SB)/4, $0x40008000
+DATA scaledTabs<>+3548(SB)/4, $0x4000c080
+DATA scaledTabs<>+3552(SB)/4, $0x37373700
+DATA scaledTabs<>+3556(SB)/4, $0x38383838
+DATA scaledTabs<>+3560(SB)/4, $0xb7b7b780
+DATA scaledTabs<>+3564(SB)/4, $0xb8b8b8b8
+DATA scaledTabs<>+3568(SB)/4, $0xc0800000
+DATA scaledTabs<>+3572(SB)/4, $0xc0804000
+DATA scaledTabs<>+3576(SB)/4, $0xc0800000
+DATA scaledTabs<>+3580(SB)/4, $0xc0804000
+DATA scaledTabs<>+3584(SB)/4, $0x38383700
+DATA scaledTabs<>+3588(SB)/4, $0x39393838
+DATA scaledTabs<>+3592(SB)/4, $0xb8b8b780
+DATA scaledTabs<>+3596(SB)/4, $0xb9b9b8b8
+DATA scaledTabs<>+3600(SB)/4, $0x40008000
+DATA scaledTabs<>+3604(SB)/4, $0x4000c080
+DATA scaledTabs<>+3608(SB)/4, $0x40008000
+DATA scaledTabs<>+3612(SB)/4, $0x4000c080
+DATA scaledTabs<>+3616(SB)/4, $0x38383800
+DATA scaledTabs<>+3620(SB)/4, $0x39393939
+DATA scaledTabs<>+3624(SB)/4, $0xb8b8b880
+DATA scaledTabs<>+3628(SB)/4, $0xb9b9b9b9
+DATA scaledTabs<>+3632(SB)/4, $0xc0800000
+DATA scaledTabs<>+3636(SB)/4, $0xc0804000
+DATA scaledTabs<>+3640(SB)/4, $0xc0800000
+DATA scaledTabs<>+3644(SB)/4, $0xc0804000
+DATA scaledTabs<>+3648(SB)/4, $0x39393800
+DATA scaledTabs<>+3652(SB)/4, $0x3a3a3939
+DATA scaledTabs<>+3656(SB)/4, $0xb9b9b880
+DATA scaledTabs<>+3660(SB)/4, $0xbabab9b9
+DATA scaledTabs<>+3664(SB)/4, $0x40008000
+DATA scaledTabs<>+3668(SB)/4, $0x4000c080
+DATA scaledTabs<>+3672(SB)/4, $0x40008000
+DATA scaledTabs<>+3676(SB)/4, $0x4000c080
+DATA scaledTabs<>+3680(SB)/4, $0x39393900
+DATA scaledTabs<>+3684(SB)/4, $0x3a3a3a3a
+DATA scaledTabs<>+3688(SB)/4, $0xb9b9b980
+DATA scaledTabs<>+3692(SB)/4, $0xbabababa
+DATA scaledTabs<>+3696(SB)/4, $0xc0800000
+DATA scaledTabs<>+3700(SB)/4, $0xc0804000
+DATA scaledTabs<>+3704(SB)/4, $0xc0800000
+DATA scaledTabs<>+3708(SB)/4, $0xc0804000
+DATA scaledTabs<>+3712(SB)/4, $0x3a3a3900
+DATA scaledTabs<>+3716(SB)/4, $0x3b3b3a3a
+DATA scaledTabs<>+3720(SB)/4, $0xbabab980
+DATA scaledTabs<>+3724(SB)/4, $0xbbbbbaba
+DATA scaledTabs<>+3728(SB)/4, $0x40008000
+DATA scaledTabs<>+3732(SB)/4, $0x4000c080
+DATA scaledTabs<>+3736(SB)/4, $0x40008000
+DATA scaledTabs<>+3740(SB)/4, $0x4000c080
+DATA scaledTabs<>+3744(SB)/4, $0x3a3a3a00
+DATA scaledTabs<>+3748(SB)/4, $0x3b3b3b3b
+DATA scaledTabs<>+3752(SB)/4, $0xbababa80
+DATA scaledTabs<>+3756(SB)/4, $0xbbbbbbbb
+DATA scaledTabs<>+3760(SB)/4, $0xc0800000
+DATA scaledTabs<>+3764(SB)/4, $0xc0804000
+DATA scaledTabs<>+3768(SB)/4, $0xc0800000
+DATA scaledTabs<>+3772(SB)/4, $0xc0804000
+DATA scaledTabs<>+3776(SB)/4, $0x3b3b3a00
+DATA scaledTabs<>+3780(SB)/4, $0x3c3c3b3b
+DATA scaledTabs<>+3784(SB)/4, $0xbbbbba80
+DATA scaledTabs<>+3788(SB)/4, $0xbcbcbbbb
+DATA scaledTabs<>+3792(SB)/4, $0x40008000
+DATA scaledTabs<>+3796(SB)/4, $0x4000c080
+DATA scaledTabs<>+3800(SB)/4, $0x40008000
+DATA scaledTabs<>+3804(SB)/4, $0x4000c080
+DATA scaledTabs<>+3808(SB)/4, $0x3b3b3b00
+DATA scaledTabs<>+3812(SB)/4, $0x3c3c3c3c
+DATA scaledTabs<>+3816(SB)/4, $0xbbbbbb80
+DATA scaledTabs<>+3820(SB)/4, $0xbcbcbcbc
+DATA scaledTabs<>+3824(SB)/4, $0xc0800000
+DATA scaledTabs<>+3828(SB)/4, $0xc0804000
+DATA scaledTabs<>+3832(SB)/4, $0xc0800000
+DATA scaledTabs<>+3836(SB)/4, $0xc0804000
+DATA scaledTabs<>+3840(SB)/4, $0x3c3c3b00
+DATA scaledTabs<>+3844(SB)/4, $0x3d3d3c3c
+DATA scaledTabs<>+3848(SB)/4, $0xbcbcbb80
+DATA scaledTabs<>+3852(SB)/4, $0xbdbdbcbc
+DATA scaledTabs<>+3856(SB)/4, $0x40008000
+DATA scaledTabs<>+3860(SB)/4, $0x4000c080
+DATA scaledTabs<>+3864(SB)/4, $0x40008000
+DATA scaledTabs<>+3868(SB)/4, $0x4000c080
+DATA scaledTabs<>+3872(SB)/4, $0x3c3c3c00
+DATA scaledTabs<>+3876(SB)/4, $0x3d3d3d3d
+DATA scaledTabs<>+3880(SB)/4, $0xbcbcbc80
+DATA scaledTabs<>+3884(SB)/4, $0xbdbdbdbd
+DATA scaledTabs<>+3888(SB)/4, $0xc0800000
+DATA scaledTabs<>+3892(SB)/4, $0xc0804000
+DATA scaledTabs<>+3896(SB)/4, $0xc0800000
+DATA scaledTabs<>+3900(SB)/4, $0xc0804000
+DATA scaledTabs<>+3904(SB)/4, $0x3d3d3c00
+DATA scaledTabs<>+3908(SB)/4, $0x3e3e3d3d
+DATA scaledTabs<>+3912(SB)/4, $0xbdbdbc80
+DATA scaledTabs<>+3916(SB)/4, $0xbebebdbd
+DATA scaledTabs<>+3920(SB)/4, $0x40008000
+DATA scaledTabs<>+3924(SB)/4, $0x4000c080
+DATA scaledTabs<>+3928(SB)/4, $0x40008000
+DATA scaledTabs<>+3932(SB)/4, $0x4000c080
+DATA scaledTabs<>+3936(SB)/4, $0x3d3d3d00
+DATA scaledTabs<>+3940(SB)/4, $0x3e3e3e3e
+DATA scaledTabs<>+3944(SB)/4, $0xbdbdbd80
+DATA scaledTabs<>+3948(SB)/4, $0xbebebebe
+DATA scaledTabs<>+3952(SB)/4, $0xc0800000
+DATA scaledTabs<>+3956(SB)/4, $0xc0804000
+DATA scaledTabs<>+3960(SB)/4, $0xc0800000
+DATA scaledTabs<>+3964(SB)/4, $0xc0804000
+DATA scaledTabs<>+3968(SB)/4, $0x3e3e3d00
+DATA scaledTabs<>+3972(SB)/4, $0x3f3f3e3e
+DATA scaledTabs<>+3976(SB)/4, $0xbebebd80
+DATA scaledTabs<>+3980(SB)/4, $0xbfbfbebe
+DATA scaledTabs<>+3984(SB)/4, $0x40008000
+DATA scaledTabs<>+3988(SB)/4, $0x4000c080
+DATA scaledTabs<>+3992(SB)/4, $0x40008000
+DATA scaledTabs<>+3996(SB)/4, $0x4000c080
+DATA scaledTabs<>+4000(SB)/4, $0x3e3e3e00
+DATA scaledTabs<>+4004(SB)/4, $0x3f3f3f3f
+DATA scaledTabs<>+4008(SB)/4, $0xbebebe80
+DATA scaledTabs<>+4012(SB)/4, $0xbfbfbfbf
+DATA scaledTabs<>+4016(SB)/4, $0xc0800000
+DATA scaledTabs<>+4020(SB)/4, $0xc0804000
+DATA scaledTabs<>+4024(SB)/4, $0xc0800000
+DATA scaledTabs<>+4028(SB)/4, $0xc0804000
+DATA scaledTabs<>+4032(SB)/4, $0x3f3f3e00
+DATA scaledTabs<>+4036(SB)/4, $0x40403f3f
+DATA scaledTabs<>+4040(SB)/4, $0xbfbfbe80
+DATA scaledTabs<>+4044(SB)/4, $0xc0c0bfbf
+DATA scaledTabs<>+4048(SB)/4, $0x40008000
+DATA scaledTabs<>+4052(SB)/4, $0x4000c080
+DATA scaledTabs<>+4056(SB)/4, $0x40008000
+DATA scaledTabs<>+4060(SB)/4, $0x4000c080
+DATA scaledTabs<>+4064(SB)/4, $0x3f3f3f00
+DATA scaledTabs<>+4068(SB)/4, $0x40404040
+DATA scaledTabs<>+4072(SB)/4, $0xbfbfbf80
+DATA scaledTabs<>+4076(SB)/4, $0xc0c0c0c0
+DATA scaledTabs<>+4080(SB)/4, $0xc0800000
+DATA scaledTabs<>+4084(SB)/4, $0xc0804000
+DATA scaledTabs<>+4088(SB)/4, $0xc0800000
+DATA scaledTabs<>+4092(SB)/4, $0xc0804000
+DATA scaledTabs<>+4096(SB)/4, $0x40403f00
+DATA scaledTabs<>+4100(SB)/4, $0x41414040
+DATA scaledTabs<>+4104(SB)/4, $0xc0c0bf80
+DATA scaledTabs<>+4108(SB)/4, $0xc1c1c0c0
+DATA scaledTabs<>+4112(SB)/4, $0x40008000
+DATA scaledTabs<>+4116(SB)/4, $0x4000c080
+DATA scaledTabs<>+4120(SB)/4, $0x40008000
+DATA scaledTabs<>+4124(SB)/4, $0x4000c080
+DATA scaledTabs<>+4128(SB)/4, $0x40404000
+DATA scaledTabs<>+4132(SB)/4, $0x41414141
+DATA scaledTabs<>+4136(SB)/4, $0xc0c0c080
+DATA scaledTabs<>+4140(SB)/4, $0xc1c1c1c1
+DATA scaledTabs<>+4144(SB)/4, $0xc0800000
+DATA scaledTabs<>+4148(SB)/4, $0xc0804000
+DATA scaledTabs<>+4152(SB)/4, $0xc0800000
+DATA scaledTabs<>+4156(SB)/4, $0xc0804000
+DATA scaledTabs<>+4160(SB)/4, $0x41414000
+DATA scaledTabs<>+4164(SB)/4, $0x42424141
+DATA scaledTabs<>+4168(SB)/4, $0xc1c1c080
+DATA scaledTabs<>+4172(SB)/4, $0xc2c2c1c1
+DATA scaledTabs<>+4176(SB)/4, $0x40008000
+DATA scaledTabs<>+4180(SB)/4, $0x4000c080
+DATA scaledTabs<>+4184(SB)/4, $0x40008000
+DATA scaledTabs<>+4188(SB)/4, $0x4000c080
+DATA scaledTabs<>+4192(SB)/4, $0x41414100
+DATA scaledTabs<>+4196(SB)/4, $0x42424242
+DATA scaledTabs<>+4200(SB)/4, $0xc1c1c180
+DATA scaledTabs<>+4204(SB)/4, $0xc2c2c2c2
+DATA scaledTabs<>+4208(SB)/4, $0xc0800000
+DATA scaledTabs<>+4212(SB)/4, $0xc0804000
+DATA scaledTabs<>+4216(SB)/4, $0xc0800000
+DATA scaledTabs<>+4220(SB)/4, $0xc0804000
+DATA scaledTabs<>+4224(SB)/4, $0x42424100
+DATA scaledTabs<>+4228(SB)/4, $0x43434242
+DATA scaledTabs<>+4232(SB)/4, $0xc2c2c180
+DATA scaledTabs<>+4236(SB)/4, $0xc3c3c2c2
+DATA scaledTabs<>+4240(SB)/4, $0x40008000
+DATA scaledTabs<>+4244(SB)/4, $0x4000c080
+DATA scaledTabs<>+4248(SB)/4, $0x40008000
+DATA scaledTabs<>+4252(SB)/4, $0x4000c080
+DATA scaledTabs<>+4256(SB)/4, $0x42424200
+DATA scaledTabs<>+4260(SB)/4, $0x43434343
+DATA scaledTabs<>+4264(SB)/4, $0xc2c2c280
+DATA scaledTabs<>+4268(SB)/4, $0xc3c3c3c3
+DATA scaledTabs<>+4272(SB)/4, $0xc0800000
+DATA scaledTabs<>+4276(SB)/4, $0xc0804000
+DATA scaledTabs<>+4280(SB)/4, $0xc0800000
+DATA scaledTabs<>+4284(SB)/4, $0xc0804000
+DATA scaledTabs<>+4288(SB)/4, $0x43434200
+DATA scaledTabs<>+4292(SB)/4, $0x44444343
+DATA scaledTabs<>+4296(SB)/4, $0xc3c3c280
+DATA scaledTabs<>+4300(SB)/4, $0xc4c4c3c3
+DATA scaledTabs<>+4304(SB)/4, $0x40008000
+DATA scaledTabs<>+4308(SB)/4, $0x4000c080
+DATA scaledTabs<>+4312(SB)/4, $0x40008000
+DATA scaledTabs<>+4316(SB)/4, $0x4000c080
+DATA scaledTabs<>+4320(SB)/4, $0x43434300
+DATA scaledTabs<>+4324(SB)/4, $0x44444444
+DATA scaledTabs<>+4328(SB)/4, $0xc3c3c380
+DATA scaledTabs<>+4332(SB)/4, $0xc4c4c4c4
+DATA scaledTabs<>+4336(SB)/4, $0xc0800000
+DATA scaledTabs<>+4340(SB)/4, $0xc0804000
+DATA scaledTabs<>+4344(SB)/4, $0xc0800000
+DATA scaledTabs<>+4348(SB)/4, $0xc0804000
+DATA scaledTabs<>+4352(SB)/4, $0x44444300
+DATA scaledTabs<>+4356(SB)/4, $0x45454444
+DATA scaledTabs<>+4360(SB)/4, $0xc4c4c380
+DATA scaledTabs<>+4364(SB)/4, $0xc5c5c4c4
+DATA scaledTabs<>+4368(SB)/4, $0x40008000
+DATA scaledTabs<>+4372(SB)/4, $0x4000c080
+DATA scaledTabs<>+4376(SB)/4, $0x40008000
+DATA scaledTabs<>+4380(SB)/4, $0x4000c080
+DATA scaledTabs<>+4384(SB)/4, $0x44444400
+DATA scaledTabs<>+4388(SB)/4, $0x45454545
+DATA scaledTabs<>+4392(SB)/4, $0xc4c4c480
+DATA scaledTabs<>+4396(SB)/4, $0xc5c5c5c5
+DATA scaledTabs<>+4400(SB)/4, $0xc0800000
+DATA scaledTabs<>+4404(SB)/4, $0xc0804000
+DATA scaledTabs<>+4408(SB)/4, $0xc0800000
+DATA scaledTabs<>+4412(SB)/4, $0xc0804000
+DATA scaledTabs<>+4416(SB)/4, $0x45454400
+DATA scaledTabs<>+4420(SB)/4, $0x46464545
+DATA scaledTabs<>+4424(SB)/4, $0xc5c5c480
+DATA scaledTabs<>+4428(SB)/4, $0xc6c6c5c5
+DATA scaledTabs<>+4432(SB)/4, $0x40008000
+DATA scaledTabs<>+4436(SB)/4, $0x4000c080
+DATA scaledTabs<>+4440(SB)/4, $0x40008000
+DATA scaledTabs<>+4444(SB)/4, $0x4000c080
+DATA scaledTabs<>+4448(SB)/4, $0x45454500
+DATA scaledTabs<>+4452(SB)/4, $0x46464646
+DATA scaledTabs<>+4456(SB)/4, $0xc5c5c580
+DATA scaledTabs<>+4460(SB)/4, $0xc6c6c6c6
+DATA scaledTabs<>+4464(SB)/4, $0xc0800000
+DATA scaledTabs<>+4468(SB)/4, $0xc0804000
+DATA scaledTabs<>+4472(SB)/4, $0xc0800000
+DATA scaledTabs<>+4476(SB)/4, $0xc0804000
+DATA scaledTabs<>+4480(SB)/4, $0x46464500
+DATA scaledTabs<>+4484(SB)/4, $0x47474646
+DATA scaledTabs<>+4488(SB)/4, $0xc6c6c580
+DATA scaledTabs<>+4492(SB)/4, $0xc7c7c6c6
+DATA scaledTabs<>+4496(SB)/4, $0x40008000
+DATA scaledTabs<>+4500(SB)/4, $0x4000c080
+DATA scaledTabs<>+4504(SB)/4, $0x40008000
+DATA scaledTabs<>+4508(SB)/4, $0x4000c080
+DATA scaledTabs<>+4512(SB)/4, $0x46464600
+DATA scaledTabs<>+4516(SB)/4, $0x47474747
+DATA scaledTabs<>+4520(SB)/4, $0xc6c6c680
+DATA scaledTabs<>+4524(SB)/4, $0xc7c7c7c7
+DATA scaledTabs<>+4528(SB)/4, $0xc0800000
+DATA scaledTabs<>+4532(SB)/4, $0xc0804000
+DATA scaledTabs<>+4536(SB)/4, $0xc0800000
+DATA scaledTabs<>+4540(SB)/4, $0xc0804000
+DATA scaledTabs<>+4544(SB)/4, $0x47474600
+DATA scaledTabs<>+4548(SB)/4, $0x48484747
+DATA scaledTabs<>+4552(SB)/4, $0xc7c7c680
+DATA scaledTabs<>+4556(SB)/4, $0xc8c8c7c7
+DATA scaledTabs<>+4560(SB)/4, $0x40008000
+DATA scaledTabs<>+4564(SB)/4, $0x4000c080
+DATA scaledTabs<>+4568(SB)/4, $0x40008000
+DATA scaledTabs<>+4572(SB)/4, $0x4000c080
+DATA scaledTabs<>+4576(SB)/4, $0x47474700
+DATA scaledTabs<>+4580(SB)/4, $0x48484848
+DATA scaledTabs<>+4584(SB)/4, $0xc7c7c780
+DATA scaledTabs<>+4588(SB)/4, $0xc8c8c8c8
+DATA scaledTabs<>+4592(SB)/4, $0xc0800000
+DATA scaledTabs<>+4596(SB)/4, $0xc0804000
+DATA scaledTabs<>+4600(SB)/4, $0xc0800000
+DATA scaledTabs<>+4604(SB)/4, $0xc0804000
+DATA scaledTabs<>+4608(SB)/4, $0x48484700
+DATA scaledTabs<>+4612(SB)/4, $0x49494848
+DATA scaledTabs<>+4616(SB)/4, $0xc8c8c780
+DATA scaledTabs<>+4620(SB)/4, $0xc9c9c8c8
+DATA scaledTabs<>+4624(SB)/4, $0x40008000
+DATA scaledTabs<>+4628(SB)/4, $0x4000c080
+DATA scaledTabs<>+4632(SB)/4, $0x40008000
+DATA scaledTabs<>+4636(SB)/4, $0x4000c080
+DATA scaledTabs<>+4640(SB)/4, $0x48484800
+DATA scaledTabs<>+4644(SB)/4, $0x49494949
+DATA scaledTabs<>+4648(SB)/4, $0xc8c8c880
+DATA scaledTabs<>+4652(SB)/4, $0xc9c9c9c9
+DATA scaledTabs<>+4656(SB)/4, $0xc0800000
+DATA scaledTabs<>+4660(SB)/4, $0xc0804000
+DATA scaledTabs<>+4664(SB)/4, $0xc0800000
+DATA scaledTabs<>+4668(SB)/4, $0xc0804000
+DATA scaledTabs<>+4672(SB)/4, $0x49494800
+DATA scaledTabs<>+4676(SB)/4, $0x4a4a4949
+DATA scaledTabs<>+4680(SB)/4, $0xc9c9c880
+DATA scaledTabs<>+4684(SB)/4, $0xcacac9c9
+DATA scaledTabs<>+4688(SB)/4, $0x40008000
+DATA scaledTabs<>+4692(SB)/4, $0x4000c080
+DATA scaledTabs<>+4696(SB)/4, $0x40008000
+DATA scaledTabs<>+4700(SB)/4, $0x4000c080
+DATA scaledTabs<>+4704(SB)/4, $0x49494900
+DATA scaledTabs<>+4708(SB)/4, $0x4a4a4a4a
+DATA scaledTabs<>+4712(SB)/4, $0xc9c9c980
+DATA scaledTabs<>+4716(SB)/4, $0xcacacaca
+DATA scaledTabs<>+4720(SB)/4, $0xc0800000
+DATA scaledTabs<>+4724(SB)/4, $0xc0804000
+DATA scaledTabs<>+4728(SB)/4, $0xc0800000
+DATA scaledTabs<>+4732(SB)/4, $0xc0804000
+DATA scaledTabs<>+4736(SB)/4, $0x4a4a4900
+DATA scaledTabs<>+4740(SB)/4, $0x4b4b4a4a
+DATA scaledTabs<>+4744(SB)/4, $0xcacac980
+DATA scaledTabs<>+4748(SB)/4, $0xcbcbcaca
+DATA scaledTabs<>+4752(SB)/4, $0x40008000
+DATA scaledTabs<>+4756(SB)/4, $0x4000c080
+DATA scaledTabs<>+4760(SB)/4, $0x40008000
+DATA scaledTabs<>+4764(SB)/4, $0x4000c080
+DATA scaledTabs<>+4768(SB)/4, $0x4a4a4a00
+DATA scaledTabs<>+4772(SB)/4, $0x4b4b4b4b
+DATA scaledTabs<>+4776(SB)/4, $0xcacaca80
+DATA scaledTabs<>+4780(SB)/4, $0xcbcbcbcb
+DATA scaledTabs<>+4784(SB)/4, $0xc0800000
+DATA scaledTabs<>+4788(SB)/4, $0xc0804000
+DATA scaledTabs<>+4792(SB)/4, $0xc0800000
+DATA scaledTabs<>+4796(SB)/4, $0xc0804000
+DATA scaledTabs<>+4800(SB)/4, $0x4b4b4a00
+DATA scaledTabs<>+4804(SB)/4, $0x4c4c4b4b
+DATA scaledTabs<>+4808(SB)/4, $0xcbcbca80
+DATA scaledTabs<>+4812(SB)/4, $0xcccccbcb
+DATA scaledTabs<>+4816(SB)/4, $0x40008000
+DATA scaledTabs<>+4820(SB)/4, $0x4000c080
+DATA scaledTabs<>+4824(SB)/4, $0x40008000
+DATA scaledTabs<>+4828(SB)/4, $0x4000c080
+DATA scaledTabs<>+4832(SB)/4, $0x4b4b4b00
+DATA scaledTabs<>+4836(SB)/4, $0x4c4c4c4c
+DATA scaledTabs<>+4840(SB)/4, $0xcbcbcb80
+DATA scaledTabs<>+4844(SB)/4, $0xcccccccc
+DATA scaledTabs<>+4848(SB)/4, $0xc0800000
+DATA scaledTabs<>+4852(SB)/4, $0xc0804000
+DATA scaledTabs<>+4856(SB)/4, $0xc0800000
+DATA scaledTabs<>+4860(SB)/4, $0xc0804000
+DATA scaledTabs<>+4864(SB)/4, $0x4c4c4b00
+DATA scaledTabs<>+4868(SB)/4, $0x4d4d4c4c
+DATA scaledTabs<>+4872(SB)/4, $0xcccccb80
+DATA scaledTabs<>+4876(SB)/4, $0xcdcdcccc
+DATA scaledTabs<>+4880(SB)/4, $0x40008000
+DATA scaledTabs<>+4884(SB)/4, $0x4000c080
+DATA scaledTabs<>+4888(SB)/4, $0x40008000
+DATA scaledTabs<>+4892(SB)/4, $0x4000c080
+DATA scaledTabs<>+4896(SB)/4, $0x4c4c4c00
+DATA scaledTabs<>+4900(SB)/4, $0x4d4d4d4d
+DATA scaledTabs<>+4904(SB)/4, $0xcccccc80
+DATA scaledTabs<>+4908(SB)/4, $0xcdcdcdcd
+DATA scaledTabs<>+4912(SB)/4, $0xc0800000
+DATA scaledTabs<>+4916(SB)/4, $0xc0804000
+DATA scaledTabs<>+4920(SB)/4, $0xc0800000
+DATA scaledTabs<>+4924(SB)/4, $0xc0804000
+DATA scaledTabs<>+4928(SB)/4, $0x4d4d4c00
+DATA scaledTabs<>+4932(SB)/4, $0x4e4e4d4d
+DATA scaledTabs<>+4936(SB)/4, $0xcdcdcc80
+DATA scaledTabs<>+4940(SB)/4, $0xcececdcd
+DATA scaledTabs<>+4944(SB)/4, $0x40008000
+DATA scaledTabs<>+4948(SB)/4, $0x4000c080
+DATA scaledTabs<>+4952(SB)/4, $0x40008000
+DATA scaledTabs<>+4956(SB)/4, $0x4000c080
+DATA scaledTabs<>+4960(SB)/4, $0x4d4d4d00
+DATA scaledTabs<>+4964(SB)/4, $0x4e4e4e4e
+DATA scaledTabs<>+4968(SB)/4, $0xcdcdcd80
+DATA scaledTabs<>+4972(SB)/4, $0xcececece
+DATA scaledTabs<>+4976(SB)/4, $0xc0800000
+DATA scaledTabs<>+4980(SB)/4, $0xc0804000
+DATA scaledTabs<>+4984(SB)/4, $0xc0800000
+DATA scaledTabs<>+4988(SB)/4, $0xc0804000
+DATA scaledTabs<>+4992(SB)/4, $0x4e4e4d00
+DATA scaledTabs<>+4996(SB)/4, $0x4f4f4e4e
+DATA scaledTabs<>+5000(SB)/4, $0xcececd80
+DATA scaledTabs<>+5004(SB)/4, $0xcfcfcece
+DATA scaledTabs<>+5008(SB)/4, $0x40008000
+DATA scaledTabs<>+5012(SB)/4, $0x4000c080
+DATA scaledTabs<>+5016(SB)/4, $0x40008000
+DATA scaledTabs<>+5020(SB)/4, $0x4000c080
+DATA scaledTabs<>+5024(SB)/4, $0x4e4e4e00
+DATA scaledTabs<>+5028(SB)/4, $0x4f4f4f4f
+DATA scaledTabs<>+5032(SB)/4, $0xcecece80
+DATA scaledTabs<>+5036(SB)/4, $0xcfcfcfcf
+DATA scaledTabs<>+5040(SB)/4, $0xc0800000
+DATA scaledTabs<>+5044(SB)/4, $0xc0804000
+DATA scaledTabs<>+5048(SB)/4, $0xc0800000
+DATA scaledTabs<>+5052(SB)/4, $0xc0804000
+DATA scaledTabs<>+5056(SB)/4, $0x4f4f4e00
+DATA scaledTabs<>+5060(SB)/4, $0x50504f4f
+DATA scaledTabs<>+5064(SB)/4, $0xcfcfce80
+DATA scaledTabs<>+5068(SB)/4, $0xd0d0cfcf
+DATA scaledTabs<>+5072(SB)/4, $0x40008000
+DATA scaledTabs<>+5076(SB)/4, $0x4000c080
+DATA scaledTabs<>+5080(SB)/4, $0x40008000
+DATA scaledTabs<>+5084(SB)/4, $0x4000c080
+DATA scaledTabs<>+5088(SB)/4, $0x4f4f4f00
+DATA scaledTabs<>+5092(SB)/4, $0x50505050
+DATA scaledTabs<>+5096(SB)/4, $0xcfcfcf80
+DATA scaledTabs<>+5100(SB)/4, $0xd0d0d0d0
+DATA scaledTabs<>+5104(SB)/4, $0xc0800000
+DATA scaledTabs<>+5108(SB)/4, $0xc0804000
+DATA scaledTabs<>+5112(SB)/4, $0xc0800000
+DATA scaledTabs<>+5116(SB)/4, $0xc0804000
+DATA scaledTabs<>+5120(SB)/4, $0x50504f00
+DATA scaledTabs<>+5124(SB)/4, $0x51515050
+DATA scaledTabs<>+5128(SB)/4, $0xd0d0cf80
+DATA scaledTabs<>+5132(SB)/4, $0xd1d1d0d0
+DATA scaledTabs<>+5136(SB)/4, $0x40008000
+DATA scaledTabs<>+5140(SB)/4, $0x4000c080
+DATA scaledTabs<>+5144(SB)/4, $0x40008000
+DATA scaledTabs<>+5148(SB)/4, $0x4000c080
+DATA scaledTabs<>+5152(SB)/4, $0x50505000
+DATA scaledTabs<>+5156(SB)/4, $0x51515151
+DATA scaledTabs<>+5160(SB)/4, $0xd0d0d080
+DATA scaledTabs<>+5164(SB)/4, $0xd1d1d1d1
+DATA scaledTabs<>+5168(SB)/4, $0xc0800000
+DATA scaledTabs<>+5172(SB)/4, $0xc0804000
+DATA scaledTabs<>+5176(SB)/4, $0xc0800000
+DATA scaledTabs<>+5180(SB)/4, $0xc0804000
+DATA scaledTabs<>+5184(SB)/4, $0x51515000
+DATA scaledTabs<>+5188(SB)/4, $0x52525151
+DATA scaledTabs<>+5192(SB)/4, $0xd1d1d080
+DATA scaledTabs<>+5196(SB)/4, $0xd2d2d1d1
+DATA scaledTabs<>+5200(SB)/4, $0x40008000
+DATA scaledTabs<>+5204(SB)/4, $0x4000c080
+DATA scaledTabs<>+5208(SB)/4, $0x40008000
+DATA scaledTabs<>+5212(SB)/4, $0x4000c080
+DATA scaledTabs<>+5216(SB)/4, $0x51515100
+DATA scaledTabs<>+5220(SB)/4, $0x52525252
+DATA scaledTabs<>+5224(SB)/4, $0xd1d1d180
+DATA scaledTabs<>+5228(SB)/4, $0xd2d2d2d2
+DATA scaledTabs<>+5232(SB)/4, $0xc0800000
+DATA scaledTabs<>+5236(SB)/4, $0xc0804000
+DATA scaledTabs<>+5240(SB)/4, $0xc0800000
+DATA scaledTabs<>+5244(SB)/4, $0xc0804000
+DATA scaledTabs<>+5248(SB)/4, $0x52525100
+DATA scaledTabs<>+5252(SB)/4, $0x53535252
+DATA scaledTabs<>+5256(SB)/4, $0xd2d2d180
+DATA scaledTabs<>+5260(SB)/4, $0xd3d3d2d2
+DATA scaledTabs<>+5264(SB)/4, $0x40008000
+DATA scaledTabs<>+5268(SB)/4, $0x4000c080
+DATA scaledTabs<>+5272(SB)/4, $0x40008000
+DATA scaledTabs<>+5276(SB)/4, $0x4000c080
+DATA scaledTabs<>+5280(SB)/4, $0x52525200
+DATA scaledTabs<>+5284(SB)/4, $0x53535353
+DATA scaledTabs<>+5288(SB)/4, $0xd2d2d280
+DATA scaledTabs<>+5292(SB)/4, $0xd3d3d3d3
+DATA scaledTabs<>+5296(SB)/4, $0xc0800000
+DATA scaledTabs<>+5300(SB)/4, $0xc0804000
+DATA scaledTabs<>+5304(SB)/4, $0xc0800000
+DATA scaledTabs<>+5308(SB)/4, $0xc0804000
+DATA scaledTabs<>+5312(SB)/4, $0x53535200
+DATA scaledTabs<>+5316(SB)/4, $0x54545353
+DATA scaledTabs<>+5320(SB)/4, $0xd3d3d280
+DATA scaledTabs<>+5324(SB)/4, $0xd4d4d3d3
+DATA scaledTabs<>+5328(SB)/4, $0x40008000
+DATA scaledTabs<>+5332(SB)/4, $0x4000c080
+DATA scaledTabs<>+5336(SB)/4, $0x40008000
+DATA scaledTabs<>+5340(SB)/4, $0x4000c080
+DATA scaledTabs<>+5344(SB)/4, $0x53535300
+DATA scaledTabs<>+5348(SB)/4, $0x54545454
+DATA scaledTabs<>+5352(SB)/4, $0xd3d3d380
+DATA scaledTabs<>+5356(SB)/4, $0xd4d4d4d4
+DATA scaledTabs<>+5360(SB)/4, $0xc0800000
+DATA scaledTabs<>+5364(SB)/4, $0xc0804000
+DATA scaledTabs<>+5368(SB)/4, $0xc0800000
+DATA scaledTabs<>+5372(SB)/4, $0xc0804000
+DATA scaledTabs<>+5376(SB)/4, $0x54545300
+DATA scaledTabs<>+5380(SB)/4, $0x55555454
+DATA scaledTabs<>+5384(SB)/4, $0xd4d4d380
+DATA scaledTabs<>+5388(SB)/4, $0xd5d5d4d4
+DATA scaledTabs<>+5392(SB)/4, $0x40008000
+DATA scaledTabs<>+5396(SB)/4, $0x4000c080
+DATA scaledTabs<>+5400(SB)/4, $0x40008000
+DATA scaledTabs<>+5404(SB)/4, $0x4000c080
+DATA scaledTabs<>+5408(SB)/4, $0x54545400
+DATA scaledTabs<>+5412(SB)/4, $0x55555555
+DATA scaledTabs<>+5416(SB)/4, $0xd4d4d480
+DATA scaledTabs<>+5420(SB)/4, $0xd5d5d5d5
+DATA scaledTabs<>+5424(SB)/4, $0xc0800000
+DATA scaledTabs<>+5428(SB)/4, $0xc0804000
+DATA scaledTabs<>+5432(SB)/4, $0xc0800000
+DATA scaledTabs<>+5436(SB)/4, $0xc0804000
+DATA scaledTabs<>+5440(SB)/4, $0x55555400
+DATA scaledTabs<>+5444(SB)/4, $0x56565555
+DATA scaledTabs<>+5448(SB)/4, $0xd5d5d480
+DATA scaledTabs<>+5452(SB)/4, $0xd6d6d5d5
+DATA scaledTabs<>+5456(SB)/4, $0x40008000
+DATA scaledTabs<>+5460(SB)/4, $0x4000c080
+DATA scaledTabs<>+5464(SB)/4, $0x40008000
+DATA scaledTabs<>+5468(SB)/4, $0x4000c080
+DATA scaledTabs<>+5472(SB)/4, $0x55555500
+DATA scaledTabs<>+5476(SB)/4, $0x56565656
+DATA scaledTabs<>+5480(SB)/4, $0xd5d5d580
+DATA scaledTabs<>+5484(SB)/4, $0xd6d6d6d6
+DATA scaledTabs<>+5488(SB)/4, $0xc0800000
+DATA scaledTabs<>+5492(SB)/4, $0xc0804000
+DATA scaledTabs<>+5496(SB)/4, $0xc0800000
+DATA scaledTabs<>+5500(SB)/4, $0xc0804000
+DATA scaledTabs<>+5504(SB)/4, $0x56565500
+DATA scaledTabs<>+5508(SB)/4, $0x57575656
+DATA scaledTabs<>+5512(SB)/4, $0xd6d6d580
+DATA scaledTabs<>+5516(SB)/4, $0xd7d7d6d6
+DATA scaledTabs<>+5520(SB)/4, $0x40008000
+DATA scaledTabs<>+5524(SB)/4, $0x4000c080
+DATA scaledTabs<>+5528(SB)/4, $0x40008000
+DATA scaledTabs<>+5532(SB)/4, $0x4000c080
+DATA scaledTabs<>+5536(SB)/4, $0x56565600
+DATA scaledTabs<>+5540(SB)/4, $0x57575757
+DATA scaledTabs<>+5544(SB)/4, $0xd6d6d680
+DATA scaledTabs<>+5548(SB)/4, $0xd7d7d7d7
+DATA scaledTabs<>+5552(SB)/4, $0xc0800000
+DATA scaledTabs<>+5556(SB)/4, $0xc0804000
+DATA scaledTabs<>+5560(SB)/4, $0xc0800000
+DATA scaledTabs<>+5564(SB)/4, $0xc0804000
+DATA scaledTabs<>+5568(SB)/4, $0x57575600
+DATA scaledTabs<>+5572(SB)/4, $0x58585757
+DATA scaledTabs<>+5576(SB)/4, $0xd7d7d680
+DATA scaledTabs<>+5580(SB)/4, $0xd8d8d7d7
+DATA scaledTabs<>+5584(SB)/4, $0x40008000
+DATA scaledTabs<>+5588(SB)/4, $0x4000c080
+DATA scaledTabs<>+5592(SB)/4, $0x40008000
+DATA scaledTabs<>+5596(SB)/4, $0x4000c080
+DATA scaledTabs<>+5600(SB)/4, $0x57575700
+DATA scaledTabs<>+5604(SB)/4, $0x58585858
+DATA scaledTabs<>+5608(SB)/4, $0xd7d7d780
+DATA scaledTabs<>+5612(SB)/4, $0xd8d8d8d8
+DATA scaledTabs<>+5616(SB)/4, $0xc0800000
+DATA scaledTabs<>+5620(SB)/4, $0xc0804000
+DATA scaledTabs<>+5624(SB)/4, $0xc0800000
+DATA scaledTabs<>+5628(SB)/4, $0xc0804000
+DATA scaledTabs<>+5632(SB)/4, $0x58585700
+DATA scaledTabs<>+5636(SB)/4, $0x59595858
+DATA scaledTabs<>+5640(SB)/4, $0xd8d8d780
+DATA scaledTabs<>+5644(SB)/4, $0xd9d9d8d8
+DATA scaledTabs<>+5648(SB)/4, $0x40008000
+DATA scaledTabs<>+5652(SB)/4, $0x4000c080
+DATA scaledTabs<>+5656(SB)/4, $0x40008000
+DATA scaledTabs<>+5660(SB)/4, $0x4000c080
+DATA scaledTabs<>+5664(SB)/4, $0x58585800
+DATA scaledTabs<>+5668(SB)/4, $0x59595959
+DATA scaledTabs<>+5672(SB)/4, $0xd8d8d880
+DATA scaledTabs<>+5676(SB)/4, $0xd9d9d9d9
+DATA scaledTabs<>+5680(SB)/4, $0xc0800000
+DATA scaledTabs<>+5684(SB)/4, $0xc0804000
+DATA scaledTabs<>+5688(SB)/4, $0xc0800000
+DATA scaledTabs<>+5692(SB)/4, $0xc0804000
+DATA scaledTabs<>+5696(SB)/4, $0x59595800
+DATA scaledTabs<>+5700(SB)/4, $0x5a5a5959
+DATA scaledTabs<>+5704(SB)/4, $0xd9d9d880
+DATA scaledTabs<>+5708(SB)/4, $0xdadad9d9
+DATA scaledTabs<>+5712(SB)/4, $0x40008000
+DATA scaledTabs<>+5716(SB)/4, $0x4000c080
+DATA scaledTabs<>+5720(SB)/4, $0x40008000
+DATA scaledTabs<>+5724(SB)/4, $0x4000c080
+DATA scaledTabs<>+5728(SB)/4, $0x59595900
+DATA scaledTabs<>+5732(SB)/4, $0x5a5a5a5a
+DATA scaledTabs<>+5736(SB)/4, $0xd9d9d980
+DATA scaledTabs<>+5740(SB)/4, $0xdadadada
+DATA scaledTabs<>+5744(SB)/4, $0xc0800000
+DATA scaledTabs<>+5748(SB)/4, $0xc0804000
+DATA scaledTabs<>+5752(SB)/4, $0xc0800000
+DATA scaledTabs<>+5756(SB)/4, $0xc0804000
+DATA scaledTabs<>+5760(SB)/4, $0x5a5a5900
+DATA scaledTabs<>+5764(SB)/4, $0x5b5b5a5a
+DATA scaledTabs<>+5768(SB)/4, $0xdadad980
+DATA scaledTabs<>+5772(SB)/4, $0xdbdbdada
+DATA scaledTabs<>+5776(SB)/4, $0x40008000
+DATA scaledTabs<>+5780(SB)/4, $0x4000c080
+DATA scaledTabs<>+5784(SB)/4, $0x40008000
+DATA scaledTabs<>+5788(SB)/4, $0x4000c080
+DATA scaledTabs<>+5792(SB)/4, $0x5a5a5a00
+DATA scaledTabs<>+5796(SB)/4, $0x5b5b5b5b
+DATA scaledTabs<>+5800(SB)/4, $0xdadada80
+DATA scaledTabs<>+5804(SB)/4, $0xdbdbdbdb
+DATA scaledTabs<>+5808(SB)/4, $0xc0800000
+DATA scaledTabs<>+5812(SB)/4, $0xc0804000
+DATA scaledTabs<>+5816(SB)/4, $0xc0800000
+DATA scaledTabs<>+5820(SB)/4, $0xc0804000
+DATA scaledTabs<>+5824(SB)/4, $0x5b5b5a00
+DATA scaledTabs<>+5828(SB)/4, $0x5c5c5b5b
+DATA scaledTabs<>+5832(SB)/4, $0xdbdbda80
+DATA scaledTabs<>+5836(SB)/4, $0xdcdcdbdb
+DATA scaledTabs<>+5840(SB)/4, $0x40008000
+DATA scaledTabs<>+5844(SB)/4, $0x4000c080
+DATA scaledTabs<>+5848(SB)/4, $0x40008000
+DATA scaledTabs<>+5852(SB)/4, $0x4000c080
+DATA scaledTabs<>+5856(SB)/4, $0x5b5b5b00
+DATA scaledTabs<>+5860(SB)/4, $0x5c5c5c5c
+DATA scaledTabs<>+5864(SB)/4, $0xdbdbdb80
+DATA scaledTabs<>+5868(SB)/4, $0xdcdcdcdc
+DATA scaledTabs<>+5872(SB)/4, $0xc0800000
+DATA scaledTabs<>+5876(SB)/4, $0xc0804000
+DATA scaledTabs<>+5880(SB)/4, $0xc0800000
+DATA scaledTabs<>+5884(SB)/4, $0xc0804000
+DATA scaledTabs<>+5888(SB)/4, $0x5c5c5b00
+DATA scaledTabs<>+5892(SB)/4, $0x5d5d5c5c
+DATA scaledTabs<>+5896(SB)/4, $0xdcdcdb80
+DATA scaledTabs<>+5900(SB)/4, $0xdddddcdc
+DATA scaledTabs<>+5904(SB)/4, $0x40008000
+DATA scaledTabs<>+5908(SB)/4, $0x4000c080
+DATA scaledTabs<>+5912(SB)/4, $0x40008000
+DATA scaledTabs<>+5916(SB)/4, $0x4000c080
+DATA scaledTabs<>+5920(SB)/4, $0x5c5c5c00
+DATA scaledTabs<>+5924(SB)/4, $0x5d5d5d5d
+DATA scaledTabs<>+5928(SB)/4, $0xdcdcdc80
+DATA scaledTabs<>+5932(SB)/4, $0xdddddddd
+DATA scaledTabs<>+5936(SB)/4, $0xc0800000
+DATA scaledTabs<>+5940(SB)/4, $0xc0804000
+DATA scaledTabs<>+5944(SB)/4, $0xc0800000
+DATA scaledTabs<>+5948(SB)/4, $0xc0804000
+DATA scaledTabs<>+5952(SB)/4, $0x5d5d5c00
+DATA scaledTabs<>+5956(SB)/4, $0x5e5e5d5d
+DATA scaledTabs<>+5960(SB)/4, $0xdddddc80
+DATA scaledTabs<>+5964(SB)/4, $0xdededddd
+DATA scaledTabs<>+5968(SB)/4, $0x40008000
+DATA scaledTabs<>+5972(SB)/4, $0x4000c080
+DATA scaledTabs<>+5976(SB)/4, $0x40008000
+DATA scaledTabs<>+5980(SB)/4, $0x4000c080
+DATA scaledTabs<>+5984(SB)/4, $0x5d5d5d00
+DATA scaledTabs<>+5988(SB)/4, $0x5e5e5e5e
+DATA scaledTabs<>+5992(SB)/4, $0xdddddd80
+DATA scaledTabs<>+5996(SB)/4, $0xdededede
+DATA scaledTabs<>+6000(SB)/4, $0xc0800000
+DATA scaledTabs<>+6004(SB)/4, $0xc0804000
+DATA scaledTabs<>+6008(SB)/4, $0xc0800000
+DATA scaledTabs<>+6012(SB)/4, $0xc0804000
+DATA scaledTabs<>+6016(SB)/4, $0x5e5e5d00
+DATA scaledTabs<>+6020(SB)/4, $0x5f5f5e5e
+DATA scaledTabs<>+6024(SB)/4, $0xdededd80
+DATA scaledTabs<>+6028(SB)/4, $0xdfdfdede
+DATA scaledTabs<>+6032(SB)/4, $0x40008000
+DATA scaledTabs<>+6036(SB)/4, $0x4000c080
+DATA scaledTabs<>+6040(SB)/4, $0x40008000
+DATA scaledTabs<>+6044(SB)/4, $0x4000c080
+DATA scaledTabs<>+6048(SB)/4, $0x5e5e5e00
+DATA scaledTabs<>+6052(SB)/4, $0x5f5f5f5f
+DATA scaledTabs<>+6056(SB)/4, $0xdedede80
+DATA scaledTabs<>+6060(SB)/4, $0xdfdfdfdf
+DATA scaledTabs<>+6064(SB)/4, $0xc0800000
+DATA scaledTabs<>+6068(SB)/4, $0xc0804000
+DATA scaledTabs<>+6072(SB)/4, $0xc0800000
+DATA scaledTabs<>+6076(SB)/4, $0xc0804000
+DATA scaledTabs<>+6080(SB)/4, $0x5f5f5e00
+DATA scaledTabs<>+6084(SB)/4, $0x60605f5f
+DATA scaledTabs<>+6088(SB)/4, $0xdfdfde80
+DATA scaledTabs<>+6092(SB)/4, $0xe0e0dfdf
+DATA scaledTabs<>+6096(SB)/4, $0x40008000
+DATA scaledTabs<>+6100(SB)/4, $0x4000c080
+DATA scaledTabs<>+6104(SB)/4, $0x40008000
+DATA scaledTabs<>+6108(SB)/4, $0x4000c080
+DATA scaledTabs<>+6112(SB)/4, $0x5f5f5f00
+DATA scaledTabs<>+6116(SB)/4, $0x60606060
+DATA scaledTabs<>+6120(SB)/4, $0xdfdfdf80
+DATA scaledTabs<>+6124(SB)/4, $0xe0e0e0e0
+DATA scaledTabs<>+6128(SB)/4, $0xc0800000
+DATA scaledTabs<>+6132(SB)/4, $0xc0804000
+DATA scaledTabs<>+6136(SB)/4, $0xc0800000
+DATA scaledTabs<>+6140(SB)/4, $0xc0804000
+DATA scaledTabs<>+6144(SB)/4, $0x60605f00
+DATA scaledTabs<>+6148(SB)/4, $0x61616060
+DATA scaledTabs<>+6152(SB)/4, $0xe0e0df80
+DATA scaledTabs<>+6156(SB)/4, $0xe1e1e0e0
+DATA scaledTabs<>+6160(SB)/4, $0x40008000
+DATA scaledTabs<>+6164(SB)/4, $0x4000c080
+DATA scaledTabs<>+6168(SB)/4, $0x40008000
+DATA scaledTabs<>+6172(SB)/4, $0x4000c080
+DATA scaledTabs<>+6176(SB)/4, $0x60606000
+DATA scaledTabs<>+6180(SB)/4, $0x61616161
+DATA scaledTabs<>+6184(SB)/4, $0xe0e0e080
+DATA scaledTabs<>+6188(SB)/4, $0xe1e1e1e1
+DATA scaledTabs<>+6192(SB)/4, $0xc0800000
+DATA scaledTabs<>+6196(SB)/4, $0xc0804000
+DATA scaledTabs<>+6200(SB)/4, $0xc0800000
+DATA scaledTabs<>+6204(SB)/4, $0xc0804000
+DATA scaledTabs<>+6208(SB)/4, $0x61616000
+DATA scaledTabs<>+6212(SB)/4, $0x62626161
+DATA scaledTabs<>+6216(SB)/4, $0xe1e1e080
+DATA scaledTabs<>+6220(SB)/4, $0xe2e2e1e1
+DATA scaledTabs<>+6224(SB)/4, $0x40008000
+DATA scaledTabs<>+6228(SB)/4, $0x4000c080
+DATA scaledTabs<>+6232(SB)/4, $0x40008000
+DATA scaledTabs<>+6236(SB)/4, $0x4000c080
+DATA scaledTabs<>+6240(SB)/4, $0x61616100
+DATA scaledTabs<>+6244(SB)/4, $0x62626262
+DATA scaledTabs<>+6248(SB)/4, $0xe1e1e180
+DATA scaledTabs<>+6252(SB)/4, $0xe2e2e2e2
+DATA scaledTabs<>+6256(SB)/4, $0xc0800000
+DATA scaledTabs<>+6260(SB)/4, $0xc0804000
+DATA scaledTabs<>+6264(SB)/4, $0xc0800000
+DATA scaledTabs<>+6268(SB)/4, $0xc0804000
+DATA scaledTabs<>+6272(SB)/4, $0x62626100
+DATA scaledTabs<>+6276(SB)/4, $0x63636262
+DATA scaledTabs<>+6280(SB)/4, $0xe2e2e180
+DATA scaledTabs<>+6284(SB)/4, $0xe3e3e2e2
+DATA scaledTabs<>+6288(SB)/4, $0x40008000
+DATA scaledTabs<>+6292(SB)/4, $0x4000c080
+DATA scaledTabs<>+6296(SB)/4, $0x40008000
+DATA scaledTabs<>+6300(SB)/4, $0x4000c080
+DATA scaledTabs<>+6304(SB)/4, $0x62626200
+DATA scaledTabs<>+6308(SB)/4, $0x63636363
+DATA scaledTabs<>+6312(SB)/4, $0xe2e2e280
+DATA scaledTabs<>+6316(SB)/4, $0xe3e3e3e3
+DATA scaledTabs<>+6320(SB)/4, $0xc0800000
+DATA scaledTabs<>+6324(SB)/4, $0xc0804000
+DATA scaledTabs<>+6328(SB)/4, $0xc0800000
+DATA scaledTabs<>+6332(SB)/4, $0xc0804000
+DATA scaledTabs<>+6336(SB)/4, $0x63636200
+DATA scaledTabs<>+6340(SB)/4, $0x64646363
+DATA scaledTabs<>+6344(SB)/4, $0xe3e3e280
+DATA scaledTabs<>+6348(SB)/4, $0xe4e4e3e3
+DATA scaledTabs<>+6352(SB)/4, $0x40008000
+DATA scaledTabs<>+6356(SB)/4, $0x4000c080
+DATA scaledTabs<>+6360(SB)/4, $0x40008000
+DATA scaledTabs<>+6364(SB)/4, $0x4000c080
+DATA scaledTabs<>+6368(SB)/4, $0x63636300
+DATA scaledTabs<>+6372(SB)/4, $0x64646464
+DATA scaledTabs<>+6376(SB)/4, $0xe3e3e380
+DATA scaledTabs<>+6380(SB)/4, $0xe4e4e4e4
+DATA scaledTabs<>+6384(SB)/4, $0xc0800000
+DATA scaledTabs<>+6388(SB)/4, $0xc0804000
+DATA scaledTabs<>+6392(SB)/4, $0xc0800000
+DATA scaledTabs<>+6396(SB)/4, $0xc0804000
+DATA scaledTabs<>+6400(SB)/4, $0x64646300
+DATA scaledTabs<>+6404(SB)/4, $0x65656464
+DATA scaledTabs<>+6408(SB)/4, $0xe4e4e380
+DATA scaledTabs<>+6412(SB)/4, $0xe5e5e4e4
+DATA scaledTabs<>+6416(SB)/4, $0x40008000
+DATA scaledTabs<>+6420(SB)/4, $0x4000c080
+DATA scaledTabs<>+6424(SB)/4, $0x40008000
+DATA scaledTabs<>+6428(SB)/4, $0x4000c080
+DATA scaledTabs<>+6432(SB)/4, $0x64646400
+DATA scaledTabs<>+6436(SB)/4, $0x65656565
+DATA scaledTabs<>+6440(SB)/4, $0xe4e4e480
+DATA scaledTabs<>+6444(SB)/4, $0xe5e5e5e5
+DATA scaledTabs<>+6448(SB)/4, $0xc0800000
+DATA scaledTabs<>+6452(SB)/4, $0xc0804000
+DATA scaledTabs<>+6456(SB)/4, $0xc0800000
+DATA scaledTabs<>+6460(SB)/4, $0xc0804000
+DATA scaledTabs<>+6464(SB)/4, $0x65656400
+DATA scaledTabs<>+6468(SB)/4, $0x66666565
+DATA scaledTabs<>+6472(SB)/4, $0xe5e5e480
+DATA scaledTabs<>+6476(SB)/4, $0xe6e6e5e5
+DATA scaledTabs<>+6480(SB)/4, $0x40008000
+DATA scaledTabs<>+6484(SB)/4, $0x4000c080
+DATA scaledTabs<>+6488(SB)/4, $0x40008000
+DATA scaledTabs<>+6492(SB)/4, $0x4000c080
+DATA scaledTabs<>+6496(SB)/4, $0x65656500
+DATA scaledTabs<>+6500(SB)/4, $0x66666666
+DATA scaledTabs<>+6504(SB)/4, $0xe5e5e580
+DATA scaledTabs<>+6508(SB)/4, $0xe6e6e6e6
+DATA scaledTabs<>+6512(SB)/4, $0xc0800000
+DATA scaledTabs<>+6516(SB)/4, $0xc0804000
+DATA scaledTabs<>+6520(SB)/4, $0xc0800000
+DATA scaledTabs<>+6524(SB)/4, $0xc0804000
+DATA scaledTabs<>+6528(SB)/4, $0x66666500
+DATA scaledTabs<>+6532(SB)/4, $0x67676666
+DATA scaledTabs<>+6536(SB)/4, $0xe6e6e580
+DATA scaledTabs<>+6540(SB)/4, $0xe7e7e6e6
+DATA scaledTabs<>+6544(SB)/4, $0x40008000
+DATA scaledTabs<>+6548(SB)/4, $0x4000c080
+DATA scaledTabs<>+6552(SB)/4, $0x40008000
+DATA scaledTabs<>+6556(SB)/4, $0x4000c080
+DATA scaledTabs<>+6560(SB)/4, $0x66666600
+DATA scaledTabs<>+6564(SB)/4, $0x67676767
+DATA scaledTabs<>+6568(SB)/4, $0xe6e6e680
+DATA scaledTabs<>+6572(SB)/4, $0xe7e7e7e7
+DATA scaledTabs<>+6576(SB)/4, $0xc0800000
+DATA scaledTabs<>+6580(SB)/4, $0xc0804000
+DATA scaledTabs<>+6584(SB)/4, $0xc0800000
+DATA scaledTabs<>+6588(SB)/4, $0xc0804000
+DATA scaledTabs<>+6592(SB)/4, $0x67676600
+DATA scaledTabs<>+6596(SB)/4, $0x68686767
+DATA scaledTabs<>+6600(SB)/4, $0xe7e7e680
+DATA scaledTabs<>+6604(SB)/4, $0xe8e8e7e7
+DATA scaledTabs<>+6608(SB)/4, $0x40008000
+DATA scaledTabs<>+6612(SB)/4, $0x4000c080
+DATA scaledTabs<>+6616(SB)/4, $0x40008000
+DATA scaledTabs<>+6620(SB)/4, $0x4000c080
+DATA scaledTabs<>+6624(SB)/4, $0x67676700
+DATA scaledTabs<>+6628(SB)/4, $0x68686868
+DATA scaledTabs<>+6632(SB)/4, $0xe7e7e780
+DATA scaledTabs<>+6636(SB)/4, $0xe8e8e8e8
+DATA scaledTabs<>+6640(SB)/4, $0xc0800000
+DATA scaledTabs<>+6644(SB)/4, $0xc0804000
+DATA scaledTabs<>+6648(SB)/4, $0xc0800000
+DATA scaledTabs<>+6652(SB)/4, $0xc0804000
+DATA scaledTabs<>+6656(SB)/4, $0x68686700
+DATA scaledTabs<>+6660(SB)/4, $0x69696868
+DATA scaledTabs<>+6664(SB)/4, $0xe8e8e780
+DATA scaledTabs<>+6668(SB)/4, $0xe9e9e8e8
+DATA scaledTabs<>+6672(SB)/4, $0x40008000
+DATA scaledTabs<>+6676(SB)/4, $0x4000c080
+DATA scaledTabs<>+6680(SB)/4, $0x40008000
+DATA scaledTabs<>+6684(SB)/4, $0x4000c080
+DATA scaledTabs<>+6688(SB)/4, $0x68686800
+DATA scaledTabs<>+6692(SB)/4, $0x69696969
+DATA scaledTabs<>+6696(SB)/4, $0xe8e8e880
+DATA scaledTabs<>+6700(SB)/4, $0xe9e9e9e9
+DATA scaledTabs<>+6704(SB)/4, $0xc0800000
+DATA scaledTabs<>+6708(SB)/4, $0xc0804000
+DATA scaledTabs<>+6712(SB)/4, $0xc0800000
+DATA scaledTabs<>+6716(SB)/4, $0xc0804000
+DATA scaledTabs<>+6720(SB)/4, $0x69696800
+DATA scaledTabs<>+6724(SB)/4, $0x6a6a6969
+DATA scaledTabs<>+6728(SB)/4, $0xe9e9e880
+DATA scaledTabs<>+6732(SB)/4, $0xeaeae9e9
+DATA scaledTabs<>+6736(SB)/4, $0x40008000
+DATA scaledTabs<>+6740(SB)/4, $0x4000c080
+DATA scaledTabs<>+6744(SB)/4, $0x40008000
+DATA scaledTabs<>+6748(SB)/4, $0x4000c080
+DATA scaledTabs<>+6752(SB)/4, $0x69696900
+DATA scaledTabs<>+6756(SB)/4, $0x6a6a6a6a
+DATA scaledTabs<>+6760(SB)/4, $0xe9e9e980
+DATA scaledTabs<>+6764(SB)/4, $0xeaeaeaea
+DATA scaledTabs<>+6768(SB)/4, $0xc0800000
+DATA scaledTabs<>+6772(SB)/4, $0xc0804000
+DATA scaledTabs<>+6776(SB)/4, $0xc0800000
+DATA scaledTabs<>+6780(SB)/4, $0xc0804000
+DATA scaledTabs<>+6784(SB)/4, $0x6a6a6900
+DATA scaledTabs<>+6788(SB)/4, $0x6b6b6a6a
+DATA scaledTabs<>+6792(SB)/4, $0xeaeae980
+DATA scaledTabs<>+6796(SB)/4, $0xebebeaea
+DATA scaledTabs<>+6800(SB)/4, $0x40008000
+DATA scaledTabs<>+6804(SB)/4, $0x4000c080
+DATA scaledTabs<>+6808(SB)/4, $0x40008000
+DATA scaledTabs<>+6812(SB)/4, $0x4000c080
+DATA scaledTabs<>+6816(SB)/4, $0x6a6a6a00
+DATA scaledTabs<>+6820(SB)/4, $0x6b6b6b6b
+DATA scaledTabs<>+6824(SB)/4, $0xeaeaea80
+DATA scaledTabs<>+6828(SB)/4, $0xebebebeb
+DATA scaledTabs<>+6832(SB)/4, $0xc0800000
+DATA scaledTabs<>+6836(SB)/4, $0xc0804000
+DATA scaledTabs<>+6840(SB)/4, $0xc0800000
+DATA scaledTabs<>+6844(SB)/4, $0xc0804000
+DATA scaledTabs<>+6848(SB)/4, $0x6b6b6a00
+DATA scaledTabs<>+6852(SB)/4, $0x6c6c6b6b
+DATA scaledTabs<>+6856(SB)/4, $0xebebea80
+DATA scaledTabs<>+6860(SB)/4, $0xececebeb
+DATA scaledTabs<>+6864(SB)/4, $0x40008000
+DATA scaledTabs<>+6868(SB)/4, $0x4000c080
+DATA scaledTabs<>+6872(SB)/4, $0x40008000
+DATA scaledTabs<>+6876(SB)/4, $0x4000c080
+DATA scaledTabs<>+6880(SB)/4, $0x6b6b6b00
+DATA scaledTabs<>+6884(SB)/4, $0x6c6c6c6c
+DATA scaledTabs<>+6888(SB)/4, $0xebebeb80
+DATA scaledTabs<>+6892(SB)/4, $0xecececec
+DATA scaledTabs<>+6896(SB)/4, $0xc0800000
+DATA scaledTabs<>+6900(SB)/4, $0xc0804000
+DATA scaledTabs<>+6904(SB)/4, $0xc0800000
+DATA scaledTabs<>+6908(SB)/4, $0xc0804000
+DATA scaledTabs<>+6912(SB)/4, $0x6c6c6b00
+DATA scaledTabs<>+6916(SB)/4, $0x6d6d6c6c
+DATA scaledTabs<>+6920(SB)/4, $0xececeb80
+DATA scaledTabs<>+6924(SB)/4, $0xededecec
+DATA scaledTabs<>+6928(SB)/4, $0x40008000
+DATA scaledTabs<>+6932(SB)/4, $0x4000c080
+DATA scaledTabs<>+6936(SB)/4, $0x40008000
+DATA scaledTabs<>+6940(SB)/4, $0x4000c080
+DATA scaledTabs<>+6944(SB)/4, $0x6c6c6c00
+DATA scaledTabs<>+6948(SB)/4, $0x6d6d6d6d
+DATA scaledTabs<>+6952(SB)/4, $0xececec80
+DATA scaledTabs<>+6956(SB)/4, $0xedededed
+DATA scaledTabs<>+6960(SB)/4, $0xc0800000
+DATA scaledTabs<>+6964(SB)/4, $0xc0804000
+DATA scaledTabs<>+6968(SB)/4, $0xc0800000
+DATA scaledTabs<>+6972(SB)/4, $0xc0804000
+DATA scaledTabs<>+6976(SB)/4, $0x6d6d6c00
+DATA scaledTabs<>+6980(SB)/4, $0x6e6e6d6d
+DATA scaledTabs<>+6984(SB)/4, $0xededec80
+DATA scaledTabs<>+6988(SB)/4, $0xeeeeeded
+DATA scaledTabs<>+6992(SB)/4, $0x40008000
+DATA scaledTabs<>+6996(SB)/4, $0x4000c080
+DATA scaledTabs<>+7000(SB)/4, $0x40008000
+DATA scaledTabs<>+7004(SB)/4, $0x4000c080
+DATA scaledTabs<>+7008(SB)/4, $0x6d6d6d00
+DATA scaledTabs<>+7012(SB)/4, $0x6e6e6e6e
+DATA scaledTabs<>+7016(SB)/4, $0xededed80
+DATA scaledTabs<>+7020(SB)/4, $0xeeeeeeee
+DATA scaledTabs<>+7024(SB)/4, $0xc0800000
+DATA scaledTabs<>+7028(SB)/4, $0xc0804000
+DATA scaledTabs<>+7032(SB)/4, $0xc0800000
+DATA scaledTabs<>+7036(SB)/4, $0xc0804000
+DATA scaledTabs<>+7040(SB)/4, $0x6e6e6d00
+DATA scaledTabs<>+7044(SB)/4, $0x6f6f6e6e
+DATA scaledTabs<>+7048(SB)/4, $0xeeeeed80
+DATA scaledTabs<>+7052(SB)/4, $0xefefeeee
+DATA scaledTabs<>+7056(SB)/4, $0x40008000
+DATA scaledTabs<>+7060(SB)/4, $0x4000c080
+DATA scaledTabs<>+7064(SB)/4, $0x40008000
+DATA scaledTabs<>+7068(SB)/4, $0x4000c080
+DATA scaledTabs<>+7072(SB)/4, $0x6e6e6e00
+DATA scaledTabs<>+7076(SB)/4, $0x6f6f6f6f
+DATA scaledTabs<>+7080(SB)/4, $0xeeeeee80
+DATA scaledTabs<>+7084(SB)/4, $0xefefefef
+DATA scaledTabs<>+7088(SB)/4, $0xc0800000
+DATA scaledTabs<>+7092(SB)/4, $0xc0804000
+DATA scaledTabs<>+7096(SB)/4, $0xc0800000
+DATA scaledTabs<>+7100(SB)/4, $0xc0804000
+DATA scaledTabs<>+7104(SB)/4, $0x6f6f6e00
+DATA scaledTabs<>+7108(SB)/4, $0x70706f6f
+DATA scaledTabs<>+7112(SB)/4, $0xefefee80
+DATA scaledTabs<>+7116(SB)/4, $0xf0f0efef
+DATA scaledTabs<>+7120(SB)/4, $0x40008000
+DATA scaledTabs<>+7124(SB)/4, $0x4000c080
+DATA scaledTabs<>+7128(SB)/4, $0x40008000
+DATA scaledTabs<>+7132(SB)/4, $0x4000c080
+DATA scaledTabs<>+7136(SB)/4, $0x6f6f6f00
+DATA scaledTabs<>+7140(SB)/4, $0x70707070
+DATA scaledTabs<>+7144(SB)/4, $0xefefef80
+DATA scaledTabs<>+7148(SB)/4, $0xf0f0f0f0
+DATA scaledTabs<>+7152(SB)/4, $0xc0800000
+DATA scaledTabs<>+7156(SB)/4, $0xc0804000
+DATA scaledTabs<>+7160(SB)/4, $0xc0800000
+DATA scaledTabs<>+7164(SB)/4, $0xc0804000
+DATA scaledTabs<>+7168(SB)/4, $0x70706f00
+DATA scaledTabs<>+7172(SB)/4, $0x71717070
+DATA scaledTabs<>+7176(SB)/4, $0xf0f0ef80
+DATA scaledTabs<>+7180(SB)/4, $0xf1f1f0f0
+DATA scaledTabs<>+7184(SB)/4, $0x40008000
+DATA scaledTabs<>+7188(SB)/4, $0x4000c080
+DATA scaledTabs<>+7192(SB)/4, $0x40008000
+DATA scaledTabs<>+7196(SB)/4, $0x4000c080
+DATA scaledTabs<>+7200(SB)/4, $0x70707000
+DATA scaledTabs<>+7204(SB)/4, $0x71717171
+DATA scaledTabs<>+7208(SB)/4, $0xf0f0f080
+DATA scaledTabs<>+7212(SB)/4, $0xf1f1f1f1
+DATA scaledTabs<>+7216(SB)/4, $0xc0800000
+DATA scaledTabs<>+7220(SB)/4, $0xc0804000
+DATA scaledTabs<>+7224(SB)/4, $0xc0800000
+DATA scaledTabs<>+7228(SB)/4, $0xc0804000
+DATA scaledTabs<>+7232(SB)/4, $0x71717000
+DATA scaledTabs<>+7236(SB)/4, $0x72727171
+DATA scaledTabs<>+7240(SB)/4, $0xf1f1f080
+DATA scaledTabs<>+7244(SB)/4, $0xf2f2f1f1
+DATA scaledTabs<>+7248(SB)/4, $0x40008000
+DATA scaledTabs<>+7252(SB)/4, $0x4000c080
+DATA scaledTabs<>+7256(SB)/4, $0x40008000
+DATA scaledTabs<>+7260(SB)/4, $0x4000c080
+DATA scaledTabs<>+7264(SB)/4, $0x71717100
+DATA scaledTabs<>+7268(SB)/4, $0x72727272
+DATA scaledTabs<>+7272(SB)/4, $0xf1f1f180
+DATA scaledTabs<>+7276(SB)/4, $0xf2f2f2f2
+DATA scaledTabs<>+7280(SB)/4, $0xc0800000
+DATA scaledTabs<>+7284(SB)/4, $0xc0804000
+DATA scaledTabs<>+7288(SB)/4, $0xc0800000
+DATA scaledTabs<>+7292(SB)/4, $0xc0804000
+DATA scaledTabs<>+7296(SB)/4, $0x72727100
+DATA scaledTabs<>+7300(SB)/4, $0x73737272
+DATA scaledTabs<>+7304(SB)/4, $0xf2f2f180
+DATA scaledTabs<>+7308(SB)/4, $0xf3f3f2f2
+DATA scaledTabs<>+7312(SB)/4, $0x40008000
+DATA scaledTabs<>+7316(SB)/4, $0x4000c080
+DATA scaledTabs<>+7320(SB)/4, $0x40008000
+DATA scaledTabs<>+7324(SB)/4, $0x4000c080
+DATA scaledTabs<>+7328(SB)/4, $0x72727200
+DATA scaledTabs<>+7332(SB)/4, $0x73737373
+DATA scaledTabs<>+7336(SB)/4, $0xf2f2f280
+DATA scaledTabs<>+7340(SB)/4, $0xf3f3f3f3
+DATA scaledTabs<>+7344(SB)/4, $0xc0800000
+DATA scaledTabs<>+7348(SB)/4, $0xc0804000
+DATA scaledTabs<>+7352(SB)/4, $0xc0800000
+DATA scaledTabs<>+7356(SB)/4, $0xc0804000
+DATA scaledTabs<>+7360(SB)/4, $0x73737200
+DATA scaledTabs<>+7364(SB)/4, $0x74747373
+DATA scaledTabs<>+7368(SB)/4, $0xf3f3f280
+DATA scaledTabs<>+7372(SB)/4, $0xf4f4f3f3
+DATA scaledTabs<>+7376(SB)/4, $0x40008000
+DATA scaledTabs<>+7380(SB)/4, $0x4000c080
+DATA scaledTabs<>+7384(SB)/4, $0x40008000
+DATA scaledTabs<>+7388(SB)/4, $0x4000c080
+DATA scaledTabs<>+7392(SB)/4, $0x73737300
+DATA scaledTabs<>+7396(SB)/4, $0x74747474
+DATA scaledTabs<>+7400(SB)/4, $0xf3f3f380
+DATA scaledTabs<>+7404(SB)/4, $0xf4f4f4f4
+DATA scaledTabs<>+7408(SB)/4, $0xc0800000
+DATA scaledTabs<>+7412(SB)/4, $0xc0804000
+DATA scaledTabs<>+7416(SB)/4, $0xc0800000
+DATA scaledTabs<>+7420(SB)/4, $0xc0804000
+DATA scaledTabs<>+7424(SB)/4, $0x74747300
+DATA scaledTabs<>+7428(SB)/4, $0x75757474
+DATA scaledTabs<>+7432(SB)/4, $0xf4f4f380
+DATA scaledTabs<>+7436(SB)/4, $0xf5f5f4f4
+DATA scaledTabs<>+7440(SB)/4, $0x40008000
+DATA scaledTabs<>+7444(SB)/4, $0x4000c080
+DATA scaledTabs<>+7448(SB)/4, $0x40008000
+DATA scaledTabs<>+7452(SB)/4, $0x4000c080
+DATA scaledTabs<>+7456(SB)/4, $0x74747400
+DATA scaledTabs<>+7460(SB)/4, $0x75757575
+DATA scaledTabs<>+7464(SB)/4, $0xf4f4f480
+DATA scaledTabs<>+7468(SB)/4, $0xf5f5f5f5
+DATA scaledTabs<>+7472(SB)/4, $0xc0800000
+DATA scaledTabs<>+7476(SB)/4, $0xc0804000
+DATA scaledTabs<>+7480(SB)/4, $0xc0800000
+DATA scaledTabs<>+7484(SB)/4, $0xc0804000
+DATA scaledTabs<>+7488(SB)/4, $0x75757400
+DATA scaledTabs<>+7492(SB)/4, $0x76767575
+DATA scaledTabs<>+7496(SB)/4, $0xf5f5f480
+DATA scaledTabs<>+7500(SB)/4, $0xf6f6f5f5
+DATA scaledTabs<>+7504(SB)/4, $0x40008000
+DATA scaledTabs<>+7508(SB)/4, $0x4000c080
+DATA scaledTabs<>+7512(SB)/4, $0x40008000
+DATA scaledTabs<>+7516(SB)/4, $0x4000c080
+DATA scaledTabs<>+7520(SB)/4, $0x75757500
+DATA scaledTabs<>+7524(SB)/4, $0x76767676
+DATA scaledTabs<>+7528(SB)/4, $0xf5f5f580
+DATA scaledTabs<>+7532(SB)/4, $0xf6f6f6f6
+DATA scaledTabs<>+7536(SB)/4, $0xc0800000
+DATA scaledTabs<>+7540(SB)/4, $0xc0804000
+DATA scaledTabs<>+7544(SB)/4, $0xc0800000
+DATA scaledTabs<>+7548(SB)/4, $0xc0804000
+DATA scaledTabs<>+7552(SB)/4, $0x76767500
+DATA scaledTabs<>+7556(SB)/4, $0x77777676
+DATA scaledTabs<>+7560(SB)/4, $0xf6f6f580
+DATA scaledTabs<>+7564(SB)/4, $0xf7f7f6f6
+DATA scaledTabs<>+7568(SB)/4, $0x40008000
+DATA scaledTabs<>+7572(SB)/4, $0x4000c080
+DATA scaledTabs<>+7576(SB)/4, $0x40008000
+DATA scaledTabs<>+7580(SB)/4, $0x4000c080
+DATA scaledTabs<>+7584(SB)/4, $0x76767600
+DATA scaledTabs<>+7588(SB)/4, $0x77777777
+DATA scaledTabs<>+7592(SB)/4, $0xf6f6f680
+DATA scaledTabs<>+7596(SB)/4, $0xf7f7f7f7
+DATA scaledTabs<>+7600(SB)/4, $0xc0800000
+DATA scaledTabs<>+7604(SB)/4, $0xc0804000
+DATA scaledTabs<>+7608(SB)/4, $0xc0800000
+DATA scaledTabs<>+7612(SB)/4, $0xc0804000
+DATA scaledTabs<>+7616(SB)/4, $0x77777600
+DATA scaledTabs<>+7620(SB)/4, $0x78787777
+DATA scaledTabs<>+7624(SB)/4, $0xf7f7f680
+DATA scaledTabs<>+7628(SB)/4, $0xf8f8f7f7
+DATA scaledTabs<>+7632(SB)/4, $0x40008000
+DATA scaledTabs<>+7636(SB)/4, $0x4000c080
+DATA scaledTabs<>+7640(SB)/4, $0x40008000
+DATA scaledTabs<>+7644(SB)/4, $0x4000c080
+DATA scaledTabs<>+7648(SB)/4, $0x77777700
+DATA scaledTabs<>+7652(SB)/4, $0x78787878
+DATA scaledTabs<>+7656(SB)/4, $0xf7f7f780
+DATA scaledTabs<>+7660(SB)/4, $0xf8f8f8f8
+DATA scaledTabs<>+7664(SB)/4, $0xc0800000
+DATA scaledTabs<>+7668(SB)/4, $0xc0804000
+DATA scaledTabs<>+7672(SB)/4, $0xc0800000
+DATA scaledTabs<>+7676(SB)/4, $0xc0804000
+DATA scaledTabs<>+7680(SB)/4, $0x78787700
+DATA scaledTabs<>+7684(SB)/4, $0x79797878
+DATA scaledTabs<>+7688(SB)/4, $0xf8f8f780
+DATA scaledTabs<>+7692(SB)/4, $0xf9f9f8f8
+DATA scaledTabs<>+7696(SB)/4, $0x40008000
+DATA scaledTabs<>+7700(SB)/4, $0x4000c080
+DATA scaledTabs<>+7704(SB)/4, $0x40008000
+DATA scaledTabs<>+7708(SB)/4, $0x4000c080
+DATA scaledTabs<>+7712(SB)/4, $0x78787800
+DATA scaledTabs<>+7716(SB)/4, $0x79797979
+DATA scaledTabs<>+7720(SB)/4, $0xf8f8f880
+DATA scaledTabs<>+7724(SB)/4, $0xf9f9f9f9
+DATA scaledTabs<>+7728(SB)/4, $0xc0800000
+DATA scaledTabs<>+7732(SB)/4, $0xc0804000
+DATA scaledTabs<>+7736(SB)/4, $0xc0800000
+DATA scaledTabs<>+7740(SB)/4, $0xc0804000
+DATA scaledTabs<>+7744(SB)/4, $0x79797800
+DATA scaledTabs<>+7748(SB)/4, $0x7a7a7979
+DATA scaledTabs<>+7752(SB)/4, $0xf9f9f880
+DATA scaledTabs<>+7756(SB)/4, $0xfafaf9f9
+DATA scaledTabs<>+7760(SB)/4, $0x40008000
+DATA scaledTabs<>+7764(SB)/4, $0x4000c080
+DATA scaledTabs<>+7768(SB)/4, $0x40008000
+DATA scaledTabs<>+7772(SB)/4, $0x4000c080
+DATA scaledTabs<>+7776(SB)/4, $0x79797900
+DATA scaledTabs<>+7780(SB)/4, $0x7a7a7a7a
+DATA scaledTabs<>+7784(SB)/4, $0xf9f9f980
+DATA scaledTabs<>+7788(SB)/4, $0xfafafafa
+DATA scaledTabs<>+7792(SB)/4, $0xc0800000
+DATA scaledTabs<>+7796(SB)/4, $0xc0804000
+DATA scaledTabs<>+7800(SB)/4, $0xc0800000
+DATA scaledTabs<>+7804(SB)/4, $0xc0804000
+DATA scaledTabs<>+7808(SB)/4, $0x7a7a7900
+DATA scaledTabs<>+7812(SB)/4, $0x7b7b7a7a
+DATA scaledTabs<>+7816(SB)/4, $0xfafaf980
+DATA scaledTabs<>+7820(SB)/4, $0xfbfbfafa
+DATA scaledTabs<>+7824(SB)/4, $0x40008000
+DATA scaledTabs<>+7828(SB)/4, $0x4000c080
+DATA scaledTabs<>+7832(SB)/4, $0x40008000
+DATA scaledTabs<>+7836(SB)/4, $0x4000c080
+DATA scaledTabs<>+7840(SB)/4, $0x7a7a7a00
+DATA scaledTabs<>+7844(SB)/4, $0x7b7b7b7b
+DATA scaledTabs<>+7848(SB)/4, $0xfafafa80
+DATA scaledTabs<>+7852(SB)/4, $0xfbfbfbfb
+DATA scaledTabs<>+7856(SB)/4, $0xc0800000
+DATA scaledTabs<>+7860(SB)/4, $0xc0804000
+DATA scaledTabs<>+7864(SB)/4, $0xc0800000
+DATA scaledTabs<>+7868(SB)/4, $0xc0804000
+DATA scaledTabs<>+7872(SB)/4, $0x7b7b7a00
+DATA scaledTabs<>+7876(SB)/4, $0x7c7c7b7b
+DATA scaledTabs<>+7880(SB)/4, $0xfbfbfa80
+DATA scaledTabs<>+7884(SB)/4, $0xfcfcfbfb
+DATA scaledTabs<>+7888(SB)/4, $0x40008000
+DATA scaledTabs<>+7892(SB)/4, $0x4000c080
+DATA scaledTabs<>+7896(SB)/4, $0x40008000
+DATA scaledTabs<>+7900(SB)/4, $0x4000c080
+DATA scaledTabs<>+7904(SB)/4, $0x7b7b7b00
+DATA scaledTabs<>+7908(SB)/4, $0x7c7c7c7c
+DATA scaledTabs<>+7912(SB)/4, $0xfbfbfb80
+DATA scaledTabs<>+7916(SB)/4, $0xfcfcfcfc
+DATA scaledTabs<>+7920(SB)/4, $0xc0800000
+DATA scaledTabs<>+7924(SB)/4, $0xc0804000
+DATA scaledTabs<>+7928(SB)/4, $0xc0800000
+DATA scaledTabs<>+7932(SB)/4, $0xc0804000
+DATA scaledTabs<>+7936(SB)/4, $0x7c7c7b00
+DATA scaledTabs<>+7940(SB)/4, $0x7d7d7c7c
+DATA scaledTabs<>+7944(SB)/4, $0xfcfcfb80
+DATA scaledTabs<>+7948(SB)/4, $0xfdfdfcfc
+DATA scaledTabs<>+7952(SB)/4, $0x40008000
+DATA scaledTabs<>+7956(SB)/4, $0x4000c080
+DATA scaledTabs<>+7960(SB)/4, $0x40008000
+DATA scaledTabs<>+7964(SB)/4, $0x4000c080
+DATA scaledTabs<>+7968(SB)/4, $0x7c7c7c00
+DATA scaledTabs<>+7972(SB)/4, $0x7d7d7d7d
+DATA scaledTabs<>+7976(SB)/4, $0xfcfcfc80
+DATA scaledTabs<>+7980(SB)/4, $0xfdfdfdfd
+DATA scaledTabs<>+7984(SB)/4, $0xc0800000
+DATA scaledTabs<>+7988(SB)/4, $0xc0804000
+DATA scaledTabs<>+7992(SB)/4, $0xc0800000
+DATA scaledTabs<>+7996(SB)/4, $0xc0804000
+DATA scaledTabs<>+8000(SB)/4, $0x7d7d7c00
+DATA scaledTabs<>+8004(SB)/4, $0x7e7e7d7d
+DATA scaledTabs<>+8008(SB)/4, $0xfdfdfc80
+DATA scaledTabs<>+8012(SB)/4, $0xfefefdfd
+DATA scaledTabs<>+8016(SB)/4, $0x40008000
+DATA scaledTabs<>+8020(SB)/4, $0x4000c080
+DATA scaledTabs<>+8024(SB)/4, $0x40008000
+DATA scaledTabs<>+8028(SB)/4, $0x4000c080
+DATA scaledTabs<>+8032(SB)/4, $0x7d7d7d00
+DATA scaledTabs<>+8036(SB)/4, $0x7e7e7e7e
+DATA scaledTabs<>+8040(SB)/4, $0xfdfdfd80
+DATA scaledTabs<>+8044(SB)/4, $0xfefefefe
+DATA scaledTabs<>+8048(SB)/4, $0xc0800000
+DATA scaledTabs<>+8052(SB)/4, $0xc0804000
+DATA scaledTabs<>+8056(SB)/4, $0xc0800000
+DATA scaledTabs<>+8060(SB)/4, $0xc0804000
+DATA scaledTabs<>+8064(SB)/4, $0x7e7e7d00
+DATA scaledTabs<>+8068(SB)/4, $0x7f7f7e7e
+DATA scaledTabs<>+8072(SB)/4, $0xfefefd80
+DATA scaledTabs<>+8076(SB)/4, $0xfffffefe
+DATA scaledTabs<>+8080(SB)/4, $0x40008000
+DATA scaledTabs<>+8084(SB)/4, $0x4000c080
+DATA scaledTabs<>+8088(SB)/4, $0x40008000
+DATA scaledTabs<>+8092(SB)/4, $0x4000c080
+DATA scaledTabs<>+8096(SB)/4, $0x00000000
+DATA scaledTabs<>+8100(SB)/4, $0x00000000
+DATA scaledTabs<>+8104(SB)/4, $0x00000000
+DATA scaledTabs<>+8108(SB)/4, $0x00000000
+DATA scaledTabs<>+8112(SB)/4, $0x00000000
+DATA scaledTabs<>+8116(SB)/4, $0x00000000
+DATA scaledTabs<>+8120(SB)/4, $0x00000000
+DATA scaledTabs<>+8124(SB)/4, $0x00000000
+DATA scaledTabs<>+8128(SB)/4, $0x00000000
+DATA scaledTabs<>+8132(SB)/4, $0x00000000
+DATA scaledTabs<>+8136(SB)/4, $0x00000000
+DATA scaledTabs<>+8140(SB)/4, $0x00000000
+DATA scaledTabs<>+8144(SB)/4, $0x00000000
+DATA scaledTabs<>+8148(SB)/4, $0x00000000
+DATA scaledTabs<>+8152(SB)/4, $0x00000000
+DATA scaledTabs<>+8156(SB)/4, $0x00000000
+DATA scaledTabs<>+8160(SB)/4, $0x00000000
+DATA scaledTabs<>+8164(SB)/4, $0x00000000
+DATA scaledTabs<>+8168(SB)/4, $0x00000000
+DATA scaledTabs<>+8172(SB)/4, $0x00000000
+DATA scaledTabs<>+8176(SB)/4, $0x00000000
+DATA scaledTabs<>+8180(SB)/4, $0x00000000
+DATA scaledTabs<>+8184(SB)/4, $0x00000000
+DATA scaledTabs<>+8188(SB)/4, $0x00000000
+GLOBL scaledTabs<>(SB), RODATA|NOPTR, $8192
+
 DATA maskHigh<>+0(SB)/4, $0xffff0000
 DATA maskHigh<>+4(SB)/4, $0xffff0000
 DATA maskHigh<>+8(SB)/4, $0xffff0000
@@ -327,20 +2369,19 @@ TEXT ·mxfp4RowsAVX2(SB), NOSPLIT, $0-72
 	MOVQ    sStride+32(FP), BX
 	XORQ    SI, SI
 	LEAQ    scaleTab<>+0(SB), DI
-	VMOVDQU nibTabs<>+0(SB), Y0
-	VMOVDQU nibTabs<>+32(SB), Y1
-	VMOVDQU maskLow<>+0(SB), Y2
-	VMOVDQU maskHigh<>+0(SB), Y3
+	LEAQ    scaledTabs<>+0(SB), DI
+	VMOVDQU maskLow<>+0(SB), Y0
+	VMOVDQU maskHigh<>+0(SB), Y1
 
 rows_3:
 	MOVQ   rows+40(FP), R8
 	SUBQ   SI, R8
 	CMPQ   R8, $0x04
 	JL     edge_4
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
 	VXORPS Y4, Y4, Y4
 	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
 	MOVQ   AX, R8
 	MOVQ   CX, R9
 	MOVQ   x+56(FP), R10
@@ -349,141 +2390,129 @@ rows_3:
 	JZ     gend_6
 
 g_5:
-	MOVBLZX      (R9), R12
-	CMPL         R12, $0x000000fc
-	JA           bail_1
-	VBROADCASTSS (DI)(R12*4), Y8
-	VMOVDQU      (R8), X9
-	VPSRLW       $0x04, X9, X10
-	VINSERTI128  $0x01, X10, Y9, Y10
-	VPAND        Y2, Y10, Y10
-	VPSHUFB      Y10, Y0, Y11
-	VPSHUFB      Y10, Y1, Y10
-	VPUNPCKLBW   Y11, Y10, Y12
-	VPUNPCKHBW   Y11, Y10, Y10
-	VPSLLD       $0x10, Y12, Y11
-	VMULPS       Y8, Y11, Y11
-	VFMADD231PS  (R10), Y11, Y4
-	VPAND        Y3, Y12, Y11
-	VMULPS       Y8, Y11, Y11
-	VFMADD231PS  32(R10), Y11, Y4
-	VPSLLD       $0x10, Y10, Y11
-	VMULPS       Y8, Y11, Y11
-	VFMADD231PS  64(R10), Y11, Y4
-	VPAND        Y3, Y10, Y10
-	VMULPS       Y8, Y10, Y10
-	VFMADD231PS  96(R10), Y10, Y4
-	MOVBLZX      (R9)(BX*1), R12
-	CMPL         R12, $0x000000fc
-	JA           bail_1
-	VBROADCASTSS (DI)(R12*4), Y8
-	VMOVDQU      (R8)(DX*1), X9
-	VPSRLW       $0x04, X9, X10
-	VINSERTI128  $0x01, X10, Y9, Y10
-	VPAND        Y2, Y10, Y10
-	VPSHUFB      Y10, Y0, Y11
-	VPSHUFB      Y10, Y1, Y10
-	VPUNPCKLBW   Y11, Y10, Y12
-	VPUNPCKHBW   Y11, Y10, Y10
-	VPSLLD       $0x10, Y12, Y11
-	VMULPS       Y8, Y11, Y11
-	VFMADD231PS  (R10), Y11, Y5
-	VPAND        Y3, Y12, Y11
-	VMULPS       Y8, Y11, Y11
-	VFMADD231PS  32(R10), Y11, Y5
-	VPSLLD       $0x10, Y10, Y11
-	VMULPS       Y8, Y11, Y11
-	VFMADD231PS  64(R10), Y11, Y5
-	VPAND        Y3, Y10, Y10
-	VMULPS       Y8, Y10, Y10
-	VFMADD231PS  96(R10), Y10, Y5
-	MOVBLZX      (R9)(BX*2), R12
-	CMPL         R12, $0x000000fc
-	JA           bail_1
-	VBROADCASTSS (DI)(R12*4), Y8
-	VMOVDQU      (R8)(DX*2), X9
-	VPSRLW       $0x04, X9, X10
-	VINSERTI128  $0x01, X10, Y9, Y10
-	VPAND        Y2, Y10, Y10
-	VPSHUFB      Y10, Y0, Y11
-	VPSHUFB      Y10, Y1, Y10
-	VPUNPCKLBW   Y11, Y10, Y12
-	VPUNPCKHBW   Y11, Y10, Y10
-	VPSLLD       $0x10, Y12, Y11
-	VMULPS       Y8, Y11, Y11
-	VFMADD231PS  (R10), Y11, Y6
-	VPAND        Y3, Y12, Y11
-	VMULPS       Y8, Y11, Y11
-	VFMADD231PS  32(R10), Y11, Y6
-	VPSLLD       $0x10, Y10, Y11
-	VMULPS       Y8, Y11, Y11
-	VFMADD231PS  64(R10), Y11, Y6
-	VPAND        Y3, Y10, Y10
-	VMULPS       Y8, Y10, Y10
-	VFMADD231PS  96(R10), Y10, Y6
-	LEAQ         (R8)(DX*2), R12
-	LEAQ         (R9)(BX*2), R13
-	MOVBLZX      (R13)(BX*1), R13
-	CMPL         R13, $0x000000fc
-	JA           bail_1
-	VBROADCASTSS (DI)(R13*4), Y8
-	VMOVDQU      (R12)(DX*1), X9
-	VPSRLW       $0x04, X9, X10
-	VINSERTI128  $0x01, X10, Y9, Y10
-	VPAND        Y2, Y10, Y10
-	VPSHUFB      Y10, Y0, Y11
-	VPSHUFB      Y10, Y1, Y10
-	VPUNPCKLBW   Y11, Y10, Y12
-	VPUNPCKHBW   Y11, Y10, Y10
-	VPSLLD       $0x10, Y12, Y11
-	VMULPS       Y8, Y11, Y11
-	VFMADD231PS  (R10), Y11, Y7
-	VPAND        Y3, Y12, Y11
-	VMULPS       Y8, Y11, Y11
-	VFMADD231PS  32(R10), Y11, Y7
-	VPSLLD       $0x10, Y10, Y11
-	VMULPS       Y8, Y11, Y11
-	VFMADD231PS  64(R10), Y11, Y7
-	VPAND        Y3, Y10, Y10
-	VMULPS       Y8, Y10, Y10
-	VFMADD231PS  96(R10), Y10, Y7
-	ADDQ         $0x10, R8
-	INCQ         R9
-	ADDQ         $0x00000080, R10
-	DECQ         R11
-	JNZ          g_5
+	MOVBLZX        (R9), R12
+	CMPL           R12, $0x000000fc
+	JA             bail_1
+	SHLL           $0x05, R12
+	VBROADCASTI128 (R8), Y6
+	VPSRLVD        nibShift<>+0(SB), Y6, Y6
+	VPAND          Y0, Y6, Y6
+	VBROADCASTI128 (DI)(R12*1), Y7
+	VPSHUFB        Y6, Y7, Y7
+	VBROADCASTI128 16(DI)(R12*1), Y8
+	VPSHUFB        Y6, Y8, Y8
+	VPUNPCKLBW     Y7, Y8, Y6
+	VPUNPCKHBW     Y7, Y8, Y7
+	VPSLLD         $0x10, Y6, Y8
+	VFMADD231PS    (R10), Y8, Y2
+	VPAND          Y1, Y6, Y6
+	VFMADD231PS    32(R10), Y6, Y2
+	VPSLLD         $0x10, Y7, Y6
+	VFMADD231PS    64(R10), Y6, Y2
+	VPAND          Y1, Y7, Y6
+	VFMADD231PS    96(R10), Y6, Y2
+	MOVBLZX        (R9)(BX*1), R12
+	CMPL           R12, $0x000000fc
+	JA             bail_1
+	SHLL           $0x05, R12
+	VBROADCASTI128 (R8)(DX*1), Y6
+	VPSRLVD        nibShift<>+0(SB), Y6, Y6
+	VPAND          Y0, Y6, Y6
+	VBROADCASTI128 (DI)(R12*1), Y7
+	VPSHUFB        Y6, Y7, Y7
+	VBROADCASTI128 16(DI)(R12*1), Y8
+	VPSHUFB        Y6, Y8, Y8
+	VPUNPCKLBW     Y7, Y8, Y6
+	VPUNPCKHBW     Y7, Y8, Y7
+	VPSLLD         $0x10, Y6, Y8
+	VFMADD231PS    (R10), Y8, Y3
+	VPAND          Y1, Y6, Y6
+	VFMADD231PS    32(R10), Y6, Y3
+	VPSLLD         $0x10, Y7, Y6
+	VFMADD231PS    64(R10), Y6, Y3
+	VPAND          Y1, Y7, Y6
+	VFMADD231PS    96(R10), Y6, Y3
+	MOVBLZX        (R9)(BX*2), R12
+	CMPL           R12, $0x000000fc
+	JA             bail_1
+	SHLL           $0x05, R12
+	VBROADCASTI128 (R8)(DX*2), Y6
+	VPSRLVD        nibShift<>+0(SB), Y6, Y6
+	VPAND          Y0, Y6, Y6
+	VBROADCASTI128 (DI)(R12*1), Y7
+	VPSHUFB        Y6, Y7, Y7
+	VBROADCASTI128 16(DI)(R12*1), Y8
+	VPSHUFB        Y6, Y8, Y8
+	VPUNPCKLBW     Y7, Y8, Y6
+	VPUNPCKHBW     Y7, Y8, Y7
+	VPSLLD         $0x10, Y6, Y8
+	VFMADD231PS    (R10), Y8, Y4
+	VPAND          Y1, Y6, Y6
+	VFMADD231PS    32(R10), Y6, Y4
+	VPSLLD         $0x10, Y7, Y6
+	VFMADD231PS    64(R10), Y6, Y4
+	VPAND          Y1, Y7, Y6
+	VFMADD231PS    96(R10), Y6, Y4
+	LEAQ           (R8)(DX*2), R12
+	LEAQ           (R9)(BX*2), R13
+	MOVBLZX        (R13)(BX*1), R13
+	CMPL           R13, $0x000000fc
+	JA             bail_1
+	SHLL           $0x05, R13
+	VBROADCASTI128 (R12)(DX*1), Y6
+	VPSRLVD        nibShift<>+0(SB), Y6, Y6
+	VPAND          Y0, Y6, Y6
+	VBROADCASTI128 (DI)(R13*1), Y7
+	VPSHUFB        Y6, Y7, Y7
+	VBROADCASTI128 16(DI)(R13*1), Y8
+	VPSHUFB        Y6, Y8, Y8
+	VPUNPCKLBW     Y7, Y8, Y6
+	VPUNPCKHBW     Y7, Y8, Y7
+	VPSLLD         $0x10, Y6, Y8
+	VFMADD231PS    (R10), Y8, Y5
+	VPAND          Y1, Y6, Y6
+	VFMADD231PS    32(R10), Y6, Y5
+	VPSLLD         $0x10, Y7, Y6
+	VFMADD231PS    64(R10), Y6, Y5
+	VPAND          Y1, Y7, Y6
+	VFMADD231PS    96(R10), Y6, Y5
+	ADDQ           $0x10, R8
+	INCQ           R9
+	ADDQ           $0x00000080, R10
+	DECQ           R11
+	JNZ            g_5
 
 gend_6:
 	MOVQ         dst+0(FP), R8
 	LEAQ         (R8)(SI*4), R8
-	VEXTRACTF128 $0x01, Y4, X8
-	VADDPS       X8, X4, X8
-	VPERMILPS    $0xb1, X8, X4
-	VADDPS       X4, X8, X4
-	VPERMILPS    $0x4e, X4, X8
-	VADDPS       X8, X4, X8
-	VMOVSS       X8, (R8)
-	VEXTRACTF128 $0x01, Y5, X4
-	VADDPS       X4, X5, X4
-	VPERMILPS    $0xb1, X4, X5
-	VADDPS       X5, X4, X5
-	VPERMILPS    $0x4e, X5, X4
-	VADDPS       X4, X5, X4
-	VMOVSS       X4, 4(R8)
-	VEXTRACTF128 $0x01, Y6, X4
-	VADDPS       X4, X6, X4
-	VPERMILPS    $0xb1, X4, X5
-	VADDPS       X5, X4, X5
-	VPERMILPS    $0x4e, X5, X4
-	VADDPS       X4, X5, X4
-	VMOVSS       X4, 8(R8)
-	VEXTRACTF128 $0x01, Y7, X4
-	VADDPS       X4, X7, X4
-	VPERMILPS    $0xb1, X4, X5
-	VADDPS       X5, X4, X5
-	VPERMILPS    $0x4e, X5, X4
-	VADDPS       X4, X5, X4
-	VMOVSS       X4, 12(R8)
+	VEXTRACTF128 $0x01, Y2, X6
+	VADDPS       X6, X2, X6
+	VPERMILPS    $0xb1, X6, X2
+	VADDPS       X2, X6, X2
+	VPERMILPS    $0x4e, X2, X6
+	VADDPS       X6, X2, X6
+	VMOVSS       X6, (R8)
+	VEXTRACTF128 $0x01, Y3, X2
+	VADDPS       X2, X3, X2
+	VPERMILPS    $0xb1, X2, X3
+	VADDPS       X3, X2, X3
+	VPERMILPS    $0x4e, X3, X2
+	VADDPS       X2, X3, X2
+	VMOVSS       X2, 4(R8)
+	VEXTRACTF128 $0x01, Y4, X2
+	VADDPS       X2, X4, X2
+	VPERMILPS    $0xb1, X2, X3
+	VADDPS       X3, X2, X3
+	VPERMILPS    $0x4e, X3, X2
+	VADDPS       X2, X3, X2
+	VMOVSS       X2, 8(R8)
+	VEXTRACTF128 $0x01, Y5, X2
+	VADDPS       X2, X5, X2
+	VPERMILPS    $0xb1, X2, X3
+	VADDPS       X3, X2, X3
+	VPERMILPS    $0x4e, X3, X2
+	VADDPS       X2, X3, X2
+	VMOVSS       X2, 12(R8)
 	ADDQ         $0x04, SI
 	ADDQ         DX, AX
 	ADDQ         BX, CX
@@ -505,7 +2534,7 @@ edge_4:
 	JMP  finish_2
 
 edge1_7:
-	VXORPS Y4, Y4, Y4
+	VXORPS Y2, Y2, Y2
 	MOVQ   AX, R8
 	MOVQ   CX, R9
 	MOVQ   x+56(FP), R10
@@ -514,41 +2543,38 @@ edge1_7:
 	JZ     gend_11
 
 g_10:
-	MOVBLZX      (R9), R12
-	CMPL         R12, $0x000000fc
-	JA           bail_1
-	VBROADCASTSS (DI)(R12*4), Y5
-	VMOVDQU      (R8), X9
-	VPSRLW       $0x04, X9, X6
-	VINSERTI128  $0x01, X6, Y9, Y6
-	VPAND        Y2, Y6, Y6
-	VPSHUFB      Y6, Y0, Y7
-	VPSHUFB      Y6, Y1, Y6
-	VPUNPCKLBW   Y7, Y6, Y8
-	VPUNPCKHBW   Y7, Y6, Y6
-	VPSLLD       $0x10, Y8, Y7
-	VMULPS       Y5, Y7, Y7
-	VFMADD231PS  (R10), Y7, Y4
-	VPAND        Y3, Y8, Y7
-	VMULPS       Y5, Y7, Y7
-	VFMADD231PS  32(R10), Y7, Y4
-	VPSLLD       $0x10, Y6, Y7
-	VMULPS       Y5, Y7, Y7
-	VFMADD231PS  64(R10), Y7, Y4
-	VPAND        Y3, Y6, Y6
-	VMULPS       Y5, Y6, Y6
-	VFMADD231PS  96(R10), Y6, Y4
-	ADDQ         $0x10, R8
-	INCQ         R9
-	ADDQ         $0x00000080, R10
-	DECQ         R11
-	JNZ          g_10
+	MOVBLZX        (R9), R12
+	CMPL           R12, $0x000000fc
+	JA             bail_1
+	SHLL           $0x05, R12
+	VBROADCASTI128 (R8), Y3
+	VPSRLVD        nibShift<>+0(SB), Y3, Y3
+	VPAND          Y0, Y3, Y3
+	VBROADCASTI128 (DI)(R12*1), Y4
+	VPSHUFB        Y3, Y4, Y4
+	VBROADCASTI128 16(DI)(R12*1), Y5
+	VPSHUFB        Y3, Y5, Y5
+	VPUNPCKLBW     Y4, Y5, Y3
+	VPUNPCKHBW     Y4, Y5, Y4
+	VPSLLD         $0x10, Y3, Y5
+	VFMADD231PS    (R10), Y5, Y2
+	VPAND          Y1, Y3, Y3
+	VFMADD231PS    32(R10), Y3, Y2
+	VPSLLD         $0x10, Y4, Y3
+	VFMADD231PS    64(R10), Y3, Y2
+	VPAND          Y1, Y4, Y3
+	VFMADD231PS    96(R10), Y3, Y2
+	ADDQ           $0x10, R8
+	INCQ           R9
+	ADDQ           $0x00000080, R10
+	DECQ           R11
+	JNZ            g_10
 
 gend_11:
 	MOVQ         dst+0(FP), DI
 	LEAQ         (DI)(SI*4), DI
-	VEXTRACTF128 $0x01, Y4, X0
-	VADDPS       X0, X4, X0
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X0
 	VPERMILPS    $0xb1, X0, X1
 	VADDPS       X1, X0, X1
 	VPERMILPS    $0x4e, X1, X0
@@ -560,8 +2586,8 @@ gend_11:
 	JMP          finish_2
 
 edge2_8:
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
 	MOVQ   AX, R8
 	MOVQ   CX, R9
 	MOVQ   x+56(FP), R10
@@ -570,72 +2596,66 @@ edge2_8:
 	JZ     gend_13
 
 g_12:
-	MOVBLZX      (R9), R12
-	CMPL         R12, $0x000000fc
-	JA           bail_1
-	VBROADCASTSS (DI)(R12*4), Y6
-	VMOVDQU      (R8), X9
-	VPSRLW       $0x04, X9, X7
-	VINSERTI128  $0x01, X7, Y9, Y7
-	VPAND        Y2, Y7, Y7
-	VPSHUFB      Y7, Y0, Y8
-	VPSHUFB      Y7, Y1, Y7
-	VPUNPCKLBW   Y8, Y7, Y10
-	VPUNPCKHBW   Y8, Y7, Y7
-	VPSLLD       $0x10, Y10, Y8
-	VMULPS       Y6, Y8, Y8
-	VFMADD231PS  (R10), Y8, Y4
-	VPAND        Y3, Y10, Y8
-	VMULPS       Y6, Y8, Y8
-	VFMADD231PS  32(R10), Y8, Y4
-	VPSLLD       $0x10, Y7, Y8
-	VMULPS       Y6, Y8, Y8
-	VFMADD231PS  64(R10), Y8, Y4
-	VPAND        Y3, Y7, Y7
-	VMULPS       Y6, Y7, Y7
-	VFMADD231PS  96(R10), Y7, Y4
-	MOVBLZX      (R9)(BX*1), R12
-	CMPL         R12, $0x000000fc
-	JA           bail_1
-	VBROADCASTSS (DI)(R12*4), Y6
-	VMOVDQU      (R8)(DX*1), X9
-	VPSRLW       $0x04, X9, X7
-	VINSERTI128  $0x01, X7, Y9, Y7
-	VPAND        Y2, Y7, Y7
-	VPSHUFB      Y7, Y0, Y8
-	VPSHUFB      Y7, Y1, Y7
-	VPUNPCKLBW   Y8, Y7, Y10
-	VPUNPCKHBW   Y8, Y7, Y7
-	VPSLLD       $0x10, Y10, Y8
-	VMULPS       Y6, Y8, Y8
-	VFMADD231PS  (R10), Y8, Y5
-	VPAND        Y3, Y10, Y8
-	VMULPS       Y6, Y8, Y8
-	VFMADD231PS  32(R10), Y8, Y5
-	VPSLLD       $0x10, Y7, Y8
-	VMULPS       Y6, Y8, Y8
-	VFMADD231PS  64(R10), Y8, Y5
-	VPAND        Y3, Y7, Y7
-	VMULPS       Y6, Y7, Y7
-	VFMADD231PS  96(R10), Y7, Y5
-	ADDQ         $0x10, R8
-	INCQ         R9
-	ADDQ         $0x00000080, R10
-	DECQ         R11
-	JNZ          g_12
+	MOVBLZX        (R9), R12
+	CMPL           R12, $0x000000fc
+	JA             bail_1
+	SHLL           $0x05, R12
+	VBROADCASTI128 (R8), Y4
+	VPSRLVD        nibShift<>+0(SB), Y4, Y4
+	VPAND          Y0, Y4, Y4
+	VBROADCASTI128 (DI)(R12*1), Y5
+	VPSHUFB        Y4, Y5, Y5
+	VBROADCASTI128 16(DI)(R12*1), Y6
+	VPSHUFB        Y4, Y6, Y6
+	VPUNPCKLBW     Y5, Y6, Y4
+	VPUNPCKHBW     Y5, Y6, Y5
+	VPSLLD         $0x10, Y4, Y6
+	VFMADD231PS    (R10), Y6, Y2
+	VPAND          Y1, Y4, Y4
+	VFMADD231PS    32(R10), Y4, Y2
+	VPSLLD         $0x10, Y5, Y4
+	VFMADD231PS    64(R10), Y4, Y2
+	VPAND          Y1, Y5, Y4
+	VFMADD231PS    96(R10), Y4, Y2
+	MOVBLZX        (R9)(BX*1), R12
+	CMPL           R12, $0x000000fc
+	JA             bail_1
+	SHLL           $0x05, R12
+	VBROADCASTI128 (R8)(DX*1), Y4
+	VPSRLVD        nibShift<>+0(SB), Y4, Y4
+	VPAND          Y0, Y4, Y4
+	VBROADCASTI128 (DI)(R12*1), Y5
+	VPSHUFB        Y4, Y5, Y5
+	VBROADCASTI128 16(DI)(R12*1), Y6
+	VPSHUFB        Y4, Y6, Y6
+	VPUNPCKLBW     Y5, Y6, Y4
+	VPUNPCKHBW     Y5, Y6, Y5
+	VPSLLD         $0x10, Y4, Y6
+	VFMADD231PS    (R10), Y6, Y3
+	VPAND          Y1, Y4, Y4
+	VFMADD231PS    32(R10), Y4, Y3
+	VPSLLD         $0x10, Y5, Y4
+	VFMADD231PS    64(R10), Y4, Y3
+	VPAND          Y1, Y5, Y4
+	VFMADD231PS    96(R10), Y4, Y3
+	ADDQ           $0x10, R8
+	INCQ           R9
+	ADDQ           $0x00000080, R10
+	DECQ           R11
+	JNZ            g_12
 
 gend_13:
 	MOVQ         dst+0(FP), DI
 	LEAQ         (DI)(SI*4), DI
-	VEXTRACTF128 $0x01, Y4, X0
-	VADDPS       X0, X4, X0
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X0
 	VPERMILPS    $0xb1, X0, X1
 	VADDPS       X1, X0, X1
 	VPERMILPS    $0x4e, X1, X0
 	VADDPS       X0, X1, X0
 	VMOVSS       X0, (DI)
-	VEXTRACTF128 $0x01, Y5, X0
-	VADDPS       X0, X5, X0
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X0
 	VPERMILPS    $0xb1, X0, X1
 	VADDPS       X1, X0, X1
 	VPERMILPS    $0x4e, X1, X0
@@ -649,9 +2669,9 @@ gend_13:
 	JMP          finish_2
 
 edge3_9:
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
 	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
 	MOVQ   AX, R8
 	MOVQ   CX, R9
 	MOVQ   x+56(FP), R10
@@ -660,103 +2680,94 @@ edge3_9:
 	JZ     gend_15
 
 g_14:
-	MOVBLZX      (R9), R12
-	CMPL         R12, $0x000000fc
-	JA           bail_1
-	VBROADCASTSS (DI)(R12*4), Y7
-	VMOVDQU      (R8), X9
-	VPSRLW       $0x04, X9, X8
-	VINSERTI128  $0x01, X8, Y9, Y8
-	VPAND        Y2, Y8, Y8
-	VPSHUFB      Y8, Y0, Y10
-	VPSHUFB      Y8, Y1, Y8
-	VPUNPCKLBW   Y10, Y8, Y11
-	VPUNPCKHBW   Y10, Y8, Y8
-	VPSLLD       $0x10, Y11, Y10
-	VMULPS       Y7, Y10, Y10
-	VFMADD231PS  (R10), Y10, Y4
-	VPAND        Y3, Y11, Y10
-	VMULPS       Y7, Y10, Y10
-	VFMADD231PS  32(R10), Y10, Y4
-	VPSLLD       $0x10, Y8, Y10
-	VMULPS       Y7, Y10, Y10
-	VFMADD231PS  64(R10), Y10, Y4
-	VPAND        Y3, Y8, Y8
-	VMULPS       Y7, Y8, Y8
-	VFMADD231PS  96(R10), Y8, Y4
-	MOVBLZX      (R9)(BX*1), R12
-	CMPL         R12, $0x000000fc
-	JA           bail_1
-	VBROADCASTSS (DI)(R12*4), Y7
-	VMOVDQU      (R8)(DX*1), X9
-	VPSRLW       $0x04, X9, X8
-	VINSERTI128  $0x01, X8, Y9, Y8
-	VPAND        Y2, Y8, Y8
-	VPSHUFB      Y8, Y0, Y10
-	VPSHUFB      Y8, Y1, Y8
-	VPUNPCKLBW   Y10, Y8, Y11
-	VPUNPCKHBW   Y10, Y8, Y8
-	VPSLLD       $0x10, Y11, Y10
-	VMULPS       Y7, Y10, Y10
-	VFMADD231PS  (R10), Y10, Y5
-	VPAND        Y3, Y11, Y10
-	VMULPS       Y7, Y10, Y10
-	VFMADD231PS  32(R10), Y10, Y5
-	VPSLLD       $0x10, Y8, Y10
-	VMULPS       Y7, Y10, Y10
-	VFMADD231PS  64(R10), Y10, Y5
-	VPAND        Y3, Y8, Y8
-	VMULPS       Y7, Y8, Y8
-	VFMADD231PS  96(R10), Y8, Y5
-	MOVBLZX      (R9)(BX*2), R12
-	CMPL         R12, $0x000000fc
-	JA           bail_1
-	VBROADCASTSS (DI)(R12*4), Y7
-	VMOVDQU      (R8)(DX*2), X9
-	VPSRLW       $0x04, X9, X8
-	VINSERTI128  $0x01, X8, Y9, Y8
-	VPAND        Y2, Y8, Y8
-	VPSHUFB      Y8, Y0, Y10
-	VPSHUFB      Y8, Y1, Y8
-	VPUNPCKLBW   Y10, Y8, Y11
-	VPUNPCKHBW   Y10, Y8, Y8
-	VPSLLD       $0x10, Y11, Y10
-	VMULPS       Y7, Y10, Y10
-	VFMADD231PS  (R10), Y10, Y6
-	VPAND        Y3, Y11, Y10
-	VMULPS       Y7, Y10, Y10
-	VFMADD231PS  32(R10), Y10, Y6
-	VPSLLD       $0x10, Y8, Y10
-	VMULPS       Y7, Y10, Y10
-	VFMADD231PS  64(R10), Y10, Y6
-	VPAND        Y3, Y8, Y8
-	VMULPS       Y7, Y8, Y8
-	VFMADD231PS  96(R10), Y8, Y6
-	ADDQ         $0x10, R8
-	INCQ         R9
-	ADDQ         $0x00000080, R10
-	DECQ         R11
-	JNZ          g_14
+	MOVBLZX        (R9), R12
+	CMPL           R12, $0x000000fc
+	JA             bail_1
+	SHLL           $0x05, R12
+	VBROADCASTI128 (R8), Y5
+	VPSRLVD        nibShift<>+0(SB), Y5, Y5
+	VPAND          Y0, Y5, Y5
+	VBROADCASTI128 (DI)(R12*1), Y6
+	VPSHUFB        Y5, Y6, Y6
+	VBROADCASTI128 16(DI)(R12*1), Y7
+	VPSHUFB        Y5, Y7, Y7
+	VPUNPCKLBW     Y6, Y7, Y5
+	VPUNPCKHBW     Y6, Y7, Y6
+	VPSLLD         $0x10, Y5, Y7
+	VFMADD231PS    (R10), Y7, Y2
+	VPAND          Y1, Y5, Y5
+	VFMADD231PS    32(R10), Y5, Y2
+	VPSLLD         $0x10, Y6, Y5
+	VFMADD231PS    64(R10), Y5, Y2
+	VPAND          Y1, Y6, Y5
+	VFMADD231PS    96(R10), Y5, Y2
+	MOVBLZX        (R9)(BX*1), R12
+	CMPL           R12, $0x000000fc
+	JA             bail_1
+	SHLL           $0x05, R12
+	VBROADCASTI128 (R8)(DX*1), Y5
+	VPSRLVD        nibShift<>+0(SB), Y5, Y5
+	VPAND          Y0, Y5, Y5
+	VBROADCASTI128 (DI)(R12*1), Y6
+	VPSHUFB        Y5, Y6, Y6
+	VBROADCASTI128 16(DI)(R12*1), Y7
+	VPSHUFB        Y5, Y7, Y7
+	VPUNPCKLBW     Y6, Y7, Y5
+	VPUNPCKHBW     Y6, Y7, Y6
+	VPSLLD         $0x10, Y5, Y7
+	VFMADD231PS    (R10), Y7, Y3
+	VPAND          Y1, Y5, Y5
+	VFMADD231PS    32(R10), Y5, Y3
+	VPSLLD         $0x10, Y6, Y5
+	VFMADD231PS    64(R10), Y5, Y3
+	VPAND          Y1, Y6, Y5
+	VFMADD231PS    96(R10), Y5, Y3
+	MOVBLZX        (R9)(BX*2), R12
+	CMPL           R12, $0x000000fc
+	JA             bail_1
+	SHLL           $0x05, R12
+	VBROADCASTI128 (R8)(DX*2), Y5
+	VPSRLVD        nibShift<>+0(SB), Y5, Y5
+	VPAND          Y0, Y5, Y5
+	VBROADCASTI128 (DI)(R12*1), Y6
+	VPSHUFB        Y5, Y6, Y6
+	VBROADCASTI128 16(DI)(R12*1), Y7
+	VPSHUFB        Y5, Y7, Y7
+	VPUNPCKLBW     Y6, Y7, Y5
+	VPUNPCKHBW     Y6, Y7, Y6
+	VPSLLD         $0x10, Y5, Y7
+	VFMADD231PS    (R10), Y7, Y4
+	VPAND          Y1, Y5, Y5
+	VFMADD231PS    32(R10), Y5, Y4
+	VPSLLD         $0x10, Y6, Y5
+	VFMADD231PS    64(R10), Y5, Y4
+	VPAND          Y1, Y6, Y5
+	VFMADD231PS    96(R10), Y5, Y4
+	ADDQ           $0x10, R8
+	INCQ           R9
+	ADDQ           $0x00000080, R10
+	DECQ           R11
+	JNZ            g_14
 
 gend_15:
 	MOVQ         dst+0(FP), DI
 	LEAQ         (DI)(SI*4), DI
-	VEXTRACTF128 $0x01, Y4, X0
-	VADDPS       X0, X4, X0
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X0
 	VPERMILPS    $0xb1, X0, X1
 	VADDPS       X1, X0, X1
 	VPERMILPS    $0x4e, X1, X0
 	VADDPS       X0, X1, X0
 	VMOVSS       X0, (DI)
-	VEXTRACTF128 $0x01, Y5, X0
-	VADDPS       X0, X5, X0
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X0
 	VPERMILPS    $0xb1, X0, X1
 	VADDPS       X1, X0, X1
 	VPERMILPS    $0x4e, X1, X0
 	VADDPS       X0, X1, X0
 	VMOVSS       X0, 4(DI)
-	VEXTRACTF128 $0x01, Y6, X0
-	VADDPS       X0, X6, X0
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X0
 	VPERMILPS    $0xb1, X0, X1
 	VADDPS       X1, X0, X1
 	VPERMILPS    $0x4e, X1, X0
@@ -787,10 +2798,9 @@ TEXT ·mxfp4TileAVX2(SB), NOSPLIT, $0-72
 	XORQ    SI, SI
 	MOVQ    AX, DI
 	LEAQ    scaleTab<>+0(SB), R8
-	VMOVDQU nibTabs<>+0(SB), Y0
-	VMOVDQU nibTabs<>+32(SB), Y1
-	VMOVDQU maskLow<>+0(SB), Y2
-	VMOVDQU maskHigh<>+0(SB), Y3
+	LEAQ    scaledTabs<>+0(SB), R8
+	VMOVDQU maskLow<>+0(SB), Y0
+	VMOVDQU maskHigh<>+0(SB), Y1
 
 row_3:
 	MOVQ  rows+48(FP), R9
@@ -804,35 +2814,32 @@ row_3:
 	JZ    gend_5
 
 g_4:
-	MOVBLZX      (R10), R13
-	CMPL         R13, $0x000000fc
-	JA           bail_1
-	VBROADCASTSS (R8)(R13*4), Y4
-	VMOVDQU      (R9), X5
-	VPSRLW       $0x04, X5, X6
-	VINSERTI128  $0x01, X6, Y5, Y6
-	VPAND        Y2, Y6, Y6
-	VPSHUFB      Y6, Y0, Y7
-	VPSHUFB      Y6, Y1, Y6
-	VPUNPCKLBW   Y7, Y6, Y8
-	VPUNPCKHBW   Y7, Y6, Y6
-	VPSLLD       $0x10, Y8, Y7
-	VMULPS       Y4, Y7, Y7
-	VMOVUPS      Y7, (R11)
-	VPAND        Y3, Y8, Y7
-	VMULPS       Y4, Y7, Y7
-	VMOVUPS      Y7, 96(R11)
-	VPSLLD       $0x10, Y6, Y7
-	VMULPS       Y4, Y7, Y7
-	VMOVUPS      Y7, 192(R11)
-	VPAND        Y3, Y6, Y6
-	VMULPS       Y4, Y6, Y6
-	VMOVUPS      Y6, 288(R11)
-	ADDQ         $0x10, R9
-	INCQ         R10
-	ADDQ         $0x00000180, R11
-	DECQ         R12
-	JNZ          g_4
+	MOVBLZX        (R10), R13
+	CMPL           R13, $0x000000fc
+	JA             bail_1
+	SHLL           $0x05, R13
+	VBROADCASTI128 (R9), Y2
+	VPSRLVD        nibShift<>+0(SB), Y2, Y2
+	VPAND          Y0, Y2, Y2
+	VBROADCASTI128 (R8)(R13*1), Y3
+	VPSHUFB        Y2, Y3, Y3
+	VBROADCASTI128 16(R8)(R13*1), Y4
+	VPSHUFB        Y2, Y4, Y4
+	VPUNPCKLBW     Y3, Y4, Y2
+	VPUNPCKHBW     Y3, Y4, Y3
+	VPSLLD         $0x10, Y2, Y4
+	VMOVUPS        Y4, (R11)
+	VPAND          Y1, Y2, Y2
+	VMOVUPS        Y2, 96(R11)
+	VPSLLD         $0x10, Y3, Y2
+	VMOVUPS        Y2, 192(R11)
+	VPAND          Y1, Y3, Y2
+	VMOVUPS        Y2, 288(R11)
+	ADDQ           $0x10, R9
+	INCQ           R10
+	ADDQ           $0x00000180, R11
+	DECQ           R12
+	JNZ            g_4
 
 gend_5:
 	INCQ BX

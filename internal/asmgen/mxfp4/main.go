@@ -27,15 +27,22 @@ import (
 	"github.com/k3go/k3/internal/asmgen/lib"
 )
 
+// rowsMV is the row block of the mat-vec kernel.
+const rowsMV = 4
+
 // maxScale is the largest scale byte the kernels handle.
 const maxScale = 252
 
 var (
 	scaleTab Mem // [256]f32: 2^(s-127), 0 for s > maxScale
-	nibTabs  Mem // AVX2: [32]u8 bf16 high bytes, [32]u8 bf16 low bytes (each table twice)
 	e2m1Tab  Mem // AVX-512: [16]f32 E2M1 values
 	maskLow  Mem // [8]u32 0x0F0F0F0F
 	maskHigh Mem // [8]u32 0xFFFF0000
+	// AVX2: for each scale byte s ≤ maxScale, 16 bytes holding the bf16
+	// high byte and 16 bytes holding the bf16 low byte of E2M1[c]·2^(s−127)
+	// (exact in bf16, subnormals included), indexed by code c.
+	scaledTabs Mem
+	nibShift   Mem // [8]u32 {0,0,0,0,4,4,4,4}: lane 1 gets the high nibbles
 )
 
 var e2m1 = [16]float32{0, 0.5, 1, 1.5, 2, 3, 4, 6, float32(math.Copysign(0, -1)), -0.5, -1, -1.5, -2, -3, -4, -6}
@@ -60,50 +67,64 @@ func tables() {
 		}
 	}
 	scaleTab = lib.Const32("scaleTab", s[:])
-	var hi, lo [16]byte
-	for c, v := range e2m1 {
-		b := math.Float32bits(v)
-		if b&0xFFFF != 0 {
-			panic("E2M1 value is not bf16")
-		}
-		hi[c], lo[c] = byte(b>>24), byte(b>>16)
-	}
-	var words []uint32
-	for _, t := range [][16]byte{hi, lo} {
-		for rep := 0; rep < 2; rep++ {
-			for k := 0; k < 16; k += 4 {
-				words = append(words, uint32(t[k])|uint32(t[k+1])<<8|uint32(t[k+2])<<16|uint32(t[k+3])<<24)
-			}
-		}
-	}
-	nibTabs = lib.Const32("nibTabs", words)
 	var e [16]uint32
 	for c, v := range e2m1 {
 		e[c] = math.Float32bits(v)
 	}
 	e2m1Tab = lib.Const32("e2m1Tab", e[:])
 	maskLow = lib.Const32("maskLow", lib.Splat32(0x0F0F0F0F, 8))
+	nibShift = lib.Const32("nibShift", []uint32{0, 0, 0, 0, 4, 4, 4, 4})
+	var st []uint32
+	for sc := 0; sc < 256; sc++ {
+		var hi, lo [16]byte
+		if sc <= maxScale {
+			for c, v := range e2m1 {
+				f := float32(math.Ldexp(float64(v), sc-127))
+				if float64(f) != math.Ldexp(float64(v), sc-127) {
+					panic("scaled E2M1 value is not exact")
+				}
+				b := math.Float32bits(f)
+				if b&0xFFFF != 0 {
+					panic("scaled E2M1 value is not bf16")
+				}
+				hi[c], lo[c] = byte(b>>24), byte(b>>16)
+			}
+		}
+		for _, t := range [][16]byte{hi, lo} {
+			for k := 0; k < 16; k += 4 {
+				st = append(st, uint32(t[k])|uint32(t[k+1])<<8|uint32(t[k+2])<<16|uint32(t[k+3])<<24)
+			}
+		}
+	}
+	scaledTabs = lib.Const32("scaledTabs", st)
 	maskHigh = lib.Const32("maskHigh", lib.Splat32(0xFFFF0000, 8))
 }
 
 // consts holds the decode constants in registers.
 type consts struct {
-	tab          reg.GPVirtual // scale table address
-	tabHi, tabLo reg.VecVirtual
-	mLow, mHigh  reg.VecVirtual
-	e2m1         reg.VecVirtual
+	tab         reg.GPVirtual // scale table address
+	mLow, mHigh Op            // registers, or memory when registers are short
+	stabs       reg.GPVirtual // AVX2 scaled tables address
+	e2m1        reg.VecVirtual
 }
 
-func loadConsts(isa lib.ISA) consts {
+func loadConsts(isa lib.ISA) consts { return loadConstsR(isa, 4) }
+
+func loadConstsR(isa lib.ISA, rowsLive int) consts {
 	var c consts
 	c.tab = GP64()
 	LEAQ(scaleTab, c.tab)
 	if isa.Lanes == 8 {
-		c.tabHi, c.tabLo, c.mLow, c.mHigh = YMM(), YMM(), YMM(), YMM()
-		VMOVDQU(nibTabs, c.tabHi)
-		VMOVDQU(nibTabs.Offset(32), c.tabLo)
-		VMOVDQU(maskLow, c.mLow)
-		VMOVDQU(maskHigh, c.mHigh)
+		c.stabs = GP64()
+		LEAQ(scaledTabs, c.stabs)
+		if rowsLive > 4 {
+			c.mLow, c.mHigh = maskLow, maskHigh
+		} else {
+			ml, mh := YMM(), YMM()
+			VMOVDQU(maskLow, ml)
+			VMOVDQU(maskHigh, mh)
+			c.mLow, c.mHigh = ml, mh
+		}
 	} else {
 		c.e2m1 = ZMM()
 		VMOVUPS(e2m1Tab, c.e2m1)
@@ -114,27 +135,37 @@ func loadConsts(isa lib.ISA) consts {
 // chunksPerGroup is the number of vectors one group of 32 decodes into.
 func chunksPerGroup(isa lib.ISA) int { return 32 / isa.Lanes }
 
-// scale loads scale byte sm, jumps to bail if it is > maxScale, and returns
-// the broadcast f32 scale.
-func scale(isa lib.ISA, c consts, sm Mem, bail string) reg.VecVirtual {
+// scaleRef is a group's scale: for AVX-512 the broadcast f32 2^(s−127),
+// for AVX2 the byte offset of the scaled tables of s.
+type scaleRef struct {
+	vec reg.VecVirtual
+	off reg.GPVirtual
+}
+
+// scale loads scale byte sm and jumps to bail if it is > maxScale.
+func scale(isa lib.ISA, c consts, sm Mem, bail string) scaleRef {
 	s := GP32()
 	MOVBLZX(sm, s)
 	CMPL(s, U32(maxScale))
 	JA(LabelRef(bail))
+	if isa.Lanes == 8 {
+		SHLL(U8(5), s)
+		return scaleRef{off: s}
+	}
 	v := isa.Vec()
 	VBROADCASTSS(Mem{Base: c.tab, Index: s, Scale: 4}, v)
-	return v
+	return scaleRef{vec: v}
 }
 
-// decode decodes the 16 packed bytes at pm with broadcast scale sv and calls
-// use(k, w) for each chunk k of the group in order, w holding the exact
-// scaled weights.
-func decode(isa lib.ISA, c consts, pm Mem, sv reg.VecVirtual, use func(k int, w reg.VecVirtual)) {
+// decode decodes the 16 packed bytes at pm with scale sr and calls use(k, w)
+// for each chunk k of the group in order, w holding the exact scaled
+// weights E2M1[code]·2^(s−127).
+func decode(isa lib.ISA, c consts, pm Mem, sr scaleRef, use func(k int, w reg.VecVirtual)) {
 	if isa.Lanes == 16 {
 		d := ZMM()
 		VPMOVZXBD(pm, d)
 		t := ZMM()
-		VMULPS(sv, c.e2m1, t) // scaled table (exact)
+		VMULPS(sr.vec, c.e2m1, t) // scaled table (exact)
 		lo := ZMM()
 		VPERMPS(t, d, lo) // lo[i] = t[d[i] & 15]: element 2i
 		use(0, lo)
@@ -144,19 +175,18 @@ func decode(isa lib.ISA, c consts, pm Mem, sv reg.VecVirtual, use func(k int, w 
 		use(1, hi)
 		return
 	}
-	b := XMM()
-	VMOVDQU(pm, b)
-	h := XMM()
-	VPSRLW(U8(4), b, h)
 	cd := YMM()
-	VINSERTI128(U8(1), h, b.AsY(), cd) // [bytes | bytes>>4]
-	VPAND(c.mLow, cd, cd)              // lane 0: codes of elements 2j, lane 1: 2j+1
-	t1 := YMM()
-	VPSHUFB(cd, c.tabHi, t1) // bf16 high bytes
-	VPSHUFB(cd, c.tabLo, cd) // bf16 low bytes
+	VBROADCASTI128(pm, cd)    // the 16 bytes in both lanes
+	VPSRLVD(nibShift, cd, cd) // lane 1: high nibbles moved down
+	VPAND(c.mLow, cd, cd)     // lane 0: codes of elements 2j, lane 1: 2j+1
+	t1, t2 := YMM(), YMM()
+	VBROADCASTI128(Mem{Base: c.stabs, Index: sr.off, Scale: 1}, t1)
+	VPSHUFB(cd, t1, t1) // bf16 high bytes of the scaled weights
+	VBROADCASTI128(Mem{Base: c.stabs, Index: sr.off, Scale: 1, Disp: 16}, t2)
+	VPSHUFB(cd, t2, t2) // bf16 low bytes
 	wa, wb := YMM(), YMM()
-	VPUNPCKLBW(t1, cd, wa) // bf16 words: lane 0 elements 0,2,..,14; lane 1 1,3,..,15
-	VPUNPCKHBW(t1, cd, wb) // elements 16..31 likewise
+	VPUNPCKLBW(t1, t2, wa) // bf16 words: lane 0 elements 0,2,..,14; lane 1 1,3,..,15
+	VPUNPCKHBW(t1, t2, wb) // elements 16..31 likewise
 	for k, src := range []reg.VecVirtual{wa, wa, wb, wb} {
 		f := YMM()
 		if k%2 == 0 {
@@ -164,7 +194,6 @@ func decode(isa lib.ISA, c consts, pm Mem, sv reg.VecVirtual, use func(k int, w 
 		} else {
 			VPAND(c.mHigh, src, f) // odd words
 		}
-		VMULPS(sv, f, f)
 		use(k, f)
 	}
 }
@@ -173,20 +202,20 @@ func decode(isa lib.ISA, c consts, pm Mem, sv reg.VecVirtual, use func(k int, w 
 // x' being x in the kernel's element order, and returns the number of rows
 // done: rows, or the first row of the 4-row block in which a scale byte
 // > 252 was met.
-func rows(isa lib.ISA) {
-	name := "mxfp4Rows" + isa.Name
+func rows(isa lib.ISA) { rowsVariant(isa, "mxfp4Rows"+isa.Name, rowsMV) }
+
+func rowsVariant(isa lib.ISA, name string, R int) {
 	lib.Func(name, "func(dst *float32, packed *byte, pStride int, scales *byte, sStride int, rows, groups int, x *float32) int",
 		fmt.Sprintf("%s is the MXFP4 mat-vec kernel; it returns the rows done before a scale byte > %d.", name, maxScale),
 		"Requires: "+isa.Requires()+".")
 	var lb lib.Labeler
-	const R = 4
 	packed := Load(Param("packed"), GP64())
 	scales := Load(Param("scales"), GP64())
 	pStride := Load(Param("pStride"), GP64())
 	sStride := Load(Param("sStride"), GP64())
 	done := GP64()
 	XORQ(done, done)
-	c := loadConsts(isa)
+	c := loadConstsR(isa, R)
 	bail, finish := lb.New("bail"), lb.New("finish")
 	B := isa.Bytes()
 	cpg := chunksPerGroup(isa)
@@ -197,9 +226,19 @@ func rows(isa lib.ISA) {
 			accs[i] = isa.Vec()
 			VXORPS(accs[i], accs[i], accs[i])
 		}
-		pp, sp := GP64(), GP64()
-		MOVQ(packed, pp)
-		MOVQ(scales, sp)
+		// One packed and one scale pointer per 4 rows.
+		nb := (r + 3) / 4
+		pps, sps := make([]reg.GPVirtual, nb), make([]reg.GPVirtual, nb)
+		for b := range pps {
+			pps[b], sps[b] = GP64(), GP64()
+			if b == 0 {
+				MOVQ(packed, pps[b])
+				MOVQ(scales, sps[b])
+			} else {
+				LEAQ(Mem{Base: pps[b-1], Index: pStride, Scale: 4}, pps[b])
+				LEAQ(Mem{Base: sps[b-1], Index: sStride, Scale: 4}, sps[b])
+			}
+		}
 		xp := Load(Param("x"), GP64())
 		g := Load(Param("groups"), GP64())
 		loop, end := lb.New("g"), lb.New("gend")
@@ -207,12 +246,13 @@ func rows(isa lib.ISA) {
 		JZ(LabelRef(end))
 		Label(loop)
 		for i := 0; i < r; i++ {
+			pp, sp := pps[i/4], sps[i/4]
 			var pm, sm Mem
-			switch i {
+			switch i % 4 {
 			case 0:
 				pm, sm = Mem{Base: pp}, Mem{Base: sp}
 			case 1, 2:
-				pm, sm = Mem{Base: pp, Index: pStride, Scale: uint8(i)}, Mem{Base: sp, Index: sStride, Scale: uint8(i)}
+				pm, sm = Mem{Base: pp, Index: pStride, Scale: uint8(i % 4)}, Mem{Base: sp, Index: sStride, Scale: uint8(i % 4)}
 			case 3:
 				t := GP64()
 				LEAQ(Mem{Base: pp, Index: pStride, Scale: 2}, t)
@@ -227,8 +267,10 @@ func rows(isa lib.ISA) {
 				VFMADD231PS(Mem{Base: xp, Disp: k * B}, w, acc)
 			})
 		}
-		ADDQ(U8(16), pp)
-		INCQ(sp)
+		for b := range pps {
+			ADDQ(U8(16), pps[b])
+			INCQ(sps[b])
+		}
 		ADDQ(U32(cpg*B), xp)
 		DECQ(g)
 		JNZ(LabelRef(loop))

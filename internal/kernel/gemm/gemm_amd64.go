@@ -150,6 +150,29 @@ func (a *ISA) XBlock(px []float32, chunks, t0, nt, k0, kc int) []float32 {
 // kernel element order.
 func (a *ISA) PackX(px, x []float32, cols, chunks, n int, perm []int) {
 	L := a.Lanes
+	k := chunks * L
+	if perm != nil {
+		// Permute in place in px first when n == 1 (the layout is then
+		// final); otherwise into a pooled buffer that the chunk copy reads.
+		if n == 1 {
+			permuteRow(px[:k], x[:k], perm)
+			return
+		}
+		b := GetX(n * k)
+		for t := 0; t < n; t++ {
+			permuteRow((*b)[t*k:(t+1)*k], x[t*cols:t*cols+k], perm)
+		}
+		a.interleave(px, *b, k, chunks, n)
+		PutX(b)
+		return
+	}
+	a.interleave(px, x, cols, chunks, n)
+}
+
+// interleave copies chunks of n rows of x (row stride cols) into the packed
+// layout.
+func (a *ISA) interleave(px, x []float32, cols, chunks, n int) {
+	L := a.Lanes
 	kcs := a.KcChunks()
 	o := 0
 	for t0 := 0; t0 < n; t0 += Nc {
@@ -160,13 +183,8 @@ func (a *ISA) PackX(px, x []float32, cols, chunks, n int, perm []int) {
 				tb := min(a.T, nt-b0)
 				for k := k0; k < k0+kc; k++ {
 					for j := 0; j < tb; j++ {
-						src := x[(t0+b0+j)*cols+k*L : (t0+b0+j)*cols+(k+1)*L]
-						dst := px[o : o+L]
-						if perm == nil {
-							copy(dst, src)
-						} else {
-							permute(dst, x[(t0+b0+j)*cols:], k*L, perm)
-						}
+						r := (t0 + b0 + j) * cols
+						copy(px[o:o+L], x[r+k*L:r+(k+1)*L])
 						o += L
 					}
 				}
@@ -175,15 +193,30 @@ func (a *ISA) PackX(px, x []float32, cols, chunks, n int, perm []int) {
 	}
 }
 
-// permute fills dst (one chunk, starting at column c of row xr) in the
-// element order perm.
-func permute(dst, xr []float32, c int, perm []int) {
-	g := len(perm)
-	base := c / g * g
-	p0 := c - base
-	grp := xr[base : base+g]
-	for i := range dst {
-		dst[i] = grp[perm[p0+i]]
+// permuteRow writes dst[g·G+p] = src[g·G+perm[p]] for every group of
+// G = len(perm) (16 or 32) elements.
+func permuteRow(dst, src []float32, perm []int) {
+	switch len(perm) {
+	case 16:
+		p := (*[16]int)(perm)
+		for g := 0; g+16 <= len(src); g += 16 {
+			s := (*[16]float32)(src[g : g+16])
+			d := (*[16]float32)(dst[g : g+16])
+			for i, j := range p {
+				d[i] = s[j&15]
+			}
+		}
+	case 32:
+		p := (*[32]int)(perm)
+		for g := 0; g+32 <= len(src); g += 32 {
+			s := (*[32]float32)(src[g : g+32])
+			d := (*[32]float32)(dst[g : g+32])
+			for i, j := range p {
+				d[i] = s[j&31]
+			}
+		}
+	default:
+		panic("gemm: permutation must have 16 or 32 elements")
 	}
 }
 

@@ -44,7 +44,7 @@ func gemmAVX2(acc *float32, tile *float32, x *float32, rowBlocks int, tokens int
 //go:noescape
 func fmaPeakAVX2(iters int)
 
-// readBWAVX2 reads n bytes (a multiple of 256) with vector loads (a bandwidth probe).
+// readBWAVX2 reads n bytes (a multiple of 256) as 8 parallel streams of vector loads (a bandwidth probe).
 // Requires: AVX2, FMA.
 //
 //go:noescape
@@ -90,7 +90,7 @@ func gemmAVX512(acc *float32, tile *float32, x *float32, rowBlocks int, tokens i
 //go:noescape
 func fmaPeakAVX512(iters int)
 
-// readBWAVX512 reads n bytes (a multiple of 512) with vector loads (a bandwidth probe).
+// readBWAVX512 reads n bytes (a multiple of 512) as 8 parallel streams of vector loads (a bandwidth probe).
 // Requires: AVX-512 F/BW/VL.
 //
 //go:noescape
