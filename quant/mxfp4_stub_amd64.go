@@ -4,11 +4,29 @@
 
 package quant
 
-// mxfp4RowsAVX2 is the MXFP4 mat-vec kernel; it returns the rows done before a scale byte > 252.
+// mxfp4RowsT1AVX2 is the MXFP4 kernel for 1 token(s) (dstStride in bytes); it returns the rows done before a scale byte > 252.
 // Requires: AVX2, FMA.
 //
 //go:noescape
-func mxfp4RowsAVX2(dst *float32, packed *byte, pStride int, scales *byte, sStride int, rows int, groups int, x *float32) int
+func mxfp4RowsT1AVX2(dst *float32, dstStride int, packed *byte, pStride int, scales *byte, sStride int, rows int, groups int, x *float32) int
+
+// mxfp4RowsT2AVX2 is the MXFP4 kernel for 2 token(s) (dstStride in bytes); it returns the rows done before a scale byte > 252.
+// Requires: AVX2, FMA.
+//
+//go:noescape
+func mxfp4RowsT2AVX2(dst *float32, dstStride int, packed *byte, pStride int, scales *byte, sStride int, rows int, groups int, x *float32) int
+
+// mxfp4RowsT3AVX2 is the MXFP4 kernel for 3 token(s) (dstStride in bytes); it returns the rows done before a scale byte > 252.
+// Requires: AVX2, FMA.
+//
+//go:noescape
+func mxfp4RowsT3AVX2(dst *float32, dstStride int, packed *byte, pStride int, scales *byte, sStride int, rows int, groups int, x *float32) int
+
+// mxfp4RowsT4AVX2 is the MXFP4 kernel for 4 token(s) (dstStride in bytes); it returns the rows done before a scale byte > 252.
+// Requires: AVX2, FMA.
+//
+//go:noescape
+func mxfp4RowsT4AVX2(dst *float32, dstStride int, packed *byte, pStride int, scales *byte, sStride int, rows int, groups int, x *float32) int
 
 // mxfp4TileAVX2 decodes MXFP4 rows into the packed GEMM layout; it returns the rows done before a scale byte > 252.
 // Requires: AVX2, FMA.
@@ -16,11 +34,41 @@ func mxfp4RowsAVX2(dst *float32, packed *byte, pStride int, scales *byte, sStrid
 //go:noescape
 func mxfp4TileAVX2(tile *float32, blockStride int, packed *byte, pStride int, scales *byte, sStride int, rows int, groups int) int
 
-// mxfp4RowsAVX512 is the MXFP4 mat-vec kernel; it returns the rows done before a scale byte > 252.
+// mxfp4RowsT1AVX512 is the MXFP4 kernel for 1 token(s) (dstStride in bytes); it returns the rows done before a scale byte > 252.
 // Requires: AVX-512 F/BW/VL.
 //
 //go:noescape
-func mxfp4RowsAVX512(dst *float32, packed *byte, pStride int, scales *byte, sStride int, rows int, groups int, x *float32) int
+func mxfp4RowsT1AVX512(dst *float32, dstStride int, packed *byte, pStride int, scales *byte, sStride int, rows int, groups int, x *float32) int
+
+// mxfp4RowsT2AVX512 is the MXFP4 kernel for 2 token(s) (dstStride in bytes); it returns the rows done before a scale byte > 252.
+// Requires: AVX-512 F/BW/VL.
+//
+//go:noescape
+func mxfp4RowsT2AVX512(dst *float32, dstStride int, packed *byte, pStride int, scales *byte, sStride int, rows int, groups int, x *float32) int
+
+// mxfp4RowsT3AVX512 is the MXFP4 kernel for 3 token(s) (dstStride in bytes); it returns the rows done before a scale byte > 252.
+// Requires: AVX-512 F/BW/VL.
+//
+//go:noescape
+func mxfp4RowsT3AVX512(dst *float32, dstStride int, packed *byte, pStride int, scales *byte, sStride int, rows int, groups int, x *float32) int
+
+// mxfp4RowsT4AVX512 is the MXFP4 kernel for 4 token(s) (dstStride in bytes); it returns the rows done before a scale byte > 252.
+// Requires: AVX-512 F/BW/VL.
+//
+//go:noescape
+func mxfp4RowsT4AVX512(dst *float32, dstStride int, packed *byte, pStride int, scales *byte, sStride int, rows int, groups int, x *float32) int
+
+// mxfp4RowsT5AVX512 is the MXFP4 kernel for 5 token(s) (dstStride in bytes); it returns the rows done before a scale byte > 252.
+// Requires: AVX-512 F/BW/VL.
+//
+//go:noescape
+func mxfp4RowsT5AVX512(dst *float32, dstStride int, packed *byte, pStride int, scales *byte, sStride int, rows int, groups int, x *float32) int
+
+// mxfp4RowsT6AVX512 is the MXFP4 kernel for 6 token(s) (dstStride in bytes); it returns the rows done before a scale byte > 252.
+// Requires: AVX-512 F/BW/VL.
+//
+//go:noescape
+func mxfp4RowsT6AVX512(dst *float32, dstStride int, packed *byte, pStride int, scales *byte, sStride int, rows int, groups int, x *float32) int
 
 // mxfp4TileAVX512 decodes MXFP4 rows into the packed GEMM layout; it returns the rows done before a scale byte > 252.
 // Requires: AVX-512 F/BW/VL.

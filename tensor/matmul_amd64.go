@@ -44,7 +44,7 @@ func (s simd) packX(x []float32, cols, n int) ([]float32, func()) {
 		return nil, nil
 	}
 	b := gemm.GetX(s.isa.XLen(chunks, n))
-	s.isa.PackX(*b, x, cols, chunks, n, nil)
+	s.isa.PackX(*b, x, cols, chunks, n, s.isa.KcChunks(), nil)
 	return *b, func() { gemm.PutX(b) }
 }
 

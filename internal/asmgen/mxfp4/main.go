@@ -202,11 +202,24 @@ func decode(isa lib.ISA, c consts, pm Mem, sr scaleRef, use func(k int, w reg.Ve
 // x' being x in the kernel's element order, and returns the number of rows
 // done: rows, or the first row of the 4-row block in which a scale byte
 // > 252 was met.
-func rows(isa lib.ISA) { rowsVariant(isa, "mxfp4Rows"+isa.Name, rowsMV) }
+func rows(isa lib.ISA) {
+	for t := 1; t <= isa.GemmT; t++ {
+		R := 2 // rows per block: 2·t accumulators
+		if t == 1 {
+			R = rowsMV
+		}
+		rowsVariant(isa, fmt.Sprintf("mxfp4RowsT%d%s", t, isa.Name), R, t)
+	}
+}
 
-func rowsVariant(isa lib.ISA, name string, R int) {
-	lib.Func(name, "func(dst *float32, packed *byte, pStride int, scales *byte, sStride int, rows, groups int, x *float32) int",
-		fmt.Sprintf("%s is the MXFP4 mat-vec kernel; it returns the rows done before a scale byte > %d.", name, maxScale),
+// rowsVariant emits the direct kernel for T tokens: each group of each row
+// is decoded once in registers and multiplied with the T tokens' chunks
+// (x packed as [chunk][T][L]), one accumulator per (row, token); results go
+// to dst[t·dstStride/4 + r]. It returns the rows done: rows, or the first
+// row of the block in which a scale byte > maxScale was met.
+func rowsVariant(isa lib.ISA, name string, R, T int) {
+	lib.Func(name, "func(dst *float32, dstStride int, packed *byte, pStride int, scales *byte, sStride int, rows, groups int, x *float32) int",
+		fmt.Sprintf("%s is the MXFP4 kernel for %d token(s) (dstStride in bytes); it returns the rows done before a scale byte > %d.", name, T, maxScale),
 		"Requires: "+isa.Requires()+".")
 	var lb lib.Labeler
 	packed := Load(Param("packed"), GP64())
@@ -215,16 +228,19 @@ func rowsVariant(isa lib.ISA, name string, R int) {
 	sStride := Load(Param("sStride"), GP64())
 	done := GP64()
 	XORQ(done, done)
-	c := loadConstsR(isa, R)
+	c := loadConstsR(isa, R*T)
 	bail, finish := lb.New("bail"), lb.New("finish")
 	B := isa.Bytes()
 	cpg := chunksPerGroup(isa)
 
 	body := func(r int) {
-		accs := make([]reg.VecVirtual, r)
+		accs := make([][]reg.VecVirtual, r)
 		for i := range accs {
-			accs[i] = isa.Vec()
-			VXORPS(accs[i], accs[i], accs[i])
+			accs[i] = make([]reg.VecVirtual, T)
+			for j := range accs[i] {
+				accs[i][j] = isa.Vec()
+				VXORPS(accs[i][j], accs[i][j], accs[i][j])
+			}
 		}
 		// One packed and one scale pointer per 4 rows.
 		nb := (r + 3) / 4
@@ -264,20 +280,35 @@ func rowsVariant(isa lib.ISA, name string, R int) {
 			sv := scale(isa, c, sm, bail)
 			acc := accs[i]
 			decode(isa, c, pm, sv, func(k int, w reg.VecVirtual) {
-				VFMADD231PS(Mem{Base: xp, Disp: k * B}, w, acc)
+				for j := 0; j < T; j++ {
+					VFMADD231PS(Mem{Base: xp, Disp: (k*T + j) * B}, w, acc[j])
+				}
 			})
 		}
 		for b := range pps {
 			ADDQ(U8(16), pps[b])
 			INCQ(sps[b])
 		}
-		ADDQ(U32(cpg*B), xp)
+		ADDQ(U32(cpg*T*B), xp)
 		DECQ(g)
 		JNZ(LabelRef(loop))
 		Label(end)
 		dst := Load(Param("dst"), GP64())
 		LEAQ(Mem{Base: dst, Index: done, Scale: 4}, dst)
-		isa.ReduceStore(accs, dst)
+		var ds reg.Register
+		if T > 1 {
+			ds = Load(Param("dstStride"), GP64())
+		}
+		for j := 0; j < T; j++ {
+			if j > 0 {
+				ADDQ(ds, dst)
+			}
+			col := make([]reg.VecVirtual, r)
+			for i := range col {
+				col[i] = accs[i][j]
+			}
+			isa.ReduceStore(col, dst)
+		}
 	}
 	advance := func(r int) {
 		ADDQ(U8(r), done)

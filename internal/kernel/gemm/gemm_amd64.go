@@ -143,12 +143,13 @@ func (a *ISA) XBlock(px []float32, chunks, t0, nt, k0, kc int) []float32 {
 }
 
 // PackX lays out n tokens of x (token t at x[t·cols:]) for the GEMM: token
-// blocks of Nc, column blocks of KcChunks chunks, register blocks of T
-// tokens, chunk-major inside a register block. perm, if not nil, reorders
-// the elements of every group of len(perm) columns (the kernel's element
-// order: position p takes element perm[p]). With n = 1 the result is x in
-// kernel element order.
-func (a *ISA) PackX(px, x []float32, cols, chunks, n int, perm []int) {
+// blocks of Nc, column blocks of kcs chunks (KcChunks for the GEMM; all
+// chunks for the direct multi-token kernels), register blocks of T tokens,
+// chunk-major inside a register block. perm, if not nil, reorders the
+// elements of every group of len(perm) columns (the kernel's element order:
+// position p takes element perm[p]). With n = 1 the result is x in kernel
+// element order.
+func (a *ISA) PackX(px, x []float32, cols, chunks, n, kcs int, perm []int) {
 	L := a.Lanes
 	k := chunks * L
 	if perm != nil {
@@ -162,18 +163,17 @@ func (a *ISA) PackX(px, x []float32, cols, chunks, n int, perm []int) {
 		for t := 0; t < n; t++ {
 			permuteRow((*b)[t*k:(t+1)*k], x[t*cols:t*cols+k], perm)
 		}
-		a.interleave(px, *b, k, chunks, n)
+		a.interleave(px, *b, k, chunks, n, kcs)
 		PutX(b)
 		return
 	}
-	a.interleave(px, x, cols, chunks, n)
+	a.interleave(px, x, cols, chunks, n, kcs)
 }
 
 // interleave copies chunks of n rows of x (row stride cols) into the packed
 // layout.
-func (a *ISA) interleave(px, x []float32, cols, chunks, n int) {
+func (a *ISA) interleave(px, x []float32, cols, chunks, n, kcs int) {
 	L := a.Lanes
-	kcs := a.KcChunks()
 	o := 0
 	for t0 := 0; t0 < n; t0 += Nc {
 		nt := min(Nc, n-t0)
