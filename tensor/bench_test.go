@@ -56,3 +56,50 @@ func BenchmarkMatVecBF16(b *testing.B) {
 }
 
 func BenchmarkMatVecF32(b *testing.B) { benchDense(b, tensor.F32, [][2]int{{3584, 7168}}) }
+
+// BenchmarkMatVecF64Acc runs the router shape (384 experts × 7168).
+func BenchmarkMatVecF64Acc(b *testing.B) {
+	rows, cols := 384, 7168
+	rng := rand.New(rand.NewPCG(3, 3))
+	w := tensor.Mat{DType: tensor.BF16, Rows: rows, Cols: cols, Data: make([]byte, rows*cols*2)}
+	for i := range w.Data {
+		w.Data[i] = byte(rng.Uint32() & 0x3f)
+	}
+	x := make([]float32, cols)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	dst := make([]float32, rows)
+	for _, th := range probe.Threads() {
+		b.Run(fmt.Sprintf("%dx%d/threads%d", rows, cols, th), func(b *testing.B) {
+			pool := par.New(th)
+			defer pool.Close()
+			for b.Loop() {
+				tensor.MatVecF64Acc(pool, dst, w, x)
+			}
+			s := b.Elapsed().Seconds() / float64(b.N)
+			b.ReportMetric(2*float64(rows*cols)/s/1e9, "GFLOP/s")
+			b.ReportMetric(float64(len(w.Data))/s/1e9, "GB/s")
+		})
+	}
+}
+
+func BenchmarkDot(b *testing.B) {
+	x, y := make([]float32, 7168), make([]float32, 7168)
+	for i := range x {
+		x[i], y[i] = float32(i%7), float32(i%5)
+	}
+	var s float32
+	for b.Loop() {
+		s += tensor.Dot(x, y)
+	}
+	b.ReportMetric(2*float64(len(x))/(b.Elapsed().Seconds()/float64(b.N))/1e9, "GFLOP/s")
+}
+
+func BenchmarkAxpy(b *testing.B) {
+	x, y := make([]float32, 7168), make([]float32, 7168)
+	for b.Loop() {
+		tensor.Axpy(y, 0.5, x)
+	}
+	b.ReportMetric(2*float64(len(x))/(b.Elapsed().Seconds()/float64(b.N))/1e9, "GFLOP/s")
+}

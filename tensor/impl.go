@@ -20,6 +20,8 @@ type Impl struct {
 	// accel, when not nil, runs whole MatMul calls (the SIMD paths need
 	// activations packed once per call).
 	accel accel
+	// vec holds the vector helpers (nil: generic).
+	vec *vecOps
 }
 
 // accel is the hook of an assembly implementation.

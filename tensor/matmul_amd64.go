@@ -14,7 +14,24 @@ var archImpls = []*Impl{
 
 func simdImpl(name string, isa *gemm.ISA) *Impl {
 	a := simd{isa}
-	i := &Impl{Name: name, accel: a}
+	i := &Impl{Name: name, accel: a, vec: &vecOps{
+		dot: func(x, y []float32) float32 {
+			n := len(x) / 32
+			var s float32
+			if n > 0 {
+				s = isa.Dot(x[:32*n], y[:32*n])
+			}
+			return dotTail(s, x[32*n:], y[32*n:])
+		},
+		axpy: func(y []float32, a float32, x []float32) {
+			n := len(y) / 32 * 32
+			if n > 0 {
+				isa.Axpy(y[:n], a, x[:n])
+			}
+			axpyGeneric(y[n:], a, x[n:])
+		},
+		rowsF64: isa.MatVecF64,
+	}}
 	i.MatBF16 = func(dst []float32, dstStride int, w []byte, rows, cols int, x []float32, n int) {
 		a.standalone(dst, dstStride, w, true, rows, cols, x, n)
 	}

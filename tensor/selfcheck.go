@@ -72,6 +72,58 @@ func selfCheck(impl *Impl) error {
 			}
 		}
 	}
+	return checkVec(impl, rnd)
+}
+
+// checkVec compares the vector helpers with the generic ones bit for bit
+// (their order is the same on every implementation).
+func checkVec(impl *Impl, rnd func() float32) error {
+	o := impl.ops()
+	for _, n := range []int{0, 5, 32, 77, 130} {
+		a, b := make([]float32, n), make([]float32, n)
+		for i := range a {
+			a[i], b[i] = rnd(), rnd()
+		}
+		if g, w := o.dot(a, b), dotGeneric(a, b); math.Float32bits(g) != math.Float32bits(w) {
+			return fmt.Errorf("Dot n=%d: %v, generic %v", n, g, w)
+		}
+		y1, y2 := append([]float32(nil), b...), append([]float32(nil), b...)
+		o.axpy(y1, 0.37, a)
+		axpyGeneric(y2, 0.37, a)
+		for i := range y1 {
+			if math.Float32bits(y1[i]) != math.Float32bits(y2[i]) {
+				return fmt.Errorf("Axpy n=%d: element %d: %v, generic %v", n, i, y1[i], y2[i])
+			}
+		}
+	}
+	if o.rowsF64 == nil {
+		return nil
+	}
+	const rows, cols = 5, 80
+	x := make([]float32, cols)
+	x64 := make([]float64, cols)
+	for i := range x {
+		x[i] = rnd()
+		x64[i] = float64(x[i])
+	}
+	for _, dt := range []DType{BF16, F32} {
+		w := make([]byte, rows*cols*dt.Size())
+		for i := 0; i < rows*cols; i++ {
+			if dt == BF16 {
+				binary.LittleEndian.PutUint16(w[2*i:], F32ToBF16(rnd()))
+			} else {
+				binary.LittleEndian.PutUint32(w[4*i:], math.Float32bits(rnd()))
+			}
+		}
+		got := make([]float64, rows)
+		o.rowsF64(got, w, dt == BF16, cols*dt.Size(), rows, cols/16, x64)
+		for r := 0; r < rows; r++ {
+			want := dotF64Generic(w[r*cols*dt.Size():(r+1)*cols*dt.Size()], dt == BF16, x)
+			if math.Float64bits(got[r]) != math.Float64bits(want) {
+				return fmt.Errorf("MatVecF64Acc %s row %d: %v, generic %v", dt, r, got[r], want)
+			}
+		}
+	}
 	return nil
 }
 

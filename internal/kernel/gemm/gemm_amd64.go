@@ -20,19 +20,24 @@ type ISA struct {
 	gemm              func(acc, tile, x *float32, rowBlocks, tokens, chunks int)
 	fma               func(iters int)
 	read              func(p *byte, n int)
+	f64F32, f64BF16   func(dst *float64, w *byte, stride, rows, blocks int, x *float64)
+	dot               func(a, b *float32, blocks int) float32
+	axpy              func(y *float32, a float32, x *float32, blocks int)
 }
 
 // AVX2 holds the AVX2+FMA kernels.
 var AVX2 = &ISA{Name: "avx2", Lanes: 8, R: 3, T: 4,
 	dotF32: dotRowsF32AVX2, dotBF16: dotRowsBF16AVX2,
 	packF32: packF32AVX2, packBF16: packBF16AVX2,
-	gemm: gemmAVX2, fma: fmaPeakAVX2, read: readBWAVX2}
+	gemm: gemmAVX2, fma: fmaPeakAVX2, read: readBWAVX2,
+	f64F32: dotRowsF64F32AVX2, f64BF16: dotRowsF64BF16AVX2, dot: dotF32AVX2, axpy: axpyF32AVX2}
 
 // AVX512 holds the AVX-512 kernels.
 var AVX512 = &ISA{Name: "avx512", Lanes: 16, R: 4, T: 6,
 	dotF32: dotRowsF32AVX512, dotBF16: dotRowsBF16AVX512,
 	packF32: packF32AVX512, packBF16: packBF16AVX512,
-	gemm: gemmAVX512, fma: fmaPeakAVX512, read: readBWAVX512}
+	gemm: gemmAVX512, fma: fmaPeakAVX512, read: readBWAVX512,
+	f64F32: dotRowsF64F32AVX512, f64BF16: dotRowsF64BF16AVX512, dot: dotF32AVX512, axpy: axpyF32AVX512}
 
 // Blocking of the GEMM path. One assembly call multiplies at most
 // Mc rows × KcCols columns × Nc tokens (≈3–4 MFLOP, tens of microseconds),
@@ -358,4 +363,44 @@ func (a *ISA) Read(p []byte) {
 	if n > 0 {
 		a.read(unsafe.SliceData(p), n)
 	}
+}
+
+// MatVecF64 writes to dst[r] the f64 lane-tree sum of float64(w)·x64 over
+// blocks·16 columns of each of rows rows (stride bytes apart).
+func (a *ISA) MatVecF64(dst []float64, w []byte, bf16 bool, stride, rows, blocks int, x64 []float64) {
+	if rows == 0 || blocks == 0 {
+		return
+	}
+	esz := 4
+	if bf16 {
+		esz = 2
+	}
+	_ = dst[rows-1]
+	_ = x64[16*blocks-1]
+	_ = w[(rows-1)*stride+16*blocks*esz-1]
+	if bf16 {
+		a.f64BF16(unsafe.SliceData(dst), unsafe.SliceData(w), stride, rows, blocks, unsafe.SliceData(x64))
+	} else {
+		a.f64F32(unsafe.SliceData(dst), unsafe.SliceData(w), stride, rows, blocks, unsafe.SliceData(x64))
+	}
+}
+
+// Dot returns the 32-lane dot product of a and b (len a multiple of 32).
+func (a *ISA) Dot(x, y []float32) float32 {
+	n := len(x) / 32
+	if n == 0 {
+		return 0
+	}
+	_ = y[32*n-1]
+	return a.dot(f32p(x), f32p(y), n)
+}
+
+// Axpy computes y += s·x over len(y) (a multiple of 32) elements.
+func (a *ISA) Axpy(y []float32, s float32, x []float32) {
+	n := len(y) / 32
+	if n == 0 {
+		return
+	}
+	_ = x[32*n-1]
+	a.axpy(f32p(y), s, f32p(x), n)
 }

@@ -1510,6 +1510,201 @@ bwdone:
 	VZEROUPPER
 	RET
 
+// func dotRowsF64F32AVX2(dst *float64, w *byte, stride int, rows int, blocks int, x *float64)
+// Requires: AVX, FMA3
+TEXT ·dotRowsF64F32AVX2(SB), NOSPLIT, $0-48
+	MOVQ dst+0(FP), AX
+	MOVQ w+8(FP), CX
+	MOVQ stride+16(FP), DX
+	MOVQ rows+24(FP), BX
+
+row_1:
+	TESTQ  BX, BX
+	JZ     rowend_2
+	VXORPD Y0, Y0, Y0
+	VXORPD Y1, Y1, Y1
+	VXORPD Y2, Y2, Y2
+	VXORPD Y3, Y3, Y3
+	MOVQ   CX, SI
+	MOVQ   x+40(FP), DI
+	MOVQ   blocks+32(FP), R8
+	TESTQ  R8, R8
+	JZ     kend_4
+
+k_3:
+	VCVTPS2PD   (SI), Y4
+	VFMADD231PD (DI), Y4, Y0
+	VCVTPS2PD   16(SI), Y4
+	VFMADD231PD 32(DI), Y4, Y1
+	VCVTPS2PD   32(SI), Y4
+	VFMADD231PD 64(DI), Y4, Y2
+	VCVTPS2PD   48(SI), Y4
+	VFMADD231PD 96(DI), Y4, Y3
+	ADDQ        $0x00000040, SI
+	ADDQ        $0x00000080, DI
+	DECQ        R8
+	JNZ         k_3
+
+kend_4:
+	VADDPD       Y2, Y0, Y0
+	VADDPD       Y3, Y1, Y1
+	VADDPD       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VPERMILPD    $0x01, X0, X2
+	VADDSD       X2, X0, X2
+	VPERMILPD    $0x01, X1, X0
+	VADDSD       X0, X1, X0
+	VADDSD       X0, X2, X2
+	VMOVSD       X2, (AX)
+	ADDQ         $0x08, AX
+	ADDQ         DX, CX
+	DECQ         BX
+	JMP          row_1
+
+rowend_2:
+	VZEROUPPER
+	RET
+
+// func dotRowsF64BF16AVX2(dst *float64, w *byte, stride int, rows int, blocks int, x *float64)
+// Requires: AVX, FMA3
+TEXT ·dotRowsF64BF16AVX2(SB), NOSPLIT, $0-48
+	MOVQ dst+0(FP), AX
+	MOVQ w+8(FP), CX
+	MOVQ stride+16(FP), DX
+	MOVQ rows+24(FP), BX
+
+row_1:
+	TESTQ  BX, BX
+	JZ     rowend_2
+	VXORPD Y0, Y0, Y0
+	VXORPD Y1, Y1, Y1
+	VXORPD Y2, Y2, Y2
+	VXORPD Y3, Y3, Y3
+	MOVQ   CX, SI
+	MOVQ   x+40(FP), DI
+	MOVQ   blocks+32(FP), R8
+	TESTQ  R8, R8
+	JZ     kend_4
+
+k_3:
+	VPMOVZXWD   (SI), X4
+	VPSLLD      $0x10, X4, X4
+	VCVTPS2PD   X4, Y4
+	VFMADD231PD (DI), Y4, Y0
+	VPMOVZXWD   8(SI), X4
+	VPSLLD      $0x10, X4, X4
+	VCVTPS2PD   X4, Y4
+	VFMADD231PD 32(DI), Y4, Y1
+	VPMOVZXWD   16(SI), X4
+	VPSLLD      $0x10, X4, X4
+	VCVTPS2PD   X4, Y4
+	VFMADD231PD 64(DI), Y4, Y2
+	VPMOVZXWD   24(SI), X4
+	VPSLLD      $0x10, X4, X4
+	VCVTPS2PD   X4, Y4
+	VFMADD231PD 96(DI), Y4, Y3
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000080, DI
+	DECQ        R8
+	JNZ         k_3
+
+kend_4:
+	VADDPD       Y2, Y0, Y0
+	VADDPD       Y3, Y1, Y1
+	VADDPD       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VPERMILPD    $0x01, X0, X2
+	VADDSD       X2, X0, X2
+	VPERMILPD    $0x01, X1, X0
+	VADDSD       X0, X1, X0
+	VADDSD       X0, X2, X2
+	VMOVSD       X2, (AX)
+	ADDQ         $0x08, AX
+	ADDQ         DX, CX
+	DECQ         BX
+	JMP          row_1
+
+rowend_2:
+	VZEROUPPER
+	RET
+
+// func dotF32AVX2(a *float32, b *float32, blocks int) float32
+// Requires: AVX, SSE
+TEXT ·dotF32AVX2(SB), NOSPLIT, $0-28
+	MOVQ   a+0(FP), AX
+	MOVQ   b+8(FP), CX
+	MOVQ   blocks+16(FP), DX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	TESTQ  DX, DX
+	JZ     dotend
+
+dotloop:
+	VMOVUPS (AX), Y4
+	VMULPS  (CX), Y4, Y4
+	VADDPS  Y4, Y0, Y0
+	VMOVUPS 32(AX), Y4
+	VMULPS  32(CX), Y4, Y4
+	VADDPS  Y4, Y1, Y1
+	VMOVUPS 64(AX), Y4
+	VMULPS  64(CX), Y4, Y4
+	VADDPS  Y4, Y2, Y2
+	VMOVUPS 96(AX), Y4
+	VMULPS  96(CX), Y4, Y4
+	VADDPS  Y4, Y3, Y3
+	ADDQ    $0x80, AX
+	ADDQ    $0x80, CX
+	DECQ    DX
+	JNZ     dotloop
+
+dotend:
+	VADDPS       Y2, Y0, Y0
+	VADDPS       Y3, Y1, Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0xb1, X1, X0
+	VADDPS       X0, X1, X0
+	VPERMILPS    $0x4e, X0, X1
+	VADDPS       X1, X0, X1
+	MOVSS        X1, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// func axpyF32AVX2(y *float32, a float32, x *float32, blocks int)
+// Requires: AVX
+TEXT ·axpyF32AVX2(SB), NOSPLIT, $0-32
+	MOVQ         y+0(FP), AX
+	MOVQ         x+16(FP), CX
+	MOVQ         blocks+24(FP), DX
+	VBROADCASTSS a+8(FP), Y0
+	TESTQ        DX, DX
+	JZ           axpyend
+
+axpyloop:
+	VMULPS  (CX), Y0, Y1
+	VADDPS  (AX), Y1, Y1
+	VMOVUPS Y1, (AX)
+	VMULPS  32(CX), Y0, Y1
+	VADDPS  32(AX), Y1, Y1
+	VMOVUPS Y1, 32(AX)
+	VMULPS  64(CX), Y0, Y1
+	VADDPS  64(AX), Y1, Y1
+	VMOVUPS Y1, 64(AX)
+	VMULPS  96(CX), Y0, Y1
+	VADDPS  96(AX), Y1, Y1
+	VMOVUPS Y1, 96(AX)
+	ADDQ    $0x80, CX
+	ADDQ    $0x80, AX
+	DECQ    DX
+	JNZ     axpyloop
+
+axpyend:
+	VZEROUPPER
+	RET
+
 // func dotRowsF32AVX512(dst *float32, w *byte, stride int, rows int, chunks int, x *float32)
 // Requires: AVX, AVX512DQ, AVX512F, AVX512VL
 TEXT ·dotRowsF32AVX512(SB), NOSPLIT, $0-48
@@ -3410,5 +3605,170 @@ bwloop:
 	JNZ   bwloop
 
 bwdone:
+	VZEROUPPER
+	RET
+
+// func dotRowsF64F32AVX512(dst *float64, w *byte, stride int, rows int, blocks int, x *float64)
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL
+TEXT ·dotRowsF64F32AVX512(SB), NOSPLIT, $0-48
+	MOVQ dst+0(FP), AX
+	MOVQ w+8(FP), CX
+	MOVQ stride+16(FP), DX
+	MOVQ rows+24(FP), BX
+
+row_1:
+	TESTQ  BX, BX
+	JZ     rowend_2
+	VXORPD Z0, Z0, Z0
+	VXORPD Z1, Z1, Z1
+	MOVQ   CX, SI
+	MOVQ   x+40(FP), DI
+	MOVQ   blocks+32(FP), R8
+	TESTQ  R8, R8
+	JZ     kend_4
+
+k_3:
+	VCVTPS2PD   (SI), Z2
+	VFMADD231PD (DI), Z2, Z0
+	VCVTPS2PD   32(SI), Z2
+	VFMADD231PD 64(DI), Z2, Z1
+	ADDQ        $0x00000040, SI
+	ADDQ        $0x00000080, DI
+	DECQ        R8
+	JNZ         k_3
+
+kend_4:
+	VADDPD        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPD        Y1, Y0, Y1
+	VEXTRACTF64X2 $0x01, Y1, X0
+	VPERMILPD     $0x01, X1, X2
+	VADDSD        X2, X1, X2
+	VPERMILPD     $0x01, X0, X1
+	VADDSD        X1, X0, X1
+	VADDSD        X1, X2, X2
+	VMOVSD        X2, (AX)
+	ADDQ          $0x08, AX
+	ADDQ          DX, CX
+	DECQ          BX
+	JMP           row_1
+
+rowend_2:
+	VZEROUPPER
+	RET
+
+// func dotRowsF64BF16AVX512(dst *float64, w *byte, stride int, rows int, blocks int, x *float64)
+// Requires: AVX, AVX2, AVX512DQ, AVX512F, AVX512VL
+TEXT ·dotRowsF64BF16AVX512(SB), NOSPLIT, $0-48
+	MOVQ dst+0(FP), AX
+	MOVQ w+8(FP), CX
+	MOVQ stride+16(FP), DX
+	MOVQ rows+24(FP), BX
+
+row_1:
+	TESTQ  BX, BX
+	JZ     rowend_2
+	VXORPD Z0, Z0, Z0
+	VXORPD Z1, Z1, Z1
+	MOVQ   CX, SI
+	MOVQ   x+40(FP), DI
+	MOVQ   blocks+32(FP), R8
+	TESTQ  R8, R8
+	JZ     kend_4
+
+k_3:
+	VPMOVZXWD   (SI), Y2
+	VPSLLD      $0x10, Y2, Y2
+	VCVTPS2PD   Y2, Z2
+	VFMADD231PD (DI), Z2, Z0
+	VPMOVZXWD   16(SI), Y2
+	VPSLLD      $0x10, Y2, Y2
+	VCVTPS2PD   Y2, Z2
+	VFMADD231PD 64(DI), Z2, Z1
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000080, DI
+	DECQ        R8
+	JNZ         k_3
+
+kend_4:
+	VADDPD        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPD        Y1, Y0, Y1
+	VEXTRACTF64X2 $0x01, Y1, X0
+	VPERMILPD     $0x01, X1, X2
+	VADDSD        X2, X1, X2
+	VPERMILPD     $0x01, X0, X1
+	VADDSD        X1, X0, X1
+	VADDSD        X1, X2, X2
+	VMOVSD        X2, (AX)
+	ADDQ          $0x08, AX
+	ADDQ          DX, CX
+	DECQ          BX
+	JMP           row_1
+
+rowend_2:
+	VZEROUPPER
+	RET
+
+// func dotF32AVX512(a *float32, b *float32, blocks int) float32
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL, SSE
+TEXT ·dotF32AVX512(SB), NOSPLIT, $0-28
+	MOVQ   a+0(FP), AX
+	MOVQ   b+8(FP), CX
+	MOVQ   blocks+16(FP), DX
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	TESTQ  DX, DX
+	JZ     dotend
+
+dotloop:
+	VMOVUPS (AX), Z2
+	VMULPS  (CX), Z2, Z2
+	VADDPS  Z2, Z0, Z0
+	VMOVUPS 64(AX), Z2
+	VMULPS  64(CX), Z2, Z2
+	VADDPS  Z2, Z1, Z1
+	ADDQ    $0x80, AX
+	ADDQ    $0x80, CX
+	DECQ    DX
+	JNZ     dotloop
+
+dotend:
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF64X4 $0x01, Z0, Y1
+	VADDPS        Y1, Y0, Y1
+	VEXTRACTF32X4 $0x01, Y1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0x4e, X1, X0
+	VADDPS        X0, X1, X0
+	MOVSS         X0, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// func axpyF32AVX512(y *float32, a float32, x *float32, blocks int)
+// Requires: AVX, AVX512F
+TEXT ·axpyF32AVX512(SB), NOSPLIT, $0-32
+	MOVQ         y+0(FP), AX
+	MOVQ         x+16(FP), CX
+	MOVQ         blocks+24(FP), DX
+	VBROADCASTSS a+8(FP), Z0
+	TESTQ        DX, DX
+	JZ           axpyend
+
+axpyloop:
+	VMULPS  (CX), Z0, Z1
+	VADDPS  (AX), Z1, Z1
+	VMOVUPS Z1, (AX)
+	VMULPS  64(CX), Z0, Z1
+	VADDPS  64(AX), Z1, Z1
+	VMOVUPS Z1, 64(AX)
+	ADDQ    $0x80, CX
+	ADDQ    $0x80, AX
+	DECQ    DX
+	JNZ     axpyloop
+
+axpyend:
 	VZEROUPPER
 	RET

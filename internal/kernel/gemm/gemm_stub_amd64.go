@@ -50,6 +50,32 @@ func fmaPeakAVX2(iters int)
 //go:noescape
 func readBWAVX2(p *byte, n int)
 
+// dotRowsF64F32AVX2 computes dst[r] = Σ_c float64(w[r][c])·x[c] over blocks·16 columns of F32 weights
+// with 16 f64 lanes and a fixed tree (the same bits on every implementation).
+// Requires: AVX2, FMA.
+//
+//go:noescape
+func dotRowsF64F32AVX2(dst *float64, w *byte, stride int, rows int, blocks int, x *float64)
+
+// dotRowsF64BF16AVX2 computes dst[r] = Σ_c float64(w[r][c])·x[c] over blocks·16 columns of BF16 weights
+// with 16 f64 lanes and a fixed tree (the same bits on every implementation).
+// Requires: AVX2, FMA.
+//
+//go:noescape
+func dotRowsF64BF16AVX2(dst *float64, w *byte, stride int, rows int, blocks int, x *float64)
+
+// dotF32AVX2 returns the 32-lane tree dot product of blocks·32 elements (unfused, generic order).
+// Requires: AVX2, FMA.
+//
+//go:noescape
+func dotF32AVX2(a *float32, b *float32, blocks int) float32
+
+// axpyF32AVX2 computes y += a·x over blocks·32 elements (unfused, generic order).
+// Requires: AVX2, FMA.
+//
+//go:noescape
+func axpyF32AVX2(y *float32, a float32, x *float32, blocks int)
+
 // dotRowsF32AVX512 computes dst[r] = Σ_c w[r][c]·x[c] for r < rows and c < chunks·16,
 // with F32 weights rows stride bytes apart (k3's fixed-order reduction).
 // Requires: AVX-512 F/BW/VL.
@@ -95,3 +121,29 @@ func fmaPeakAVX512(iters int)
 //
 //go:noescape
 func readBWAVX512(p *byte, n int)
+
+// dotRowsF64F32AVX512 computes dst[r] = Σ_c float64(w[r][c])·x[c] over blocks·16 columns of F32 weights
+// with 16 f64 lanes and a fixed tree (the same bits on every implementation).
+// Requires: AVX-512 F/BW/VL.
+//
+//go:noescape
+func dotRowsF64F32AVX512(dst *float64, w *byte, stride int, rows int, blocks int, x *float64)
+
+// dotRowsF64BF16AVX512 computes dst[r] = Σ_c float64(w[r][c])·x[c] over blocks·16 columns of BF16 weights
+// with 16 f64 lanes and a fixed tree (the same bits on every implementation).
+// Requires: AVX-512 F/BW/VL.
+//
+//go:noescape
+func dotRowsF64BF16AVX512(dst *float64, w *byte, stride int, rows int, blocks int, x *float64)
+
+// dotF32AVX512 returns the 32-lane tree dot product of blocks·32 elements (unfused, generic order).
+// Requires: AVX-512 F/BW/VL.
+//
+//go:noescape
+func dotF32AVX512(a *float32, b *float32, blocks int) float32
+
+// axpyF32AVX512 computes y += a·x over blocks·32 elements (unfused, generic order).
+// Requires: AVX-512 F/BW/VL.
+//
+//go:noescape
+func axpyF32AVX512(y *float32, a float32, x *float32, blocks int)
