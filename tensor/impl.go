@@ -1,6 +1,7 @@
 package tensor
 
 import (
+	"github.com/k3go/k3/internal/cpu"
 	"github.com/k3go/k3/internal/kernel"
 )
 
@@ -48,15 +49,13 @@ var reg = kernel.New("tensor", &genericImpl)
 func init() {
 	for _, i := range archImpls {
 		reg.Add(i.Name, i)
+		i.Available, _ = cpu.Supported(i.Name)
 	}
-	reg.Init(selfCheck)
-	for _, s := range reg.All() {
-		for _, i := range archImpls {
-			if i.Name == s.Name {
-				i.Available = s.Available
-			}
-		}
-	}
+	reg.Init(func(i *Impl) error {
+		err := selfCheck(i)
+		i.Available = err == nil
+		return err
+	})
 }
 
 func active() *Impl { return reg.Current() }

@@ -15,6 +15,7 @@ package kernel
 import (
 	"fmt"
 	"runtime/debug"
+	"sync"
 	"sync/atomic"
 
 	"github.com/k3go/k3/internal/cpu"
@@ -36,6 +37,8 @@ type Registry[T any] struct {
 	entries []*entry[T]
 	cur     atomic.Pointer[entry[T]]
 	note    string
+	check   func(T) error
+	once    sync.Once
 }
 
 type entry[T any] struct {
@@ -61,17 +64,24 @@ func (r *Registry[T]) Add(name string, impl T) {
 	r.entries = append(r.entries, &entry[T]{Status: Status{Name: name, Available: ok, Reason: reason}, impl: impl})
 }
 
-// Init runs check on every available non-generic implementation, marks the
-// ones that fail unavailable, and selects the implementation: K3_KERNELS if
-// it names an available one, else the last available. check must compare the
-// implementation with the generic one on small deterministic inputs; a panic
-// or memory fault inside check counts as a failure.
-func (r *Registry[T]) Init(check func(T) error) {
+// Init records the self-check. On first use of the registry (any method
+// below), check runs on every available non-generic implementation, the
+// ones that fail are marked unavailable, and the implementation is selected:
+// K3_KERNELS if it names an available one, else the last available. check
+// must compare the implementation with the generic one on small
+// deterministic inputs; a panic or memory fault inside check counts as a
+// failure. Deferring the work to first use keeps package initialisation
+// cheap for programs that never multiply.
+func (r *Registry[T]) Init(check func(T) error) { r.check = check }
+
+func (r *Registry[T]) ready() { r.once.Do(r.selectImpl) }
+
+func (r *Registry[T]) selectImpl() {
 	for _, e := range r.entries[1:] {
-		if !e.Available || check == nil {
+		if !e.Available || r.check == nil {
 			continue
 		}
-		if err := safeCheck(check, e.impl); err != nil {
+		if err := safeCheck(r.check, e.impl); err != nil {
 			e.Available = false
 			e.Reason = fmt.Sprintf("self-check against generic failed: %v", err)
 		}
@@ -113,13 +123,20 @@ func safeCheck[T any](check func(T) error, impl T) (err error) {
 }
 
 // Current returns the selected implementation.
-func (r *Registry[T]) Current() T { return r.cur.Load().impl }
+func (r *Registry[T]) Current() T {
+	r.ready()
+	return r.cur.Load().impl
+}
 
 // CurrentName returns the name of the selected implementation.
-func (r *Registry[T]) CurrentName() string { return r.cur.Load().Name }
+func (r *Registry[T]) CurrentName() string {
+	r.ready()
+	return r.cur.Load().Name
+}
 
 // Names lists the available implementations, slowest first.
 func (r *Registry[T]) Names() []string {
+	r.ready()
 	var s []string
 	for _, e := range r.entries {
 		if e.Available {
@@ -131,6 +148,7 @@ func (r *Registry[T]) Names() []string {
 
 // Lookup returns the named implementation if it is available.
 func (r *Registry[T]) Lookup(name string) (T, bool) {
+	r.ready()
 	for _, e := range r.entries {
 		if e.Name == name && e.Available {
 			return e.impl, true
@@ -143,6 +161,7 @@ func (r *Registry[T]) Lookup(name string) (T, bool) {
 // All returns the status of every compiled-in implementation. The selected
 // one's Reason carries a note when a K3_KERNELS override was ignored.
 func (r *Registry[T]) All() []Status {
+	r.ready()
 	s := make([]Status, len(r.entries))
 	cur := r.cur.Load()
 	for i, e := range r.entries {
@@ -157,6 +176,7 @@ func (r *Registry[T]) All() []Status {
 // Set selects the named implementation for the whole process and returns a
 // function that restores the previous selection.
 func (r *Registry[T]) Set(name string) (restore func(), err error) {
+	r.ready()
 	for _, e := range r.entries {
 		if e.Name != name {
 			continue
