@@ -37,12 +37,13 @@ func BenchmarkMatVecMXFP4(b *testing.B) {
 				b.Run(fmt.Sprintf("%dx%d/b%d/threads%d", rows, cols, batch, th), func(b *testing.B) {
 					pool := par.New(th)
 					defer pool.Close()
+					best := probe.Best{}
 					for b.Loop() {
+						best.Start()
 						quant.MatMul(pool, dst, m, x, batch)
+						best.Stop()
 					}
-					s := b.Elapsed().Seconds() / float64(b.N)
-					b.ReportMetric(2*float64(rows)*float64(cols)*float64(batch)/s/1e9, "GFLOP/s")
-					b.ReportMetric(float64(quant.Bytes(rows, cols))/s/1e9, "GB/s")
+					best.Report(b, 2*float64(rows)*float64(cols)*float64(batch), float64(quant.Bytes(rows, cols)))
 				})
 			}
 		}
