@@ -80,22 +80,33 @@ func Benchmarks(b *testing.B, impl string) {
 
 // Best times the iterations of a benchmark loop one by one and reports,
 // next to the mean rates (GFLOP/s, GB/s), the rates of the fastest
-// iteration (best-GFLOP/s, best-GB/s) and its time (best-ms): on a shared
-// machine the mean includes time stolen by other processes, the best
-// iteration is the closest to what the kernel itself does.
+// iteration (best-GFLOP/s, best-GB/s), its time (best-ms), and the CPU time
+// the process spent per iteration, all threads together (cpu-ms/op, where
+// the OS reports it): on a shared machine the mean includes time stolen by
+// other processes, while the best iteration and the CPU time show what the
+// kernel itself costs.
 type Best struct {
-	t0    time.Time
-	total time.Duration
-	best  time.Duration
-	n     int
+	t0       time.Time
+	c0       time.Duration
+	total    time.Duration
+	best     time.Duration
+	cpu      time.Duration
+	n        int
+	cpuKnown bool
 }
 
 // Start marks the start of an iteration.
-func (b *Best) Start() { b.t0 = time.Now() }
+func (b *Best) Start() {
+	b.c0, b.cpuKnown = processCPU()
+	b.t0 = time.Now()
+}
 
 // Stop marks its end.
 func (b *Best) Stop() {
 	d := time.Since(b.t0)
+	if c, ok := processCPU(); ok && b.cpuKnown {
+		b.cpu += c - b.c0
+	}
 	b.total += d
 	if b.n == 0 || d < b.best {
 		b.best = d
@@ -119,4 +130,7 @@ func (b *Best) Report(tb *testing.B, flops, bytes float64) {
 		tb.ReportMetric(bytes/best/1e9, "best-GB/s")
 	}
 	tb.ReportMetric(best*1e3, "best-ms")
+	if b.cpuKnown {
+		tb.ReportMetric(b.cpu.Seconds()*1e3/float64(b.n), "cpu-ms/op")
+	}
 }
