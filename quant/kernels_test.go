@@ -161,7 +161,7 @@ func TestMXFP4AllShapes(t *testing.T) {
 func TestMXFP4Blocking(t *testing.T) {
 	kerneltest.AllImplementations(t, pkg, func(t *testing.T) {
 		rng := rand.New(rand.NewPCG(2, 2))
-		for _, s := range [][3]int{{100, 1056, 70}, {50, 512, 64}, {130, 544, 9}, {65, 3584, 13}, {9, 3072, 3}, {3, 1024, 65}} {
+		for _, s := range [][3]int{{100, 1056, 70}, {50, 512, 64}, {130, 544, 9}, {65, 3584, 13}, {9, 3072, 3}, {3, 1024, 65}, {33, 1056, 8}, {17, 320, 7}, {6, 64, 5}, {5, 96, 6}} {
 			newMXCase(rng, s[0], s[1], s[2], 0, false).run(t)
 			newMXCase(rng, s[0], s[1], s[2], 1, false).run(t)
 		}

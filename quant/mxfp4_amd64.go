@@ -9,10 +9,12 @@ import (
 
 var archImpls = []*Impl{
 	simdImpl(cpu.AVX2, simd{gemm.AVX2,
-		[]rowsKernel{mxfp4RowsT1AVX2, mxfp4RowsT2AVX2, mxfp4RowsT3AVX2, mxfp4RowsT4AVX2},
+		[]rowsKernel{mxfp4RowsT1AVX2, mxfp4RowsT2AVX2, mxfp4RowsT3AVX2, mxfp4RowsT4AVX2,
+			mxfp4RowsT5AVX2, mxfp4RowsT6AVX2, mxfp4RowsT7AVX2, mxfp4RowsT8AVX2},
 		mxfp4TileAVX2, permAVX2[:]}),
 	simdImpl(cpu.AVX512, simd{gemm.AVX512,
-		[]rowsKernel{mxfp4RowsT1AVX512, mxfp4RowsT2AVX512, mxfp4RowsT3AVX512, mxfp4RowsT4AVX512, mxfp4RowsT5AVX512, mxfp4RowsT6AVX512},
+		[]rowsKernel{mxfp4RowsT1AVX512, mxfp4RowsT2AVX512, mxfp4RowsT3AVX512, mxfp4RowsT4AVX512,
+			mxfp4RowsT5AVX512, mxfp4RowsT6AVX512, mxfp4RowsT7AVX512, mxfp4RowsT8AVX512},
 		mxfp4TileAVX512, permAVX512[:]}),
 }
 
@@ -36,7 +38,7 @@ func simdImpl(name string, s simd) *Impl {
 
 // simd is an MXFP4 implementation on top of the shared gemm kernels. Up to
 // directMax tokens, the direct kernels decode each group in registers and
-// multiply it with up to isa.T tokens at once; beyond, the mat-mat path
+// multiply it with all the tokens at once; beyond, the mat-mat path
 // decodes a tile of rows (exact scaled f32, in L2) once and runs the packed
 // GEMM over it for all tokens. Both run the same per-(row, token) chain, so
 // batched and single-token results are bit-identical. Rows holding a scale
@@ -45,14 +47,14 @@ func simdImpl(name string, s simd) *Impl {
 // both paths.
 type simd struct {
 	isa  *gemm.ISA
-	rows []rowsKernel // rows[t-1] handles t tokens, t ≤ isa.T
+	rows []rowsKernel // rows[t-1] handles t tokens, t ≤ gemm.DirectT
 	tile func(tile *float32, blockStride int, packed *byte, pStride int, scales *byte, sStride int, rows, groups int) int
 	perm []int
 }
 
 // directMax is the largest token count handled by the direct kernels
 // (measured on Zen 3: direct wins up to 8 tokens, the tile GEMM from 12).
-var directMax = 8
+var directMax = gemm.DirectT
 
 // maxScale is the largest scale byte the assembly handles.
 const maxScale = 252
@@ -71,11 +73,11 @@ func (s simd) grain(n int) int {
 func (s simd) packX(x []float32, cols, n int) ([]float32, func()) {
 	chunks := cols / s.isa.Lanes
 	b := gemm.GetX(s.isa.XLen(chunks, n))
-	kcs := s.isa.KcChunks()
 	if n <= directMax {
-		kcs = chunks
+		s.isa.PackX(*b, x, cols, chunks, n, chunks, gemm.DirectT, s.perm)
+	} else {
+		s.isa.PackX(*b, x, cols, chunks, n, s.isa.KcChunks(), s.isa.T, s.perm)
 	}
-	s.isa.PackX(*b, x, cols, chunks, n, kcs, s.perm)
 	return *b, func() { gemm.PutX(b) }
 }
 
@@ -110,12 +112,7 @@ func (s simd) mat(dst []float32, dstStride int, packed, scales []byte, rows, col
 	_ = scales[rows*sStride-1]
 	_ = px[s.isa.XLen(cols/s.isa.Lanes, n)-1]
 	if n <= directMax {
-		L, T := s.isa.Lanes, s.isa.T
-		chunks := cols / L
-		for t0 := 0; t0 < n; t0 += T {
-			tb := min(T, n-t0)
-			s.direct(dst[t0*dstStride:], dstStride, packed, scales, rows, cols, x[t0*cols:], px[t0*chunks*L:(t0+tb)*chunks*L], tb)
-		}
+		s.direct(dst, dstStride, packed, scales, rows, cols, x, px[:n*cols/s.isa.Lanes*s.isa.Lanes], n)
 		return
 	}
 	a := s.isa
@@ -154,8 +151,8 @@ func (s simd) mat(dst []float32, dstStride int, packed, scales []byte, rows, col
 	gemm.PutScratch(sc)
 }
 
-// direct runs the direct kernel for tb ≤ isa.T tokens (px their packed
-// block); rows with a scale byte > maxScale get the generic kernel.
+// direct runs the direct kernel for tb ≤ gemm.DirectT tokens (px their
+// packed block); rows with a scale byte > maxScale get the generic kernel.
 func (s simd) direct(dst []float32, dstStride int, packed, scales []byte, rows, cols int, x, px []float32, tb int) {
 	groups := cols / GroupSize
 	pStride, sStride := cols/2, groups

@@ -3507,6 +3507,600 @@ finish_2:
 	VZEROUPPER
 	RET
 
+// func mxfp4RowsT5AVX2(dst *float32, dstStride int, packed *byte, pStride int, scales *byte, sStride int, rows int, groups int, x *float32) int
+// Requires: AVX, AVX2, FMA3
+TEXT ·mxfp4RowsT5AVX2(SB), NOSPLIT, $0-80
+	MOVQ packed+16(FP), AX
+	MOVQ scales+32(FP), CX
+	MOVQ pStride+24(FP), DX
+	MOVQ sStride+40(FP), BX
+	XORQ SI, SI
+	LEAQ scaleTab<>+0(SB), DI
+	LEAQ scaledTabs<>+0(SB), DI
+
+rows_3:
+	MOVQ   rows+48(FP), R8
+	SUBQ   SI, R8
+	CMPQ   R8, $0x01
+	JL     edge_4
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	MOVQ   AX, R8
+	MOVQ   CX, R9
+	MOVQ   x+64(FP), R10
+	MOVQ   groups+56(FP), R11
+	TESTQ  R11, R11
+	JZ     gend_6
+
+g_5:
+	MOVBLZX        (R9), R12
+	CMPL           R12, $0x000000fc
+	JA             bail_1
+	SHLL           $0x05, R12
+	VBROADCASTI128 (R8), Y5
+	VPSRLVD        nibShift<>+0(SB), Y5, Y5
+	VPAND          maskLow<>+0(SB), Y5, Y5
+	VBROADCASTI128 (DI)(R12*1), Y6
+	VPSHUFB        Y5, Y6, Y6
+	VBROADCASTI128 16(DI)(R12*1), Y7
+	VPSHUFB        Y5, Y7, Y7
+	VPUNPCKLBW     Y6, Y7, Y5
+	VPUNPCKHBW     Y6, Y7, Y6
+	VPSLLD         $0x10, Y5, Y7
+	VFMADD231PS    (R10), Y7, Y0
+	VFMADD231PS    32(R10), Y7, Y1
+	VFMADD231PS    64(R10), Y7, Y2
+	VFMADD231PS    96(R10), Y7, Y3
+	VFMADD231PS    128(R10), Y7, Y4
+	VPAND          maskHigh<>+0(SB), Y5, Y5
+	VFMADD231PS    160(R10), Y5, Y0
+	VFMADD231PS    192(R10), Y5, Y1
+	VFMADD231PS    224(R10), Y5, Y2
+	VFMADD231PS    256(R10), Y5, Y3
+	VFMADD231PS    288(R10), Y5, Y4
+	VPSLLD         $0x10, Y6, Y5
+	VFMADD231PS    320(R10), Y5, Y0
+	VFMADD231PS    352(R10), Y5, Y1
+	VFMADD231PS    384(R10), Y5, Y2
+	VFMADD231PS    416(R10), Y5, Y3
+	VFMADD231PS    448(R10), Y5, Y4
+	VPAND          maskHigh<>+0(SB), Y6, Y5
+	VFMADD231PS    480(R10), Y5, Y0
+	VFMADD231PS    512(R10), Y5, Y1
+	VFMADD231PS    544(R10), Y5, Y2
+	VFMADD231PS    576(R10), Y5, Y3
+	VFMADD231PS    608(R10), Y5, Y4
+	ADDQ           $0x10, R8
+	INCQ           R9
+	ADDQ           $0x00000280, R10
+	DECQ           R11
+	JNZ            g_5
+
+gend_6:
+	MOVQ         dst+0(FP), R8
+	LEAQ         (R8)(SI*4), R8
+	MOVQ         dstStride+8(FP), R9
+	VEXTRACTF128 $0x01, Y0, X5
+	VADDPS       X5, X0, X5
+	VPERMILPS    $0xb1, X5, X0
+	VADDPS       X0, X5, X0
+	VPERMILPS    $0x4e, X0, X5
+	VADDPS       X5, X0, X5
+	VMOVSS       X5, (R8)
+	ADDQ         R9, R8
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (R8)
+	ADDQ         R9, R8
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (R8)
+	ADDQ         R9, R8
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (R8)
+	ADDQ         R9, R8
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (R8)
+	ADDQ         $0x01, SI
+	ADDQ         DX, AX
+	ADDQ         BX, CX
+	JMP          rows_3
+
+edge_4:
+	JMP finish_2
+
+bail_1:
+finish_2:
+	MOVQ SI, ret+72(FP)
+	VZEROUPPER
+	RET
+
+// func mxfp4RowsT6AVX2(dst *float32, dstStride int, packed *byte, pStride int, scales *byte, sStride int, rows int, groups int, x *float32) int
+// Requires: AVX, AVX2, FMA3
+TEXT ·mxfp4RowsT6AVX2(SB), NOSPLIT, $0-80
+	MOVQ packed+16(FP), AX
+	MOVQ scales+32(FP), CX
+	MOVQ pStride+24(FP), DX
+	MOVQ sStride+40(FP), BX
+	XORQ SI, SI
+	LEAQ scaleTab<>+0(SB), DI
+	LEAQ scaledTabs<>+0(SB), DI
+
+rows_3:
+	MOVQ   rows+48(FP), R8
+	SUBQ   SI, R8
+	CMPQ   R8, $0x01
+	JL     edge_4
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	MOVQ   AX, R8
+	MOVQ   CX, R9
+	MOVQ   x+64(FP), R10
+	MOVQ   groups+56(FP), R11
+	TESTQ  R11, R11
+	JZ     gend_6
+
+g_5:
+	MOVBLZX        (R9), R12
+	CMPL           R12, $0x000000fc
+	JA             bail_1
+	SHLL           $0x05, R12
+	VBROADCASTI128 (R8), Y6
+	VPSRLVD        nibShift<>+0(SB), Y6, Y6
+	VPAND          maskLow<>+0(SB), Y6, Y6
+	VBROADCASTI128 (DI)(R12*1), Y7
+	VPSHUFB        Y6, Y7, Y7
+	VBROADCASTI128 16(DI)(R12*1), Y8
+	VPSHUFB        Y6, Y8, Y8
+	VPUNPCKLBW     Y7, Y8, Y6
+	VPUNPCKHBW     Y7, Y8, Y7
+	VPSLLD         $0x10, Y6, Y8
+	VFMADD231PS    (R10), Y8, Y0
+	VFMADD231PS    32(R10), Y8, Y1
+	VFMADD231PS    64(R10), Y8, Y2
+	VFMADD231PS    96(R10), Y8, Y3
+	VFMADD231PS    128(R10), Y8, Y4
+	VFMADD231PS    160(R10), Y8, Y5
+	VPAND          maskHigh<>+0(SB), Y6, Y6
+	VFMADD231PS    192(R10), Y6, Y0
+	VFMADD231PS    224(R10), Y6, Y1
+	VFMADD231PS    256(R10), Y6, Y2
+	VFMADD231PS    288(R10), Y6, Y3
+	VFMADD231PS    320(R10), Y6, Y4
+	VFMADD231PS    352(R10), Y6, Y5
+	VPSLLD         $0x10, Y7, Y6
+	VFMADD231PS    384(R10), Y6, Y0
+	VFMADD231PS    416(R10), Y6, Y1
+	VFMADD231PS    448(R10), Y6, Y2
+	VFMADD231PS    480(R10), Y6, Y3
+	VFMADD231PS    512(R10), Y6, Y4
+	VFMADD231PS    544(R10), Y6, Y5
+	VPAND          maskHigh<>+0(SB), Y7, Y6
+	VFMADD231PS    576(R10), Y6, Y0
+	VFMADD231PS    608(R10), Y6, Y1
+	VFMADD231PS    640(R10), Y6, Y2
+	VFMADD231PS    672(R10), Y6, Y3
+	VFMADD231PS    704(R10), Y6, Y4
+	VFMADD231PS    736(R10), Y6, Y5
+	ADDQ           $0x10, R8
+	INCQ           R9
+	ADDQ           $0x00000300, R10
+	DECQ           R11
+	JNZ            g_5
+
+gend_6:
+	MOVQ         dst+0(FP), R8
+	LEAQ         (R8)(SI*4), R8
+	MOVQ         dstStride+8(FP), R9
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X6
+	VPERMILPS    $0xb1, X6, X0
+	VADDPS       X0, X6, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X6
+	VMOVSS       X6, (R8)
+	ADDQ         R9, R8
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (R8)
+	ADDQ         R9, R8
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (R8)
+	ADDQ         R9, R8
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (R8)
+	ADDQ         R9, R8
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (R8)
+	ADDQ         R9, R8
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (R8)
+	ADDQ         $0x01, SI
+	ADDQ         DX, AX
+	ADDQ         BX, CX
+	JMP          rows_3
+
+edge_4:
+	JMP finish_2
+
+bail_1:
+finish_2:
+	MOVQ SI, ret+72(FP)
+	VZEROUPPER
+	RET
+
+// func mxfp4RowsT7AVX2(dst *float32, dstStride int, packed *byte, pStride int, scales *byte, sStride int, rows int, groups int, x *float32) int
+// Requires: AVX, AVX2, FMA3
+TEXT ·mxfp4RowsT7AVX2(SB), NOSPLIT, $0-80
+	MOVQ packed+16(FP), AX
+	MOVQ scales+32(FP), CX
+	MOVQ pStride+24(FP), DX
+	MOVQ sStride+40(FP), BX
+	XORQ SI, SI
+	LEAQ scaleTab<>+0(SB), DI
+	LEAQ scaledTabs<>+0(SB), DI
+
+rows_3:
+	MOVQ   rows+48(FP), R8
+	SUBQ   SI, R8
+	CMPQ   R8, $0x01
+	JL     edge_4
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	MOVQ   AX, R8
+	MOVQ   CX, R9
+	MOVQ   x+64(FP), R10
+	MOVQ   groups+56(FP), R11
+	TESTQ  R11, R11
+	JZ     gend_6
+
+g_5:
+	MOVBLZX        (R9), R12
+	CMPL           R12, $0x000000fc
+	JA             bail_1
+	SHLL           $0x05, R12
+	VBROADCASTI128 (R8), Y7
+	VPSRLVD        nibShift<>+0(SB), Y7, Y7
+	VPAND          maskLow<>+0(SB), Y7, Y7
+	VBROADCASTI128 (DI)(R12*1), Y8
+	VPSHUFB        Y7, Y8, Y8
+	VBROADCASTI128 16(DI)(R12*1), Y9
+	VPSHUFB        Y7, Y9, Y9
+	VPUNPCKLBW     Y8, Y9, Y7
+	VPUNPCKHBW     Y8, Y9, Y8
+	VPSLLD         $0x10, Y7, Y9
+	VFMADD231PS    (R10), Y9, Y0
+	VFMADD231PS    32(R10), Y9, Y1
+	VFMADD231PS    64(R10), Y9, Y2
+	VFMADD231PS    96(R10), Y9, Y3
+	VFMADD231PS    128(R10), Y9, Y4
+	VFMADD231PS    160(R10), Y9, Y5
+	VFMADD231PS    192(R10), Y9, Y6
+	VPAND          maskHigh<>+0(SB), Y7, Y7
+	VFMADD231PS    224(R10), Y7, Y0
+	VFMADD231PS    256(R10), Y7, Y1
+	VFMADD231PS    288(R10), Y7, Y2
+	VFMADD231PS    320(R10), Y7, Y3
+	VFMADD231PS    352(R10), Y7, Y4
+	VFMADD231PS    384(R10), Y7, Y5
+	VFMADD231PS    416(R10), Y7, Y6
+	VPSLLD         $0x10, Y8, Y7
+	VFMADD231PS    448(R10), Y7, Y0
+	VFMADD231PS    480(R10), Y7, Y1
+	VFMADD231PS    512(R10), Y7, Y2
+	VFMADD231PS    544(R10), Y7, Y3
+	VFMADD231PS    576(R10), Y7, Y4
+	VFMADD231PS    608(R10), Y7, Y5
+	VFMADD231PS    640(R10), Y7, Y6
+	VPAND          maskHigh<>+0(SB), Y8, Y7
+	VFMADD231PS    672(R10), Y7, Y0
+	VFMADD231PS    704(R10), Y7, Y1
+	VFMADD231PS    736(R10), Y7, Y2
+	VFMADD231PS    768(R10), Y7, Y3
+	VFMADD231PS    800(R10), Y7, Y4
+	VFMADD231PS    832(R10), Y7, Y5
+	VFMADD231PS    864(R10), Y7, Y6
+	ADDQ           $0x10, R8
+	INCQ           R9
+	ADDQ           $0x00000380, R10
+	DECQ           R11
+	JNZ            g_5
+
+gend_6:
+	MOVQ         dst+0(FP), R8
+	LEAQ         (R8)(SI*4), R8
+	MOVQ         dstStride+8(FP), R9
+	VEXTRACTF128 $0x01, Y0, X7
+	VADDPS       X7, X0, X7
+	VPERMILPS    $0xb1, X7, X0
+	VADDPS       X0, X7, X0
+	VPERMILPS    $0x4e, X0, X7
+	VADDPS       X7, X0, X7
+	VMOVSS       X7, (R8)
+	ADDQ         R9, R8
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (R8)
+	ADDQ         R9, R8
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (R8)
+	ADDQ         R9, R8
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (R8)
+	ADDQ         R9, R8
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (R8)
+	ADDQ         R9, R8
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (R8)
+	ADDQ         R9, R8
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (R8)
+	ADDQ         $0x01, SI
+	ADDQ         DX, AX
+	ADDQ         BX, CX
+	JMP          rows_3
+
+edge_4:
+	JMP finish_2
+
+bail_1:
+finish_2:
+	MOVQ SI, ret+72(FP)
+	VZEROUPPER
+	RET
+
+// func mxfp4RowsT8AVX2(dst *float32, dstStride int, packed *byte, pStride int, scales *byte, sStride int, rows int, groups int, x *float32) int
+// Requires: AVX, AVX2, FMA3
+TEXT ·mxfp4RowsT8AVX2(SB), NOSPLIT, $0-80
+	MOVQ packed+16(FP), AX
+	MOVQ scales+32(FP), CX
+	MOVQ pStride+24(FP), DX
+	MOVQ sStride+40(FP), BX
+	XORQ SI, SI
+	LEAQ scaleTab<>+0(SB), DI
+	LEAQ scaledTabs<>+0(SB), DI
+
+rows_3:
+	MOVQ   rows+48(FP), R8
+	SUBQ   SI, R8
+	CMPQ   R8, $0x01
+	JL     edge_4
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   AX, R8
+	MOVQ   CX, R9
+	MOVQ   x+64(FP), R10
+	MOVQ   groups+56(FP), R11
+	TESTQ  R11, R11
+	JZ     gend_6
+
+g_5:
+	MOVBLZX        (R9), R12
+	CMPL           R12, $0x000000fc
+	JA             bail_1
+	SHLL           $0x05, R12
+	VBROADCASTI128 (R8), Y8
+	VPSRLVD        nibShift<>+0(SB), Y8, Y8
+	VPAND          maskLow<>+0(SB), Y8, Y8
+	VBROADCASTI128 (DI)(R12*1), Y9
+	VPSHUFB        Y8, Y9, Y9
+	VBROADCASTI128 16(DI)(R12*1), Y10
+	VPSHUFB        Y8, Y10, Y10
+	VPUNPCKLBW     Y9, Y10, Y8
+	VPUNPCKHBW     Y9, Y10, Y9
+	VPSLLD         $0x10, Y8, Y10
+	VFMADD231PS    (R10), Y10, Y0
+	VFMADD231PS    32(R10), Y10, Y1
+	VFMADD231PS    64(R10), Y10, Y2
+	VFMADD231PS    96(R10), Y10, Y3
+	VFMADD231PS    128(R10), Y10, Y4
+	VFMADD231PS    160(R10), Y10, Y5
+	VFMADD231PS    192(R10), Y10, Y6
+	VFMADD231PS    224(R10), Y10, Y7
+	VPAND          maskHigh<>+0(SB), Y8, Y8
+	VFMADD231PS    256(R10), Y8, Y0
+	VFMADD231PS    288(R10), Y8, Y1
+	VFMADD231PS    320(R10), Y8, Y2
+	VFMADD231PS    352(R10), Y8, Y3
+	VFMADD231PS    384(R10), Y8, Y4
+	VFMADD231PS    416(R10), Y8, Y5
+	VFMADD231PS    448(R10), Y8, Y6
+	VFMADD231PS    480(R10), Y8, Y7
+	VPSLLD         $0x10, Y9, Y8
+	VFMADD231PS    512(R10), Y8, Y0
+	VFMADD231PS    544(R10), Y8, Y1
+	VFMADD231PS    576(R10), Y8, Y2
+	VFMADD231PS    608(R10), Y8, Y3
+	VFMADD231PS    640(R10), Y8, Y4
+	VFMADD231PS    672(R10), Y8, Y5
+	VFMADD231PS    704(R10), Y8, Y6
+	VFMADD231PS    736(R10), Y8, Y7
+	VPAND          maskHigh<>+0(SB), Y9, Y8
+	VFMADD231PS    768(R10), Y8, Y0
+	VFMADD231PS    800(R10), Y8, Y1
+	VFMADD231PS    832(R10), Y8, Y2
+	VFMADD231PS    864(R10), Y8, Y3
+	VFMADD231PS    896(R10), Y8, Y4
+	VFMADD231PS    928(R10), Y8, Y5
+	VFMADD231PS    960(R10), Y8, Y6
+	VFMADD231PS    992(R10), Y8, Y7
+	ADDQ           $0x10, R8
+	INCQ           R9
+	ADDQ           $0x00000400, R10
+	DECQ           R11
+	JNZ            g_5
+
+gend_6:
+	MOVQ         dst+0(FP), R8
+	LEAQ         (R8)(SI*4), R8
+	MOVQ         dstStride+8(FP), R9
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X8
+	VPERMILPS    $0xb1, X8, X0
+	VADDPS       X0, X8, X0
+	VPERMILPS    $0x4e, X0, X8
+	VADDPS       X8, X0, X8
+	VMOVSS       X8, (R8)
+	ADDQ         R9, R8
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (R8)
+	ADDQ         R9, R8
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (R8)
+	ADDQ         R9, R8
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (R8)
+	ADDQ         R9, R8
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (R8)
+	ADDQ         R9, R8
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (R8)
+	ADDQ         R9, R8
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (R8)
+	ADDQ         R9, R8
+	VEXTRACTF128 $0x01, Y7, X0
+	VADDPS       X0, X7, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (R8)
+	ADDQ         $0x01, SI
+	ADDQ         DX, AX
+	ADDQ         BX, CX
+	JMP          rows_3
+
+edge_4:
+	JMP finish_2
+
+bail_1:
+finish_2:
+	MOVQ SI, ret+72(FP)
+	VZEROUPPER
+	RET
+
 // func mxfp4TileAVX2(tile *float32, blockStride int, packed *byte, pStride int, scales *byte, sStride int, rows int, groups int) int
 // Requires: AVX, AVX2
 TEXT ·mxfp4TileAVX2(SB), NOSPLIT, $0-72
@@ -4587,18 +5181,13 @@ TEXT ·mxfp4RowsT5AVX512(SB), NOSPLIT, $0-80
 rows_3:
 	MOVQ   rows+48(FP), R8
 	SUBQ   SI, R8
-	CMPQ   R8, $0x02
+	CMPQ   R8, $0x01
 	JL     edge_4
 	VXORPS Z1, Z1, Z1
 	VXORPS Z2, Z2, Z2
 	VXORPS Z3, Z3, Z3
 	VXORPS Z4, Z4, Z4
 	VXORPS Z5, Z5, Z5
-	VXORPS Z6, Z6, Z6
-	VXORPS Z7, Z7, Z7
-	VXORPS Z8, Z8, Z8
-	VXORPS Z9, Z9, Z9
-	VXORPS Z10, Z10, Z10
 	MOVQ   AX, R8
 	MOVQ   CX, R9
 	MOVQ   x+64(FP), R10
@@ -4607,174 +5196,6 @@ rows_3:
 	JZ     gend_6
 
 g_5:
-	MOVBLZX      (R9), R12
-	CMPL         R12, $0x000000fc
-	JA           bail_1
-	VBROADCASTSS (DI)(R12*4), Z11
-	VPMOVZXBD    (R8), Z12
-	VMULPS       Z11, Z0, Z11
-	VPERMPS      Z11, Z12, Z13
-	VFMADD231PS  (R10), Z13, Z1
-	VFMADD231PS  64(R10), Z13, Z2
-	VFMADD231PS  128(R10), Z13, Z3
-	VFMADD231PS  192(R10), Z13, Z4
-	VFMADD231PS  256(R10), Z13, Z5
-	VPSRLD       $0x04, Z12, Z12
-	VPERMPS      Z11, Z12, Z11
-	VFMADD231PS  320(R10), Z11, Z1
-	VFMADD231PS  384(R10), Z11, Z2
-	VFMADD231PS  448(R10), Z11, Z3
-	VFMADD231PS  512(R10), Z11, Z4
-	VFMADD231PS  576(R10), Z11, Z5
-	MOVBLZX      (R9)(BX*1), R12
-	CMPL         R12, $0x000000fc
-	JA           bail_1
-	VBROADCASTSS (DI)(R12*4), Z11
-	VPMOVZXBD    (R8)(DX*1), Z12
-	VMULPS       Z11, Z0, Z11
-	VPERMPS      Z11, Z12, Z13
-	VFMADD231PS  (R10), Z13, Z6
-	VFMADD231PS  64(R10), Z13, Z7
-	VFMADD231PS  128(R10), Z13, Z8
-	VFMADD231PS  192(R10), Z13, Z9
-	VFMADD231PS  256(R10), Z13, Z10
-	VPSRLD       $0x04, Z12, Z12
-	VPERMPS      Z11, Z12, Z11
-	VFMADD231PS  320(R10), Z11, Z6
-	VFMADD231PS  384(R10), Z11, Z7
-	VFMADD231PS  448(R10), Z11, Z8
-	VFMADD231PS  512(R10), Z11, Z9
-	VFMADD231PS  576(R10), Z11, Z10
-	ADDQ         $0x10, R8
-	INCQ         R9
-	ADDQ         $0x00000280, R10
-	DECQ         R11
-	JNZ          g_5
-
-gend_6:
-	MOVQ          dst+0(FP), R8
-	LEAQ          (R8)(SI*4), R8
-	MOVQ          dstStride+8(FP), R9
-	VEXTRACTF64X4 $0x01, Z1, Y11
-	VADDPS        Y11, Y1, Y11
-	VEXTRACTF32X4 $0x01, Y11, X1
-	VADDPS        X1, X11, X1
-	VPERMILPS     $0xb1, X1, X11
-	VADDPS        X11, X1, X11
-	VPERMILPS     $0x4e, X11, X1
-	VADDPS        X1, X11, X1
-	VMOVSS        X1, (R8)
-	VEXTRACTF64X4 $0x01, Z6, Y1
-	VADDPS        Y1, Y6, Y1
-	VEXTRACTF32X4 $0x01, Y1, X6
-	VADDPS        X6, X1, X6
-	VPERMILPS     $0xb1, X6, X1
-	VADDPS        X1, X6, X1
-	VPERMILPS     $0x4e, X1, X6
-	VADDPS        X6, X1, X6
-	VMOVSS        X6, 4(R8)
-	ADDQ          R9, R8
-	VEXTRACTF64X4 $0x01, Z2, Y1
-	VADDPS        Y1, Y2, Y1
-	VEXTRACTF32X4 $0x01, Y1, X2
-	VADDPS        X2, X1, X2
-	VPERMILPS     $0xb1, X2, X1
-	VADDPS        X1, X2, X1
-	VPERMILPS     $0x4e, X1, X2
-	VADDPS        X2, X1, X2
-	VMOVSS        X2, (R8)
-	VEXTRACTF64X4 $0x01, Z7, Y1
-	VADDPS        Y1, Y7, Y1
-	VEXTRACTF32X4 $0x01, Y1, X2
-	VADDPS        X2, X1, X2
-	VPERMILPS     $0xb1, X2, X1
-	VADDPS        X1, X2, X1
-	VPERMILPS     $0x4e, X1, X2
-	VADDPS        X2, X1, X2
-	VMOVSS        X2, 4(R8)
-	ADDQ          R9, R8
-	VEXTRACTF64X4 $0x01, Z3, Y1
-	VADDPS        Y1, Y3, Y1
-	VEXTRACTF32X4 $0x01, Y1, X2
-	VADDPS        X2, X1, X2
-	VPERMILPS     $0xb1, X2, X1
-	VADDPS        X1, X2, X1
-	VPERMILPS     $0x4e, X1, X2
-	VADDPS        X2, X1, X2
-	VMOVSS        X2, (R8)
-	VEXTRACTF64X4 $0x01, Z8, Y1
-	VADDPS        Y1, Y8, Y1
-	VEXTRACTF32X4 $0x01, Y1, X2
-	VADDPS        X2, X1, X2
-	VPERMILPS     $0xb1, X2, X1
-	VADDPS        X1, X2, X1
-	VPERMILPS     $0x4e, X1, X2
-	VADDPS        X2, X1, X2
-	VMOVSS        X2, 4(R8)
-	ADDQ          R9, R8
-	VEXTRACTF64X4 $0x01, Z4, Y1
-	VADDPS        Y1, Y4, Y1
-	VEXTRACTF32X4 $0x01, Y1, X2
-	VADDPS        X2, X1, X2
-	VPERMILPS     $0xb1, X2, X1
-	VADDPS        X1, X2, X1
-	VPERMILPS     $0x4e, X1, X2
-	VADDPS        X2, X1, X2
-	VMOVSS        X2, (R8)
-	VEXTRACTF64X4 $0x01, Z9, Y1
-	VADDPS        Y1, Y9, Y1
-	VEXTRACTF32X4 $0x01, Y1, X2
-	VADDPS        X2, X1, X2
-	VPERMILPS     $0xb1, X2, X1
-	VADDPS        X1, X2, X1
-	VPERMILPS     $0x4e, X1, X2
-	VADDPS        X2, X1, X2
-	VMOVSS        X2, 4(R8)
-	ADDQ          R9, R8
-	VEXTRACTF64X4 $0x01, Z5, Y1
-	VADDPS        Y1, Y5, Y1
-	VEXTRACTF32X4 $0x01, Y1, X2
-	VADDPS        X2, X1, X2
-	VPERMILPS     $0xb1, X2, X1
-	VADDPS        X1, X2, X1
-	VPERMILPS     $0x4e, X1, X2
-	VADDPS        X2, X1, X2
-	VMOVSS        X2, (R8)
-	VEXTRACTF64X4 $0x01, Z10, Y1
-	VADDPS        Y1, Y10, Y1
-	VEXTRACTF32X4 $0x01, Y1, X2
-	VADDPS        X2, X1, X2
-	VPERMILPS     $0xb1, X2, X1
-	VADDPS        X1, X2, X1
-	VPERMILPS     $0x4e, X1, X2
-	VADDPS        X2, X1, X2
-	VMOVSS        X2, 4(R8)
-	ADDQ          $0x02, SI
-	ADDQ          DX, AX
-	ADDQ          BX, CX
-	ADDQ          DX, AX
-	ADDQ          BX, CX
-	JMP           rows_3
-
-edge_4:
-	CMPQ R8, $0x01
-	JE   edge1_7
-	JMP  finish_2
-
-edge1_7:
-	VXORPS Z1, Z1, Z1
-	VXORPS Z2, Z2, Z2
-	VXORPS Z3, Z3, Z3
-	VXORPS Z4, Z4, Z4
-	VXORPS Z5, Z5, Z5
-	MOVQ   AX, R8
-	MOVQ   CX, R9
-	MOVQ   x+64(FP), R10
-	MOVQ   groups+56(FP), R11
-	TESTQ  R11, R11
-	JZ     gend_9
-
-g_8:
 	MOVBLZX      (R9), R12
 	CMPL         R12, $0x000000fc
 	JA           bail_1
@@ -4798,65 +5219,68 @@ g_8:
 	INCQ         R9
 	ADDQ         $0x00000280, R10
 	DECQ         R11
-	JNZ          g_8
+	JNZ          g_5
 
-gend_9:
-	MOVQ          dst+0(FP), DI
-	LEAQ          (DI)(SI*4), DI
-	MOVQ          dstStride+8(FP), R8
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VPERMILPS     $0xb1, X1, X0
-	VADDPS        X0, X1, X0
-	VPERMILPS     $0x4e, X0, X1
-	VADDPS        X1, X0, X1
-	VMOVSS        X1, (DI)
-	ADDQ          R8, DI
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VPERMILPS     $0xb1, X1, X0
-	VADDPS        X0, X1, X0
-	VPERMILPS     $0x4e, X0, X1
-	VADDPS        X1, X0, X1
-	VMOVSS        X1, (DI)
-	ADDQ          R8, DI
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VPERMILPS     $0xb1, X1, X0
-	VADDPS        X0, X1, X0
-	VPERMILPS     $0x4e, X0, X1
-	VADDPS        X1, X0, X1
-	VMOVSS        X1, (DI)
-	ADDQ          R8, DI
-	VEXTRACTF64X4 $0x01, Z4, Y0
-	VADDPS        Y0, Y4, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VPERMILPS     $0xb1, X1, X0
-	VADDPS        X0, X1, X0
-	VPERMILPS     $0x4e, X0, X1
-	VADDPS        X1, X0, X1
-	VMOVSS        X1, (DI)
-	ADDQ          R8, DI
-	VEXTRACTF64X4 $0x01, Z5, Y0
-	VADDPS        Y0, Y5, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VPERMILPS     $0xb1, X1, X0
-	VADDPS        X0, X1, X0
-	VPERMILPS     $0x4e, X0, X1
-	VADDPS        X1, X0, X1
-	VMOVSS        X1, (DI)
+gend_6:
+	MOVQ          dst+0(FP), R8
+	LEAQ          (R8)(SI*4), R8
+	MOVQ          dstStride+8(FP), R9
+	VEXTRACTF64X4 $0x01, Z1, Y6
+	VADDPS        Y6, Y1, Y6
+	VEXTRACTF32X4 $0x01, Y6, X1
+	VADDPS        X1, X6, X1
+	VPERMILPS     $0xb1, X1, X6
+	VADDPS        X6, X1, X6
+	VPERMILPS     $0x4e, X6, X1
+	VADDPS        X1, X6, X1
+	VMOVSS        X1, (R8)
+	ADDQ          R9, R8
+	VEXTRACTF64X4 $0x01, Z2, Y1
+	VADDPS        Y1, Y2, Y1
+	VEXTRACTF32X4 $0x01, Y1, X2
+	VADDPS        X2, X1, X2
+	VPERMILPS     $0xb1, X2, X1
+	VADDPS        X1, X2, X1
+	VPERMILPS     $0x4e, X1, X2
+	VADDPS        X2, X1, X2
+	VMOVSS        X2, (R8)
+	ADDQ          R9, R8
+	VEXTRACTF64X4 $0x01, Z3, Y1
+	VADDPS        Y1, Y3, Y1
+	VEXTRACTF32X4 $0x01, Y1, X2
+	VADDPS        X2, X1, X2
+	VPERMILPS     $0xb1, X2, X1
+	VADDPS        X1, X2, X1
+	VPERMILPS     $0x4e, X1, X2
+	VADDPS        X2, X1, X2
+	VMOVSS        X2, (R8)
+	ADDQ          R9, R8
+	VEXTRACTF64X4 $0x01, Z4, Y1
+	VADDPS        Y1, Y4, Y1
+	VEXTRACTF32X4 $0x01, Y1, X2
+	VADDPS        X2, X1, X2
+	VPERMILPS     $0xb1, X2, X1
+	VADDPS        X1, X2, X1
+	VPERMILPS     $0x4e, X1, X2
+	VADDPS        X2, X1, X2
+	VMOVSS        X2, (R8)
+	ADDQ          R9, R8
+	VEXTRACTF64X4 $0x01, Z5, Y1
+	VADDPS        Y1, Y5, Y1
+	VEXTRACTF32X4 $0x01, Y1, X2
+	VADDPS        X2, X1, X2
+	VPERMILPS     $0xb1, X2, X1
+	VADDPS        X1, X2, X1
+	VPERMILPS     $0x4e, X1, X2
+	VADDPS        X2, X1, X2
+	VMOVSS        X2, (R8)
 	ADDQ          $0x01, SI
 	ADDQ          DX, AX
 	ADDQ          BX, CX
-	JMP           finish_2
+	JMP           rows_3
+
+edge_4:
+	JMP finish_2
 
 bail_1:
 finish_2:
@@ -4878,7 +5302,7 @@ TEXT ·mxfp4RowsT6AVX512(SB), NOSPLIT, $0-80
 rows_3:
 	MOVQ   rows+48(FP), R8
 	SUBQ   SI, R8
-	CMPQ   R8, $0x02
+	CMPQ   R8, $0x01
 	JL     edge_4
 	VXORPS Z1, Z1, Z1
 	VXORPS Z2, Z2, Z2
@@ -4886,12 +5310,6 @@ rows_3:
 	VXORPS Z4, Z4, Z4
 	VXORPS Z5, Z5, Z5
 	VXORPS Z6, Z6, Z6
-	VXORPS Z7, Z7, Z7
-	VXORPS Z8, Z8, Z8
-	VXORPS Z9, Z9, Z9
-	VXORPS Z10, Z10, Z10
-	VXORPS Z11, Z11, Z11
-	VXORPS Z12, Z12, Z12
 	MOVQ   AX, R8
 	MOVQ   CX, R9
 	MOVQ   x+64(FP), R10
@@ -4900,198 +5318,6 @@ rows_3:
 	JZ     gend_6
 
 g_5:
-	MOVBLZX      (R9), R12
-	CMPL         R12, $0x000000fc
-	JA           bail_1
-	VBROADCASTSS (DI)(R12*4), Z13
-	VPMOVZXBD    (R8), Z14
-	VMULPS       Z13, Z0, Z13
-	VPERMPS      Z13, Z14, Z15
-	VFMADD231PS  (R10), Z15, Z1
-	VFMADD231PS  64(R10), Z15, Z2
-	VFMADD231PS  128(R10), Z15, Z3
-	VFMADD231PS  192(R10), Z15, Z4
-	VFMADD231PS  256(R10), Z15, Z5
-	VFMADD231PS  320(R10), Z15, Z6
-	VPSRLD       $0x04, Z14, Z14
-	VPERMPS      Z13, Z14, Z13
-	VFMADD231PS  384(R10), Z13, Z1
-	VFMADD231PS  448(R10), Z13, Z2
-	VFMADD231PS  512(R10), Z13, Z3
-	VFMADD231PS  576(R10), Z13, Z4
-	VFMADD231PS  640(R10), Z13, Z5
-	VFMADD231PS  704(R10), Z13, Z6
-	MOVBLZX      (R9)(BX*1), R12
-	CMPL         R12, $0x000000fc
-	JA           bail_1
-	VBROADCASTSS (DI)(R12*4), Z13
-	VPMOVZXBD    (R8)(DX*1), Z14
-	VMULPS       Z13, Z0, Z13
-	VPERMPS      Z13, Z14, Z15
-	VFMADD231PS  (R10), Z15, Z7
-	VFMADD231PS  64(R10), Z15, Z8
-	VFMADD231PS  128(R10), Z15, Z9
-	VFMADD231PS  192(R10), Z15, Z10
-	VFMADD231PS  256(R10), Z15, Z11
-	VFMADD231PS  320(R10), Z15, Z12
-	VPSRLD       $0x04, Z14, Z14
-	VPERMPS      Z13, Z14, Z13
-	VFMADD231PS  384(R10), Z13, Z7
-	VFMADD231PS  448(R10), Z13, Z8
-	VFMADD231PS  512(R10), Z13, Z9
-	VFMADD231PS  576(R10), Z13, Z10
-	VFMADD231PS  640(R10), Z13, Z11
-	VFMADD231PS  704(R10), Z13, Z12
-	ADDQ         $0x10, R8
-	INCQ         R9
-	ADDQ         $0x00000300, R10
-	DECQ         R11
-	JNZ          g_5
-
-gend_6:
-	MOVQ          dst+0(FP), R8
-	LEAQ          (R8)(SI*4), R8
-	MOVQ          dstStride+8(FP), R9
-	VEXTRACTF64X4 $0x01, Z1, Y13
-	VADDPS        Y13, Y1, Y13
-	VEXTRACTF32X4 $0x01, Y13, X1
-	VADDPS        X1, X13, X1
-	VPERMILPS     $0xb1, X1, X13
-	VADDPS        X13, X1, X13
-	VPERMILPS     $0x4e, X13, X1
-	VADDPS        X1, X13, X1
-	VMOVSS        X1, (R8)
-	VEXTRACTF64X4 $0x01, Z7, Y1
-	VADDPS        Y1, Y7, Y1
-	VEXTRACTF32X4 $0x01, Y1, X7
-	VADDPS        X7, X1, X7
-	VPERMILPS     $0xb1, X7, X1
-	VADDPS        X1, X7, X1
-	VPERMILPS     $0x4e, X1, X7
-	VADDPS        X7, X1, X7
-	VMOVSS        X7, 4(R8)
-	ADDQ          R9, R8
-	VEXTRACTF64X4 $0x01, Z2, Y1
-	VADDPS        Y1, Y2, Y1
-	VEXTRACTF32X4 $0x01, Y1, X2
-	VADDPS        X2, X1, X2
-	VPERMILPS     $0xb1, X2, X1
-	VADDPS        X1, X2, X1
-	VPERMILPS     $0x4e, X1, X2
-	VADDPS        X2, X1, X2
-	VMOVSS        X2, (R8)
-	VEXTRACTF64X4 $0x01, Z8, Y1
-	VADDPS        Y1, Y8, Y1
-	VEXTRACTF32X4 $0x01, Y1, X2
-	VADDPS        X2, X1, X2
-	VPERMILPS     $0xb1, X2, X1
-	VADDPS        X1, X2, X1
-	VPERMILPS     $0x4e, X1, X2
-	VADDPS        X2, X1, X2
-	VMOVSS        X2, 4(R8)
-	ADDQ          R9, R8
-	VEXTRACTF64X4 $0x01, Z3, Y1
-	VADDPS        Y1, Y3, Y1
-	VEXTRACTF32X4 $0x01, Y1, X2
-	VADDPS        X2, X1, X2
-	VPERMILPS     $0xb1, X2, X1
-	VADDPS        X1, X2, X1
-	VPERMILPS     $0x4e, X1, X2
-	VADDPS        X2, X1, X2
-	VMOVSS        X2, (R8)
-	VEXTRACTF64X4 $0x01, Z9, Y1
-	VADDPS        Y1, Y9, Y1
-	VEXTRACTF32X4 $0x01, Y1, X2
-	VADDPS        X2, X1, X2
-	VPERMILPS     $0xb1, X2, X1
-	VADDPS        X1, X2, X1
-	VPERMILPS     $0x4e, X1, X2
-	VADDPS        X2, X1, X2
-	VMOVSS        X2, 4(R8)
-	ADDQ          R9, R8
-	VEXTRACTF64X4 $0x01, Z4, Y1
-	VADDPS        Y1, Y4, Y1
-	VEXTRACTF32X4 $0x01, Y1, X2
-	VADDPS        X2, X1, X2
-	VPERMILPS     $0xb1, X2, X1
-	VADDPS        X1, X2, X1
-	VPERMILPS     $0x4e, X1, X2
-	VADDPS        X2, X1, X2
-	VMOVSS        X2, (R8)
-	VEXTRACTF64X4 $0x01, Z10, Y1
-	VADDPS        Y1, Y10, Y1
-	VEXTRACTF32X4 $0x01, Y1, X2
-	VADDPS        X2, X1, X2
-	VPERMILPS     $0xb1, X2, X1
-	VADDPS        X1, X2, X1
-	VPERMILPS     $0x4e, X1, X2
-	VADDPS        X2, X1, X2
-	VMOVSS        X2, 4(R8)
-	ADDQ          R9, R8
-	VEXTRACTF64X4 $0x01, Z5, Y1
-	VADDPS        Y1, Y5, Y1
-	VEXTRACTF32X4 $0x01, Y1, X2
-	VADDPS        X2, X1, X2
-	VPERMILPS     $0xb1, X2, X1
-	VADDPS        X1, X2, X1
-	VPERMILPS     $0x4e, X1, X2
-	VADDPS        X2, X1, X2
-	VMOVSS        X2, (R8)
-	VEXTRACTF64X4 $0x01, Z11, Y1
-	VADDPS        Y1, Y11, Y1
-	VEXTRACTF32X4 $0x01, Y1, X2
-	VADDPS        X2, X1, X2
-	VPERMILPS     $0xb1, X2, X1
-	VADDPS        X1, X2, X1
-	VPERMILPS     $0x4e, X1, X2
-	VADDPS        X2, X1, X2
-	VMOVSS        X2, 4(R8)
-	ADDQ          R9, R8
-	VEXTRACTF64X4 $0x01, Z6, Y1
-	VADDPS        Y1, Y6, Y1
-	VEXTRACTF32X4 $0x01, Y1, X2
-	VADDPS        X2, X1, X2
-	VPERMILPS     $0xb1, X2, X1
-	VADDPS        X1, X2, X1
-	VPERMILPS     $0x4e, X1, X2
-	VADDPS        X2, X1, X2
-	VMOVSS        X2, (R8)
-	VEXTRACTF64X4 $0x01, Z12, Y1
-	VADDPS        Y1, Y12, Y1
-	VEXTRACTF32X4 $0x01, Y1, X2
-	VADDPS        X2, X1, X2
-	VPERMILPS     $0xb1, X2, X1
-	VADDPS        X1, X2, X1
-	VPERMILPS     $0x4e, X1, X2
-	VADDPS        X2, X1, X2
-	VMOVSS        X2, 4(R8)
-	ADDQ          $0x02, SI
-	ADDQ          DX, AX
-	ADDQ          BX, CX
-	ADDQ          DX, AX
-	ADDQ          BX, CX
-	JMP           rows_3
-
-edge_4:
-	CMPQ R8, $0x01
-	JE   edge1_7
-	JMP  finish_2
-
-edge1_7:
-	VXORPS Z1, Z1, Z1
-	VXORPS Z2, Z2, Z2
-	VXORPS Z3, Z3, Z3
-	VXORPS Z4, Z4, Z4
-	VXORPS Z5, Z5, Z5
-	VXORPS Z6, Z6, Z6
-	MOVQ   AX, R8
-	MOVQ   CX, R9
-	MOVQ   x+64(FP), R10
-	MOVQ   groups+56(FP), R11
-	TESTQ  R11, R11
-	JZ     gend_9
-
-g_8:
 	MOVBLZX      (R9), R12
 	CMPL         R12, $0x000000fc
 	JA           bail_1
@@ -5117,75 +5343,385 @@ g_8:
 	INCQ         R9
 	ADDQ         $0x00000300, R10
 	DECQ         R11
-	JNZ          g_8
+	JNZ          g_5
 
-gend_9:
-	MOVQ          dst+0(FP), DI
-	LEAQ          (DI)(SI*4), DI
-	MOVQ          dstStride+8(FP), R8
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VPERMILPS     $0xb1, X1, X0
-	VADDPS        X0, X1, X0
-	VPERMILPS     $0x4e, X0, X1
-	VADDPS        X1, X0, X1
-	VMOVSS        X1, (DI)
-	ADDQ          R8, DI
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VPERMILPS     $0xb1, X1, X0
-	VADDPS        X0, X1, X0
-	VPERMILPS     $0x4e, X0, X1
-	VADDPS        X1, X0, X1
-	VMOVSS        X1, (DI)
-	ADDQ          R8, DI
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VPERMILPS     $0xb1, X1, X0
-	VADDPS        X0, X1, X0
-	VPERMILPS     $0x4e, X0, X1
-	VADDPS        X1, X0, X1
-	VMOVSS        X1, (DI)
-	ADDQ          R8, DI
-	VEXTRACTF64X4 $0x01, Z4, Y0
-	VADDPS        Y0, Y4, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VPERMILPS     $0xb1, X1, X0
-	VADDPS        X0, X1, X0
-	VPERMILPS     $0x4e, X0, X1
-	VADDPS        X1, X0, X1
-	VMOVSS        X1, (DI)
-	ADDQ          R8, DI
-	VEXTRACTF64X4 $0x01, Z5, Y0
-	VADDPS        Y0, Y5, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VPERMILPS     $0xb1, X1, X0
-	VADDPS        X0, X1, X0
-	VPERMILPS     $0x4e, X0, X1
-	VADDPS        X1, X0, X1
-	VMOVSS        X1, (DI)
-	ADDQ          R8, DI
-	VEXTRACTF64X4 $0x01, Z6, Y0
-	VADDPS        Y0, Y6, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VPERMILPS     $0xb1, X1, X0
-	VADDPS        X0, X1, X0
-	VPERMILPS     $0x4e, X0, X1
-	VADDPS        X1, X0, X1
-	VMOVSS        X1, (DI)
+gend_6:
+	MOVQ          dst+0(FP), R8
+	LEAQ          (R8)(SI*4), R8
+	MOVQ          dstStride+8(FP), R9
+	VEXTRACTF64X4 $0x01, Z1, Y7
+	VADDPS        Y7, Y1, Y7
+	VEXTRACTF32X4 $0x01, Y7, X1
+	VADDPS        X1, X7, X1
+	VPERMILPS     $0xb1, X1, X7
+	VADDPS        X7, X1, X7
+	VPERMILPS     $0x4e, X7, X1
+	VADDPS        X1, X7, X1
+	VMOVSS        X1, (R8)
+	ADDQ          R9, R8
+	VEXTRACTF64X4 $0x01, Z2, Y1
+	VADDPS        Y1, Y2, Y1
+	VEXTRACTF32X4 $0x01, Y1, X2
+	VADDPS        X2, X1, X2
+	VPERMILPS     $0xb1, X2, X1
+	VADDPS        X1, X2, X1
+	VPERMILPS     $0x4e, X1, X2
+	VADDPS        X2, X1, X2
+	VMOVSS        X2, (R8)
+	ADDQ          R9, R8
+	VEXTRACTF64X4 $0x01, Z3, Y1
+	VADDPS        Y1, Y3, Y1
+	VEXTRACTF32X4 $0x01, Y1, X2
+	VADDPS        X2, X1, X2
+	VPERMILPS     $0xb1, X2, X1
+	VADDPS        X1, X2, X1
+	VPERMILPS     $0x4e, X1, X2
+	VADDPS        X2, X1, X2
+	VMOVSS        X2, (R8)
+	ADDQ          R9, R8
+	VEXTRACTF64X4 $0x01, Z4, Y1
+	VADDPS        Y1, Y4, Y1
+	VEXTRACTF32X4 $0x01, Y1, X2
+	VADDPS        X2, X1, X2
+	VPERMILPS     $0xb1, X2, X1
+	VADDPS        X1, X2, X1
+	VPERMILPS     $0x4e, X1, X2
+	VADDPS        X2, X1, X2
+	VMOVSS        X2, (R8)
+	ADDQ          R9, R8
+	VEXTRACTF64X4 $0x01, Z5, Y1
+	VADDPS        Y1, Y5, Y1
+	VEXTRACTF32X4 $0x01, Y1, X2
+	VADDPS        X2, X1, X2
+	VPERMILPS     $0xb1, X2, X1
+	VADDPS        X1, X2, X1
+	VPERMILPS     $0x4e, X1, X2
+	VADDPS        X2, X1, X2
+	VMOVSS        X2, (R8)
+	ADDQ          R9, R8
+	VEXTRACTF64X4 $0x01, Z6, Y1
+	VADDPS        Y1, Y6, Y1
+	VEXTRACTF32X4 $0x01, Y1, X2
+	VADDPS        X2, X1, X2
+	VPERMILPS     $0xb1, X2, X1
+	VADDPS        X1, X2, X1
+	VPERMILPS     $0x4e, X1, X2
+	VADDPS        X2, X1, X2
+	VMOVSS        X2, (R8)
 	ADDQ          $0x01, SI
 	ADDQ          DX, AX
 	ADDQ          BX, CX
-	JMP           finish_2
+	JMP           rows_3
+
+edge_4:
+	JMP finish_2
+
+bail_1:
+finish_2:
+	MOVQ SI, ret+72(FP)
+	VZEROUPPER
+	RET
+
+// func mxfp4RowsT7AVX512(dst *float32, dstStride int, packed *byte, pStride int, scales *byte, sStride int, rows int, groups int, x *float32) int
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL
+TEXT ·mxfp4RowsT7AVX512(SB), NOSPLIT, $0-80
+	MOVQ    packed+16(FP), AX
+	MOVQ    scales+32(FP), CX
+	MOVQ    pStride+24(FP), DX
+	MOVQ    sStride+40(FP), BX
+	XORQ    SI, SI
+	LEAQ    scaleTab<>+0(SB), DI
+	VMOVUPS e2m1Tab<>+0(SB), Z0
+
+rows_3:
+	MOVQ   rows+48(FP), R8
+	SUBQ   SI, R8
+	CMPQ   R8, $0x01
+	JL     edge_4
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	VXORPS Z7, Z7, Z7
+	MOVQ   AX, R8
+	MOVQ   CX, R9
+	MOVQ   x+64(FP), R10
+	MOVQ   groups+56(FP), R11
+	TESTQ  R11, R11
+	JZ     gend_6
+
+g_5:
+	MOVBLZX      (R9), R12
+	CMPL         R12, $0x000000fc
+	JA           bail_1
+	VBROADCASTSS (DI)(R12*4), Z8
+	VPMOVZXBD    (R8), Z9
+	VMULPS       Z8, Z0, Z8
+	VPERMPS      Z8, Z9, Z10
+	VFMADD231PS  (R10), Z10, Z1
+	VFMADD231PS  64(R10), Z10, Z2
+	VFMADD231PS  128(R10), Z10, Z3
+	VFMADD231PS  192(R10), Z10, Z4
+	VFMADD231PS  256(R10), Z10, Z5
+	VFMADD231PS  320(R10), Z10, Z6
+	VFMADD231PS  384(R10), Z10, Z7
+	VPSRLD       $0x04, Z9, Z9
+	VPERMPS      Z8, Z9, Z8
+	VFMADD231PS  448(R10), Z8, Z1
+	VFMADD231PS  512(R10), Z8, Z2
+	VFMADD231PS  576(R10), Z8, Z3
+	VFMADD231PS  640(R10), Z8, Z4
+	VFMADD231PS  704(R10), Z8, Z5
+	VFMADD231PS  768(R10), Z8, Z6
+	VFMADD231PS  832(R10), Z8, Z7
+	ADDQ         $0x10, R8
+	INCQ         R9
+	ADDQ         $0x00000380, R10
+	DECQ         R11
+	JNZ          g_5
+
+gend_6:
+	MOVQ          dst+0(FP), R8
+	LEAQ          (R8)(SI*4), R8
+	MOVQ          dstStride+8(FP), R9
+	VEXTRACTF64X4 $0x01, Z1, Y8
+	VADDPS        Y8, Y1, Y8
+	VEXTRACTF32X4 $0x01, Y8, X1
+	VADDPS        X1, X8, X1
+	VPERMILPS     $0xb1, X1, X8
+	VADDPS        X8, X1, X8
+	VPERMILPS     $0x4e, X8, X1
+	VADDPS        X1, X8, X1
+	VMOVSS        X1, (R8)
+	ADDQ          R9, R8
+	VEXTRACTF64X4 $0x01, Z2, Y1
+	VADDPS        Y1, Y2, Y1
+	VEXTRACTF32X4 $0x01, Y1, X2
+	VADDPS        X2, X1, X2
+	VPERMILPS     $0xb1, X2, X1
+	VADDPS        X1, X2, X1
+	VPERMILPS     $0x4e, X1, X2
+	VADDPS        X2, X1, X2
+	VMOVSS        X2, (R8)
+	ADDQ          R9, R8
+	VEXTRACTF64X4 $0x01, Z3, Y1
+	VADDPS        Y1, Y3, Y1
+	VEXTRACTF32X4 $0x01, Y1, X2
+	VADDPS        X2, X1, X2
+	VPERMILPS     $0xb1, X2, X1
+	VADDPS        X1, X2, X1
+	VPERMILPS     $0x4e, X1, X2
+	VADDPS        X2, X1, X2
+	VMOVSS        X2, (R8)
+	ADDQ          R9, R8
+	VEXTRACTF64X4 $0x01, Z4, Y1
+	VADDPS        Y1, Y4, Y1
+	VEXTRACTF32X4 $0x01, Y1, X2
+	VADDPS        X2, X1, X2
+	VPERMILPS     $0xb1, X2, X1
+	VADDPS        X1, X2, X1
+	VPERMILPS     $0x4e, X1, X2
+	VADDPS        X2, X1, X2
+	VMOVSS        X2, (R8)
+	ADDQ          R9, R8
+	VEXTRACTF64X4 $0x01, Z5, Y1
+	VADDPS        Y1, Y5, Y1
+	VEXTRACTF32X4 $0x01, Y1, X2
+	VADDPS        X2, X1, X2
+	VPERMILPS     $0xb1, X2, X1
+	VADDPS        X1, X2, X1
+	VPERMILPS     $0x4e, X1, X2
+	VADDPS        X2, X1, X2
+	VMOVSS        X2, (R8)
+	ADDQ          R9, R8
+	VEXTRACTF64X4 $0x01, Z6, Y1
+	VADDPS        Y1, Y6, Y1
+	VEXTRACTF32X4 $0x01, Y1, X2
+	VADDPS        X2, X1, X2
+	VPERMILPS     $0xb1, X2, X1
+	VADDPS        X1, X2, X1
+	VPERMILPS     $0x4e, X1, X2
+	VADDPS        X2, X1, X2
+	VMOVSS        X2, (R8)
+	ADDQ          R9, R8
+	VEXTRACTF64X4 $0x01, Z7, Y1
+	VADDPS        Y1, Y7, Y1
+	VEXTRACTF32X4 $0x01, Y1, X2
+	VADDPS        X2, X1, X2
+	VPERMILPS     $0xb1, X2, X1
+	VADDPS        X1, X2, X1
+	VPERMILPS     $0x4e, X1, X2
+	VADDPS        X2, X1, X2
+	VMOVSS        X2, (R8)
+	ADDQ          $0x01, SI
+	ADDQ          DX, AX
+	ADDQ          BX, CX
+	JMP           rows_3
+
+edge_4:
+	JMP finish_2
+
+bail_1:
+finish_2:
+	MOVQ SI, ret+72(FP)
+	VZEROUPPER
+	RET
+
+// func mxfp4RowsT8AVX512(dst *float32, dstStride int, packed *byte, pStride int, scales *byte, sStride int, rows int, groups int, x *float32) int
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL
+TEXT ·mxfp4RowsT8AVX512(SB), NOSPLIT, $0-80
+	MOVQ    packed+16(FP), AX
+	MOVQ    scales+32(FP), CX
+	MOVQ    pStride+24(FP), DX
+	MOVQ    sStride+40(FP), BX
+	XORQ    SI, SI
+	LEAQ    scaleTab<>+0(SB), DI
+	VMOVUPS e2m1Tab<>+0(SB), Z0
+
+rows_3:
+	MOVQ   rows+48(FP), R8
+	SUBQ   SI, R8
+	CMPQ   R8, $0x01
+	JL     edge_4
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	VXORPS Z7, Z7, Z7
+	VXORPS Z8, Z8, Z8
+	MOVQ   AX, R8
+	MOVQ   CX, R9
+	MOVQ   x+64(FP), R10
+	MOVQ   groups+56(FP), R11
+	TESTQ  R11, R11
+	JZ     gend_6
+
+g_5:
+	MOVBLZX      (R9), R12
+	CMPL         R12, $0x000000fc
+	JA           bail_1
+	VBROADCASTSS (DI)(R12*4), Z9
+	VPMOVZXBD    (R8), Z10
+	VMULPS       Z9, Z0, Z9
+	VPERMPS      Z9, Z10, Z11
+	VFMADD231PS  (R10), Z11, Z1
+	VFMADD231PS  64(R10), Z11, Z2
+	VFMADD231PS  128(R10), Z11, Z3
+	VFMADD231PS  192(R10), Z11, Z4
+	VFMADD231PS  256(R10), Z11, Z5
+	VFMADD231PS  320(R10), Z11, Z6
+	VFMADD231PS  384(R10), Z11, Z7
+	VFMADD231PS  448(R10), Z11, Z8
+	VPSRLD       $0x04, Z10, Z10
+	VPERMPS      Z9, Z10, Z9
+	VFMADD231PS  512(R10), Z9, Z1
+	VFMADD231PS  576(R10), Z9, Z2
+	VFMADD231PS  640(R10), Z9, Z3
+	VFMADD231PS  704(R10), Z9, Z4
+	VFMADD231PS  768(R10), Z9, Z5
+	VFMADD231PS  832(R10), Z9, Z6
+	VFMADD231PS  896(R10), Z9, Z7
+	VFMADD231PS  960(R10), Z9, Z8
+	ADDQ         $0x10, R8
+	INCQ         R9
+	ADDQ         $0x00000400, R10
+	DECQ         R11
+	JNZ          g_5
+
+gend_6:
+	MOVQ          dst+0(FP), R8
+	LEAQ          (R8)(SI*4), R8
+	MOVQ          dstStride+8(FP), R9
+	VEXTRACTF64X4 $0x01, Z1, Y9
+	VADDPS        Y9, Y1, Y9
+	VEXTRACTF32X4 $0x01, Y9, X1
+	VADDPS        X1, X9, X1
+	VPERMILPS     $0xb1, X1, X9
+	VADDPS        X9, X1, X9
+	VPERMILPS     $0x4e, X9, X1
+	VADDPS        X1, X9, X1
+	VMOVSS        X1, (R8)
+	ADDQ          R9, R8
+	VEXTRACTF64X4 $0x01, Z2, Y1
+	VADDPS        Y1, Y2, Y1
+	VEXTRACTF32X4 $0x01, Y1, X2
+	VADDPS        X2, X1, X2
+	VPERMILPS     $0xb1, X2, X1
+	VADDPS        X1, X2, X1
+	VPERMILPS     $0x4e, X1, X2
+	VADDPS        X2, X1, X2
+	VMOVSS        X2, (R8)
+	ADDQ          R9, R8
+	VEXTRACTF64X4 $0x01, Z3, Y1
+	VADDPS        Y1, Y3, Y1
+	VEXTRACTF32X4 $0x01, Y1, X2
+	VADDPS        X2, X1, X2
+	VPERMILPS     $0xb1, X2, X1
+	VADDPS        X1, X2, X1
+	VPERMILPS     $0x4e, X1, X2
+	VADDPS        X2, X1, X2
+	VMOVSS        X2, (R8)
+	ADDQ          R9, R8
+	VEXTRACTF64X4 $0x01, Z4, Y1
+	VADDPS        Y1, Y4, Y1
+	VEXTRACTF32X4 $0x01, Y1, X2
+	VADDPS        X2, X1, X2
+	VPERMILPS     $0xb1, X2, X1
+	VADDPS        X1, X2, X1
+	VPERMILPS     $0x4e, X1, X2
+	VADDPS        X2, X1, X2
+	VMOVSS        X2, (R8)
+	ADDQ          R9, R8
+	VEXTRACTF64X4 $0x01, Z5, Y1
+	VADDPS        Y1, Y5, Y1
+	VEXTRACTF32X4 $0x01, Y1, X2
+	VADDPS        X2, X1, X2
+	VPERMILPS     $0xb1, X2, X1
+	VADDPS        X1, X2, X1
+	VPERMILPS     $0x4e, X1, X2
+	VADDPS        X2, X1, X2
+	VMOVSS        X2, (R8)
+	ADDQ          R9, R8
+	VEXTRACTF64X4 $0x01, Z6, Y1
+	VADDPS        Y1, Y6, Y1
+	VEXTRACTF32X4 $0x01, Y1, X2
+	VADDPS        X2, X1, X2
+	VPERMILPS     $0xb1, X2, X1
+	VADDPS        X1, X2, X1
+	VPERMILPS     $0x4e, X1, X2
+	VADDPS        X2, X1, X2
+	VMOVSS        X2, (R8)
+	ADDQ          R9, R8
+	VEXTRACTF64X4 $0x01, Z7, Y1
+	VADDPS        Y1, Y7, Y1
+	VEXTRACTF32X4 $0x01, Y1, X2
+	VADDPS        X2, X1, X2
+	VPERMILPS     $0xb1, X2, X1
+	VADDPS        X1, X2, X1
+	VPERMILPS     $0x4e, X1, X2
+	VADDPS        X2, X1, X2
+	VMOVSS        X2, (R8)
+	ADDQ          R9, R8
+	VEXTRACTF64X4 $0x01, Z8, Y1
+	VADDPS        Y1, Y8, Y1
+	VEXTRACTF32X4 $0x01, Y1, X2
+	VADDPS        X2, X1, X2
+	VPERMILPS     $0xb1, X2, X1
+	VADDPS        X1, X2, X1
+	VPERMILPS     $0x4e, X1, X2
+	VADDPS        X2, X1, X2
+	VMOVSS        X2, (R8)
+	ADDQ          $0x01, SI
+	ADDQ          DX, AX
+	ADDQ          BX, CX
+	JMP           rows_3
+
+edge_4:
+	JMP finish_2
 
 bail_1:
 finish_2:

@@ -28,6 +28,30 @@ func mxfp4RowsT3AVX2(dst *float32, dstStride int, packed *byte, pStride int, sca
 //go:noescape
 func mxfp4RowsT4AVX2(dst *float32, dstStride int, packed *byte, pStride int, scales *byte, sStride int, rows int, groups int, x *float32) int
 
+// mxfp4RowsT5AVX2 is the MXFP4 kernel for 5 token(s) (dstStride in bytes); it returns the rows done before a scale byte > 252.
+// Requires: AVX2, FMA.
+//
+//go:noescape
+func mxfp4RowsT5AVX2(dst *float32, dstStride int, packed *byte, pStride int, scales *byte, sStride int, rows int, groups int, x *float32) int
+
+// mxfp4RowsT6AVX2 is the MXFP4 kernel for 6 token(s) (dstStride in bytes); it returns the rows done before a scale byte > 252.
+// Requires: AVX2, FMA.
+//
+//go:noescape
+func mxfp4RowsT6AVX2(dst *float32, dstStride int, packed *byte, pStride int, scales *byte, sStride int, rows int, groups int, x *float32) int
+
+// mxfp4RowsT7AVX2 is the MXFP4 kernel for 7 token(s) (dstStride in bytes); it returns the rows done before a scale byte > 252.
+// Requires: AVX2, FMA.
+//
+//go:noescape
+func mxfp4RowsT7AVX2(dst *float32, dstStride int, packed *byte, pStride int, scales *byte, sStride int, rows int, groups int, x *float32) int
+
+// mxfp4RowsT8AVX2 is the MXFP4 kernel for 8 token(s) (dstStride in bytes); it returns the rows done before a scale byte > 252.
+// Requires: AVX2, FMA.
+//
+//go:noescape
+func mxfp4RowsT8AVX2(dst *float32, dstStride int, packed *byte, pStride int, scales *byte, sStride int, rows int, groups int, x *float32) int
+
 // mxfp4TileAVX2 decodes MXFP4 rows into the packed GEMM layout; it returns the rows done before a scale byte > 252.
 // Requires: AVX2, FMA.
 //
@@ -69,6 +93,18 @@ func mxfp4RowsT5AVX512(dst *float32, dstStride int, packed *byte, pStride int, s
 //
 //go:noescape
 func mxfp4RowsT6AVX512(dst *float32, dstStride int, packed *byte, pStride int, scales *byte, sStride int, rows int, groups int, x *float32) int
+
+// mxfp4RowsT7AVX512 is the MXFP4 kernel for 7 token(s) (dstStride in bytes); it returns the rows done before a scale byte > 252.
+// Requires: AVX-512 F/BW/VL.
+//
+//go:noescape
+func mxfp4RowsT7AVX512(dst *float32, dstStride int, packed *byte, pStride int, scales *byte, sStride int, rows int, groups int, x *float32) int
+
+// mxfp4RowsT8AVX512 is the MXFP4 kernel for 8 token(s) (dstStride in bytes); it returns the rows done before a scale byte > 252.
+// Requires: AVX-512 F/BW/VL.
+//
+//go:noescape
+func mxfp4RowsT8AVX512(dst *float32, dstStride int, packed *byte, pStride int, scales *byte, sStride int, rows int, groups int, x *float32) int
 
 // mxfp4TileAVX512 decodes MXFP4 rows into the packed GEMM layout; it returns the rows done before a scale byte > 252.
 // Requires: AVX-512 F/BW/VL.

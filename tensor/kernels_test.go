@@ -208,7 +208,7 @@ func TestDenseAllShapes(t *testing.T) {
 func TestDenseBlocking(t *testing.T) {
 	kerneltest.AllImplementations(t, pkg, func(t *testing.T) {
 		rng := rand.New(rand.NewPCG(2, 2))
-		for _, s := range [][3]int{{100, 1031, 70}, {50, 512, 64}, {130, 520, 9}, {65, 1024, 13}, {7, 7168, 3}, {3, 2048, 65}} {
+		for _, s := range [][3]int{{100, 1031, 70}, {50, 512, 64}, {130, 520, 9}, {65, 1024, 13}, {7, 7168, 3}, {3, 2048, 65}, {33, 1040, 8}, {17, 333, 7}, {9, 64, 2}} {
 			for _, dt := range []DType{BF16, F32} {
 				newDenseCase(rng, dt, s[0], s[1], s[2], false).run(t)
 			}

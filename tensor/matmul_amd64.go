@@ -48,7 +48,7 @@ type simd struct{ isa *gemm.ISA }
 const denseChunkBytes = 512 << 10
 
 func (s simd) grain(rowBytes, n int) int {
-	if n > 1 {
+	if n > gemm.DirectT {
 		return s.isa.Mc()
 	}
 	g := denseChunkBytes / max(rowBytes, 1)
@@ -61,7 +61,11 @@ func (s simd) packX(x []float32, cols, n int) ([]float32, func()) {
 		return nil, nil
 	}
 	b := gemm.GetX(s.isa.XLen(chunks, n))
-	s.isa.PackX(*b, x, cols, chunks, n, s.isa.KcChunks(), nil)
+	if n <= gemm.DirectT {
+		s.isa.PackX(*b, x, cols, chunks, n, chunks, gemm.DirectT, nil)
+	} else {
+		s.isa.PackX(*b, x, cols, chunks, n, s.isa.KcChunks(), s.isa.T, nil)
+	}
 	return *b, func() { gemm.PutX(b) }
 }
 

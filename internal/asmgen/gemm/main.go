@@ -27,6 +27,10 @@ func main() {
 	for _, isa := range []lib.ISA{lib.AVX2, lib.AVX512} {
 		dotRows(isa, false)
 		dotRows(isa, true)
+		for t := 2; t <= lib.DirectT; t++ {
+			dotRowsT(isa, false, t)
+			dotRowsT(isa, true, t)
+		}
 		pack(isa, false)
 		pack(isa, true)
 		gemm(isa)
@@ -144,6 +148,123 @@ func dotRowsOpt(isa lib.ISA, bf16 bool, name string, R int) {
 	SUBQ(U32(R), rows)
 	JMP(LabelRef(loop))
 	// Edge: 1..R-1 rows.
+	Label(edge)
+	var labels []string
+	for r := 1; r < R; r++ {
+		l := lb.New(fmt.Sprintf("edge%d", r))
+		labels = append(labels, l)
+		CMPQ(rows, U32(r))
+		JE(LabelRef(l))
+	}
+	JMP(LabelRef(done))
+	for r := 1; r < R; r++ {
+		Label(labels[r-1])
+		body(r)
+		JMP(LabelRef(done))
+	}
+	Label(done)
+	VZEROUPPER()
+	RET()
+}
+
+// dotRowsT is the direct kernel for T tokens (2 ≤ T ≤ lib.DirectT): every
+// chunk of a row is loaded (and widened) once and multiplied with the T
+// tokens' chunks (x packed as [chunk][T][L]); one accumulator per (row,
+// token), the same chain as dotRows and the GEMM. Rows are processed
+// max(1, 8/T) at a time; results go to dst[t·dstStride/4 + r].
+func dotRowsT(isa lib.ISA, bf16 bool, T int) {
+	kind, esz := "F32", 4
+	if bf16 {
+		kind, esz = "BF16", 2
+	}
+	R := max(1, 8/T)
+	name := fmt.Sprintf("dotRowsT%d%s%s", T, kind, isa.Name)
+	lib.Func(name, "func(dst *float32, dstStride int, w *byte, stride, rows, chunks int, x *float32)",
+		fmt.Sprintf("%s computes rows × %d tokens of %s weights (dstStride in bytes) with k3's fixed-order reduction.", name, T, kind),
+		"Requires: "+isa.Requires()+".")
+	var lb lib.Labeler
+	dst := Load(Param("dst"), GP64())
+	w := Load(Param("w"), GP64())
+	stride := Load(Param("stride"), GP64())
+	rows := Load(Param("rows"), GP64())
+	done := lb.New("done")
+	B := isa.Bytes()
+	step := isa.Lanes * esz
+
+	body := func(r int) {
+		accs := make([][]reg.VecVirtual, r)
+		for i := range accs {
+			accs[i] = make([]reg.VecVirtual, T)
+			for j := range accs[i] {
+				accs[i][j] = isa.Vec()
+				VXORPS(accs[i][j], accs[i][j], accs[i][j])
+			}
+		}
+		wp := GP64()
+		MOVQ(w, wp)
+		var s3 reg.GPVirtual
+		if r > 3 {
+			s3 = GP64()
+			LEAQ(Mem{Base: stride, Index: stride, Scale: 2}, s3)
+		}
+		xp := Load(Param("x"), GP64())
+		k := Load(Param("chunks"), GP64())
+		loop, end := lb.New("k"), lb.New("kend")
+		TESTQ(k, k)
+		JZ(LabelRef(end))
+		Label(loop)
+		for i := 0; i < r; i++ {
+			m := Mem{Base: wp}
+			switch i {
+			case 1, 2:
+				m = Mem{Base: wp, Index: stride, Scale: uint8(i)}
+			case 3:
+				m = Mem{Base: wp, Index: s3, Scale: 1}
+			}
+			v := isa.Vec()
+			if bf16 {
+				VPMOVZXWD(m, v)
+				VPSLLD(U8(16), v, v)
+			} else {
+				VMOVUPS(m, v)
+			}
+			for j := 0; j < T; j++ {
+				VFMADD231PS(Mem{Base: xp, Disp: j * B}, v, accs[i][j])
+			}
+		}
+		ADDQ(U32(step), wp)
+		ADDQ(U32(T*B), xp)
+		DECQ(k)
+		JNZ(LabelRef(loop))
+		Label(end)
+		d := GP64()
+		MOVQ(dst, d)
+		ds := Load(Param("dstStride"), GP64())
+		for j := 0; j < T; j++ {
+			if j > 0 {
+				ADDQ(ds, d)
+			}
+			col := make([]reg.VecVirtual, r)
+			for i := range col {
+				col[i] = accs[i][j]
+			}
+			isa.ReduceStore(col, d)
+		}
+	}
+	if R > 1 && R != 2 && R != 4 {
+		panic("row block must be 1, 2 or 4")
+	}
+	loop, edge := lb.New("rows"), lb.New("edge")
+	Label(loop)
+	CMPQ(rows, U32(R))
+	JL(LabelRef(edge))
+	body(R)
+	ADDQ(U32(4*R), dst)
+	for i := 0; i < R; i++ {
+		ADDQ(stride, w)
+	}
+	SUBQ(U32(R), rows)
+	JMP(LabelRef(loop))
 	Label(edge)
 	var labels []string
 	for r := 1; r < R; r++ {

@@ -31,6 +31,10 @@ var AVX2 = ISA{Name: "AVX2", Lanes: 8, GemmR: 3, GemmT: 4, RowsMV: 8}
 // AVX512 is the 512-bit instruction set (AVX-512 F/BW/VL, 32 registers).
 var AVX512 = ISA{Name: "AVX512", Lanes: 16, GemmR: 4, GemmT: 6, RowsMV: 8}
 
+// DirectT is the largest token count of the direct (untiled) multi-token
+// kernels; their x blocks hold up to DirectT tokens.
+const DirectT = 8
+
 // Bytes is the size of one vector.
 func (i ISA) Bytes() int { return 4 * i.Lanes }
 

@@ -203,10 +203,13 @@ func decode(isa lib.ISA, c consts, pm Mem, sr scaleRef, use func(k int, w reg.Ve
 // done: rows, or the first row of the 4-row block in which a scale byte
 // > 252 was met.
 func rows(isa lib.ISA) {
-	for t := 1; t <= isa.GemmT; t++ {
-		R := 2 // rows per block: 2·t accumulators
-		if t == 1 {
+	for t := 1; t <= lib.DirectT; t++ {
+		R := 2 // rows per block: R·t accumulators
+		switch {
+		case t == 1:
 			R = rowsMV
+		case t > 4:
+			R = 1
 		}
 		rowsVariant(isa, fmt.Sprintf("mxfp4RowsT%d%s", t, isa.Name), R, t)
 	}

@@ -23,6 +23,8 @@ type ISA struct {
 	f64F32, f64BF16   func(dst *float64, w *byte, stride, rows, blocks int, x *float64)
 	dot               func(a, b *float32, blocks int) float32
 	axpy              func(y *float32, a float32, x *float32, blocks int)
+	// dotT[t] are the direct kernels for t tokens (2 ≤ t ≤ DirectT).
+	dotTF32, dotTBF16 [DirectT + 1]func(dst *float32, dstStride int, w *byte, stride, rows, chunks int, x *float32)
 }
 
 // AVX2 holds the AVX2+FMA kernels.
@@ -30,14 +32,24 @@ var AVX2 = &ISA{Name: "avx2", Lanes: 8, R: 3, T: 4,
 	dotF32: dotRowsF32AVX2, dotBF16: dotRowsBF16AVX2,
 	packF32: packF32AVX2, packBF16: packBF16AVX2,
 	gemm: gemmAVX2, fma: fmaPeakAVX2, read: readBWAVX2,
-	f64F32: dotRowsF64F32AVX2, f64BF16: dotRowsF64BF16AVX2, dot: dotF32AVX2, axpy: axpyF32AVX2}
+	f64F32: dotRowsF64F32AVX2, f64BF16: dotRowsF64BF16AVX2, dot: dotF32AVX2, axpy: axpyF32AVX2,
+	dotTF32: [...]func(*float32, int, *byte, int, int, int, *float32){2: dotRowsT2F32AVX2, 3: dotRowsT3F32AVX2,
+		4: dotRowsT4F32AVX2, 5: dotRowsT5F32AVX2, 6: dotRowsT6F32AVX2, 7: dotRowsT7F32AVX2, 8: dotRowsT8F32AVX2},
+	dotTBF16: [...]func(*float32, int, *byte, int, int, int, *float32){2: dotRowsT2BF16AVX2, 3: dotRowsT3BF16AVX2,
+		4: dotRowsT4BF16AVX2, 5: dotRowsT5BF16AVX2, 6: dotRowsT6BF16AVX2, 7: dotRowsT7BF16AVX2, 8: dotRowsT8BF16AVX2},
+}
 
 // AVX512 holds the AVX-512 kernels.
 var AVX512 = &ISA{Name: "avx512", Lanes: 16, R: 4, T: 6,
 	dotF32: dotRowsF32AVX512, dotBF16: dotRowsBF16AVX512,
 	packF32: packF32AVX512, packBF16: packBF16AVX512,
 	gemm: gemmAVX512, fma: fmaPeakAVX512, read: readBWAVX512,
-	f64F32: dotRowsF64F32AVX512, f64BF16: dotRowsF64BF16AVX512, dot: dotF32AVX512, axpy: axpyF32AVX512}
+	f64F32: dotRowsF64F32AVX512, f64BF16: dotRowsF64BF16AVX512, dot: dotF32AVX512, axpy: axpyF32AVX512,
+	dotTF32: [...]func(*float32, int, *byte, int, int, int, *float32){2: dotRowsT2F32AVX512, 3: dotRowsT3F32AVX512,
+		4: dotRowsT4F32AVX512, 5: dotRowsT5F32AVX512, 6: dotRowsT6F32AVX512, 7: dotRowsT7F32AVX512, 8: dotRowsT8F32AVX512},
+	dotTBF16: [...]func(*float32, int, *byte, int, int, int, *float32){2: dotRowsT2BF16AVX512, 3: dotRowsT3BF16AVX512,
+		4: dotRowsT4BF16AVX512, 5: dotRowsT5BF16AVX512, 6: dotRowsT6BF16AVX512, 7: dotRowsT7BF16AVX512, 8: dotRowsT8BF16AVX512},
+}
 
 // Blocking of the GEMM path. One assembly call multiplies at most
 // Mc rows × KcCols columns × Nc tokens (≈3–4 MFLOP, tens of microseconds),
@@ -50,6 +62,10 @@ const (
 	// RowsMV is the row block of the mat-vec kernels; row grains should be
 	// multiples of it.
 	RowsMV = 8
+	// DirectT is the largest batch of the direct kernels, which read each
+	// weight chunk once for all tokens without a tile (better for small
+	// batches: whole rows stream from memory). Larger batches use the GEMM.
+	DirectT = 8
 )
 
 // Mc returns the rows per GEMM tile: a multiple of the register block.
@@ -79,6 +95,23 @@ func (a *ISA) MatVec(dst []float32, w []byte, stride, rows, chunks int, x []floa
 	} else {
 		a.dotF32(f32p(dst), unsafe.SliceData(w), stride, rows, chunks, f32p(x))
 	}
+}
+
+// MatVecT runs the direct kernel for 2 ≤ n ≤ DirectT tokens, px holding
+// them packed by PackX with tb = DirectT and kcs = chunks.
+func (a *ISA) MatVecT(dst []float32, dstStride int, w []byte, stride, rows, chunks int, px []float32, n int, bf16 bool) {
+	if rows == 0 {
+		return
+	}
+	_ = dst[(n-1)*dstStride+rows-1]
+	_ = px[n*chunks*a.Lanes-1]
+	esz := 4
+	k := a.dotTF32[n]
+	if bf16 {
+		esz, k = 2, a.dotTBF16[n]
+	}
+	_ = w[(rows-1)*stride+chunks*a.Lanes*esz-1]
+	k(f32p(dst), 4*dstStride, unsafe.SliceData(w), stride, rows, chunks, f32p(px))
 }
 
 // TileLen returns the f32 length of a packed tile of rows × chunks.
@@ -154,7 +187,10 @@ func (a *ISA) XBlock(px []float32, chunks, t0, nt, k0, kc int) []float32 {
 // elements of every group of len(perm) columns (the kernel's element order:
 // position p takes element perm[p]). With n = 1 the result is x in kernel
 // element order.
-func (a *ISA) PackX(px, x []float32, cols, chunks, n, kcs int, perm []int) {
+//
+// tb is the register block of tokens: T for the GEMM, DirectT for the
+// direct kernels (n ≤ DirectT then gives one block: [chunk][n][L]).
+func (a *ISA) PackX(px, x []float32, cols, chunks, n, kcs, tb int, perm []int) {
 	L := a.Lanes
 	k := chunks * L
 	if perm != nil {
@@ -168,24 +204,24 @@ func (a *ISA) PackX(px, x []float32, cols, chunks, n, kcs int, perm []int) {
 		for t := 0; t < n; t++ {
 			permuteRow((*b)[t*k:(t+1)*k], x[t*cols:t*cols+k], perm)
 		}
-		a.interleave(px, *b, k, chunks, n, kcs)
+		a.interleave(px, *b, k, chunks, n, kcs, tb)
 		PutX(b)
 		return
 	}
-	a.interleave(px, x, cols, chunks, n, kcs)
+	a.interleave(px, x, cols, chunks, n, kcs, tb)
 }
 
 // interleave copies chunks of n rows of x (row stride cols) into the packed
 // layout.
-func (a *ISA) interleave(px, x []float32, cols, chunks, n, kcs int) {
+func (a *ISA) interleave(px, x []float32, cols, chunks, n, kcs, T int) {
 	L := a.Lanes
 	o := 0
 	for t0 := 0; t0 < n; t0 += Nc {
 		nt := min(Nc, n-t0)
 		for k0 := 0; k0 < chunks; k0 += kcs {
 			kc := min(kcs, chunks-k0)
-			for b0 := 0; b0 < nt; b0 += a.T {
-				tb := min(a.T, nt-b0)
+			for b0 := 0; b0 < nt; b0 += T {
+				tb := min(T, nt-b0)
 				for k := k0; k < k0+kc; k++ {
 					for j := 0; j < tb; j++ {
 						r := (t0 + b0 + j) * cols
@@ -310,6 +346,8 @@ func (a *ISA) Dense(dst []float32, dstStride int, w []byte, rows, cols int, x, p
 		}
 	case n == 1:
 		a.MatVec(dst, w, stride, rows, chunks, x, bf16)
+	case n <= DirectT:
+		a.MatVecT(dst, dstStride, w, stride, rows, chunks, px, n, bf16)
 	default:
 		s := GetScratch()
 		L, mc, kcs := a.Lanes, a.Mc(), a.KcChunks()

@@ -1068,6 +1068,2038 @@ done_1:
 	VZEROUPPER
 	RET
 
+// func dotRowsT2F32AVX2(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+// Requires: AVX, FMA3
+TEXT ·dotRowsT2F32AVX2(SB), NOSPLIT, $0-56
+	MOVQ dst+0(FP), AX
+	MOVQ w+16(FP), CX
+	MOVQ stride+24(FP), DX
+	MOVQ rows+32(FP), BX
+
+rows_2:
+	CMPQ   BX, $0x00000004
+	JL     edge_3
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   CX, SI
+	LEAQ   (DX)(DX*2), DI
+	MOVQ   x+48(FP), R8
+	MOVQ   chunks+40(FP), R9
+	TESTQ  R9, R9
+	JZ     kend_5
+
+k_4:
+	VMOVUPS     (SI), Y8
+	VFMADD231PS (R8), Y8, Y0
+	VFMADD231PS 32(R8), Y8, Y1
+	VMOVUPS     (SI)(DX*1), Y8
+	VFMADD231PS (R8), Y8, Y2
+	VFMADD231PS 32(R8), Y8, Y3
+	VMOVUPS     (SI)(DX*2), Y8
+	VFMADD231PS (R8), Y8, Y4
+	VFMADD231PS 32(R8), Y8, Y5
+	VMOVUPS     (SI)(DI*1), Y8
+	VFMADD231PS (R8), Y8, Y6
+	VFMADD231PS 32(R8), Y8, Y7
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000040, R8
+	DECQ        R9
+	JNZ         k_4
+
+kend_5:
+	MOVQ         AX, SI
+	MOVQ         dstStride+8(FP), DI
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X8
+	VPERMILPS    $0xb1, X8, X0
+	VADDPS       X0, X8, X0
+	VPERMILPS    $0x4e, X0, X8
+	VADDPS       X8, X0, X8
+	VMOVSS       X8, (SI)
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X0
+	VPERMILPS    $0xb1, X0, X2
+	VADDPS       X2, X0, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X0
+	VMOVSS       X0, 4(SI)
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X0
+	VPERMILPS    $0xb1, X0, X2
+	VADDPS       X2, X0, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X0
+	VMOVSS       X0, 8(SI)
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X0
+	VPERMILPS    $0xb1, X0, X2
+	VADDPS       X2, X0, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X0
+	VMOVSS       X0, 12(SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, 4(SI)
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, 8(SI)
+	VEXTRACTF128 $0x01, Y7, X0
+	VADDPS       X0, X7, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, 12(SI)
+	ADDQ         $0x00000010, AX
+	ADDQ         DX, CX
+	ADDQ         DX, CX
+	ADDQ         DX, CX
+	ADDQ         DX, CX
+	SUBQ         $0x00000004, BX
+	JMP          rows_2
+
+edge_3:
+	CMPQ BX, $0x00000001
+	JE   edge1_6
+	CMPQ BX, $0x00000002
+	JE   edge2_7
+	CMPQ BX, $0x00000003
+	JE   edge3_8
+	JMP  done_1
+
+edge1_6:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	MOVQ   x+48(FP), DX
+	MOVQ   chunks+40(FP), BX
+	TESTQ  BX, BX
+	JZ     kend_10
+
+k_9:
+	VMOVUPS     (CX), Y2
+	VFMADD231PS (DX), Y2, Y0
+	VFMADD231PS 32(DX), Y2, Y1
+	ADDQ        $0x00000020, CX
+	ADDQ        $0x00000040, DX
+	DECQ        BX
+	JNZ         k_9
+
+kend_10:
+	MOVQ         dstStride+8(FP), CX
+	VEXTRACTF128 $0x01, Y0, X2
+	VADDPS       X2, X0, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDPS       X0, X2, X0
+	VPERMILPS    $0x4e, X0, X2
+	VADDPS       X2, X0, X2
+	VMOVSS       X2, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (AX)
+	JMP          done_1
+
+edge2_7:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   x+48(FP), BX
+	MOVQ   chunks+40(FP), SI
+	TESTQ  SI, SI
+	JZ     kend_12
+
+k_11:
+	VMOVUPS     (CX), Y4
+	VFMADD231PS (BX), Y4, Y0
+	VFMADD231PS 32(BX), Y4, Y1
+	VMOVUPS     (CX)(DX*1), Y4
+	VFMADD231PS (BX), Y4, Y2
+	VFMADD231PS 32(BX), Y4, Y3
+	ADDQ        $0x00000020, CX
+	ADDQ        $0x00000040, BX
+	DECQ        SI
+	JNZ         k_11
+
+kend_12:
+	MOVQ         dstStride+8(FP), CX
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X4
+	VPERMILPS    $0xb1, X4, X0
+	VADDPS       X0, X4, X0
+	VPERMILPS    $0x4e, X0, X4
+	VADDPS       X4, X0, X4
+	VMOVSS       X4, (AX)
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X0
+	VPERMILPS    $0xb1, X0, X2
+	VADDPS       X2, X0, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X0
+	VMOVSS       X0, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, 4(AX)
+	JMP          done_1
+
+edge3_8:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	MOVQ   x+48(FP), BX
+	MOVQ   chunks+40(FP), SI
+	TESTQ  SI, SI
+	JZ     kend_14
+
+k_13:
+	VMOVUPS     (CX), Y6
+	VFMADD231PS (BX), Y6, Y0
+	VFMADD231PS 32(BX), Y6, Y1
+	VMOVUPS     (CX)(DX*1), Y6
+	VFMADD231PS (BX), Y6, Y2
+	VFMADD231PS 32(BX), Y6, Y3
+	VMOVUPS     (CX)(DX*2), Y6
+	VFMADD231PS (BX), Y6, Y4
+	VFMADD231PS 32(BX), Y6, Y5
+	ADDQ        $0x00000020, CX
+	ADDQ        $0x00000040, BX
+	DECQ        SI
+	JNZ         k_13
+
+kend_14:
+	MOVQ         dstStride+8(FP), CX
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X6
+	VPERMILPS    $0xb1, X6, X0
+	VADDPS       X0, X6, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X6
+	VMOVSS       X6, (AX)
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X0
+	VPERMILPS    $0xb1, X0, X2
+	VADDPS       X2, X0, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X0
+	VMOVSS       X0, 4(AX)
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X0
+	VPERMILPS    $0xb1, X0, X2
+	VADDPS       X2, X0, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X0
+	VMOVSS       X0, 8(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, 4(AX)
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, 8(AX)
+
+done_1:
+	VZEROUPPER
+	RET
+
+// func dotRowsT2BF16AVX2(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+// Requires: AVX, AVX2, FMA3
+TEXT ·dotRowsT2BF16AVX2(SB), NOSPLIT, $0-56
+	MOVQ dst+0(FP), AX
+	MOVQ w+16(FP), CX
+	MOVQ stride+24(FP), DX
+	MOVQ rows+32(FP), BX
+
+rows_2:
+	CMPQ   BX, $0x00000004
+	JL     edge_3
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   CX, SI
+	LEAQ   (DX)(DX*2), DI
+	MOVQ   x+48(FP), R8
+	MOVQ   chunks+40(FP), R9
+	TESTQ  R9, R9
+	JZ     kend_5
+
+k_4:
+	VPMOVZXWD   (SI), Y8
+	VPSLLD      $0x10, Y8, Y8
+	VFMADD231PS (R8), Y8, Y0
+	VFMADD231PS 32(R8), Y8, Y1
+	VPMOVZXWD   (SI)(DX*1), Y8
+	VPSLLD      $0x10, Y8, Y8
+	VFMADD231PS (R8), Y8, Y2
+	VFMADD231PS 32(R8), Y8, Y3
+	VPMOVZXWD   (SI)(DX*2), Y8
+	VPSLLD      $0x10, Y8, Y8
+	VFMADD231PS (R8), Y8, Y4
+	VFMADD231PS 32(R8), Y8, Y5
+	VPMOVZXWD   (SI)(DI*1), Y8
+	VPSLLD      $0x10, Y8, Y8
+	VFMADD231PS (R8), Y8, Y6
+	VFMADD231PS 32(R8), Y8, Y7
+	ADDQ        $0x00000010, SI
+	ADDQ        $0x00000040, R8
+	DECQ        R9
+	JNZ         k_4
+
+kend_5:
+	MOVQ         AX, SI
+	MOVQ         dstStride+8(FP), DI
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X8
+	VPERMILPS    $0xb1, X8, X0
+	VADDPS       X0, X8, X0
+	VPERMILPS    $0x4e, X0, X8
+	VADDPS       X8, X0, X8
+	VMOVSS       X8, (SI)
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X0
+	VPERMILPS    $0xb1, X0, X2
+	VADDPS       X2, X0, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X0
+	VMOVSS       X0, 4(SI)
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X0
+	VPERMILPS    $0xb1, X0, X2
+	VADDPS       X2, X0, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X0
+	VMOVSS       X0, 8(SI)
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X0
+	VPERMILPS    $0xb1, X0, X2
+	VADDPS       X2, X0, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X0
+	VMOVSS       X0, 12(SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, 4(SI)
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, 8(SI)
+	VEXTRACTF128 $0x01, Y7, X0
+	VADDPS       X0, X7, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, 12(SI)
+	ADDQ         $0x00000010, AX
+	ADDQ         DX, CX
+	ADDQ         DX, CX
+	ADDQ         DX, CX
+	ADDQ         DX, CX
+	SUBQ         $0x00000004, BX
+	JMP          rows_2
+
+edge_3:
+	CMPQ BX, $0x00000001
+	JE   edge1_6
+	CMPQ BX, $0x00000002
+	JE   edge2_7
+	CMPQ BX, $0x00000003
+	JE   edge3_8
+	JMP  done_1
+
+edge1_6:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	MOVQ   x+48(FP), DX
+	MOVQ   chunks+40(FP), BX
+	TESTQ  BX, BX
+	JZ     kend_10
+
+k_9:
+	VPMOVZXWD   (CX), Y2
+	VPSLLD      $0x10, Y2, Y2
+	VFMADD231PS (DX), Y2, Y0
+	VFMADD231PS 32(DX), Y2, Y1
+	ADDQ        $0x00000010, CX
+	ADDQ        $0x00000040, DX
+	DECQ        BX
+	JNZ         k_9
+
+kend_10:
+	MOVQ         dstStride+8(FP), CX
+	VEXTRACTF128 $0x01, Y0, X2
+	VADDPS       X2, X0, X2
+	VPERMILPS    $0xb1, X2, X0
+	VADDPS       X0, X2, X0
+	VPERMILPS    $0x4e, X0, X2
+	VADDPS       X2, X0, X2
+	VMOVSS       X2, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (AX)
+	JMP          done_1
+
+edge2_7:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   x+48(FP), BX
+	MOVQ   chunks+40(FP), SI
+	TESTQ  SI, SI
+	JZ     kend_12
+
+k_11:
+	VPMOVZXWD   (CX), Y4
+	VPSLLD      $0x10, Y4, Y4
+	VFMADD231PS (BX), Y4, Y0
+	VFMADD231PS 32(BX), Y4, Y1
+	VPMOVZXWD   (CX)(DX*1), Y4
+	VPSLLD      $0x10, Y4, Y4
+	VFMADD231PS (BX), Y4, Y2
+	VFMADD231PS 32(BX), Y4, Y3
+	ADDQ        $0x00000010, CX
+	ADDQ        $0x00000040, BX
+	DECQ        SI
+	JNZ         k_11
+
+kend_12:
+	MOVQ         dstStride+8(FP), CX
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X4
+	VPERMILPS    $0xb1, X4, X0
+	VADDPS       X0, X4, X0
+	VPERMILPS    $0x4e, X0, X4
+	VADDPS       X4, X0, X4
+	VMOVSS       X4, (AX)
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X0
+	VPERMILPS    $0xb1, X0, X2
+	VADDPS       X2, X0, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X0
+	VMOVSS       X0, 4(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, 4(AX)
+	JMP          done_1
+
+edge3_8:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	MOVQ   x+48(FP), BX
+	MOVQ   chunks+40(FP), SI
+	TESTQ  SI, SI
+	JZ     kend_14
+
+k_13:
+	VPMOVZXWD   (CX), Y6
+	VPSLLD      $0x10, Y6, Y6
+	VFMADD231PS (BX), Y6, Y0
+	VFMADD231PS 32(BX), Y6, Y1
+	VPMOVZXWD   (CX)(DX*1), Y6
+	VPSLLD      $0x10, Y6, Y6
+	VFMADD231PS (BX), Y6, Y2
+	VFMADD231PS 32(BX), Y6, Y3
+	VPMOVZXWD   (CX)(DX*2), Y6
+	VPSLLD      $0x10, Y6, Y6
+	VFMADD231PS (BX), Y6, Y4
+	VFMADD231PS 32(BX), Y6, Y5
+	ADDQ        $0x00000010, CX
+	ADDQ        $0x00000040, BX
+	DECQ        SI
+	JNZ         k_13
+
+kend_14:
+	MOVQ         dstStride+8(FP), CX
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X6
+	VPERMILPS    $0xb1, X6, X0
+	VADDPS       X0, X6, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X6
+	VMOVSS       X6, (AX)
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X0
+	VPERMILPS    $0xb1, X0, X2
+	VADDPS       X2, X0, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X0
+	VMOVSS       X0, 4(AX)
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X0
+	VPERMILPS    $0xb1, X0, X2
+	VADDPS       X2, X0, X2
+	VPERMILPS    $0x4e, X2, X0
+	VADDPS       X0, X2, X0
+	VMOVSS       X0, 8(AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (AX)
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, 4(AX)
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, 8(AX)
+
+done_1:
+	VZEROUPPER
+	RET
+
+// func dotRowsT3F32AVX2(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+// Requires: AVX, FMA3
+TEXT ·dotRowsT3F32AVX2(SB), NOSPLIT, $0-56
+	MOVQ dst+0(FP), AX
+	MOVQ w+16(FP), CX
+	MOVQ stride+24(FP), DX
+	MOVQ rows+32(FP), BX
+
+rows_2:
+	CMPQ   BX, $0x00000002
+	JL     edge_3
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	MOVQ   CX, SI
+	MOVQ   x+48(FP), DI
+	MOVQ   chunks+40(FP), R8
+	TESTQ  R8, R8
+	JZ     kend_5
+
+k_4:
+	VMOVUPS     (SI), Y6
+	VFMADD231PS (DI), Y6, Y0
+	VFMADD231PS 32(DI), Y6, Y1
+	VFMADD231PS 64(DI), Y6, Y2
+	VMOVUPS     (SI)(DX*1), Y6
+	VFMADD231PS (DI), Y6, Y3
+	VFMADD231PS 32(DI), Y6, Y4
+	VFMADD231PS 64(DI), Y6, Y5
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000060, DI
+	DECQ        R8
+	JNZ         k_4
+
+kend_5:
+	MOVQ         AX, SI
+	MOVQ         dstStride+8(FP), DI
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X6
+	VPERMILPS    $0xb1, X6, X0
+	VADDPS       X0, X6, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X6
+	VMOVSS       X6, (SI)
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X0
+	VPERMILPS    $0xb1, X0, X3
+	VADDPS       X3, X0, X3
+	VPERMILPS    $0x4e, X3, X0
+	VADDPS       X0, X3, X0
+	VMOVSS       X0, 4(SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, 4(SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, 4(SI)
+	ADDQ         $0x00000008, AX
+	ADDQ         DX, CX
+	ADDQ         DX, CX
+	SUBQ         $0x00000002, BX
+	JMP          rows_2
+
+edge_3:
+	CMPQ BX, $0x00000001
+	JE   edge1_6
+	JMP  done_1
+
+edge1_6:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	MOVQ   x+48(FP), DX
+	MOVQ   chunks+40(FP), BX
+	TESTQ  BX, BX
+	JZ     kend_8
+
+k_7:
+	VMOVUPS     (CX), Y3
+	VFMADD231PS (DX), Y3, Y0
+	VFMADD231PS 32(DX), Y3, Y1
+	VFMADD231PS 64(DX), Y3, Y2
+	ADDQ        $0x00000020, CX
+	ADDQ        $0x00000060, DX
+	DECQ        BX
+	JNZ         k_7
+
+kend_8:
+	MOVQ         dstStride+8(FP), CX
+	VEXTRACTF128 $0x01, Y0, X3
+	VADDPS       X3, X0, X3
+	VPERMILPS    $0xb1, X3, X0
+	VADDPS       X0, X3, X0
+	VPERMILPS    $0x4e, X0, X3
+	VADDPS       X3, X0, X3
+	VMOVSS       X3, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (AX)
+
+done_1:
+	VZEROUPPER
+	RET
+
+// func dotRowsT3BF16AVX2(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+// Requires: AVX, AVX2, FMA3
+TEXT ·dotRowsT3BF16AVX2(SB), NOSPLIT, $0-56
+	MOVQ dst+0(FP), AX
+	MOVQ w+16(FP), CX
+	MOVQ stride+24(FP), DX
+	MOVQ rows+32(FP), BX
+
+rows_2:
+	CMPQ   BX, $0x00000002
+	JL     edge_3
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	MOVQ   CX, SI
+	MOVQ   x+48(FP), DI
+	MOVQ   chunks+40(FP), R8
+	TESTQ  R8, R8
+	JZ     kend_5
+
+k_4:
+	VPMOVZXWD   (SI), Y6
+	VPSLLD      $0x10, Y6, Y6
+	VFMADD231PS (DI), Y6, Y0
+	VFMADD231PS 32(DI), Y6, Y1
+	VFMADD231PS 64(DI), Y6, Y2
+	VPMOVZXWD   (SI)(DX*1), Y6
+	VPSLLD      $0x10, Y6, Y6
+	VFMADD231PS (DI), Y6, Y3
+	VFMADD231PS 32(DI), Y6, Y4
+	VFMADD231PS 64(DI), Y6, Y5
+	ADDQ        $0x00000010, SI
+	ADDQ        $0x00000060, DI
+	DECQ        R8
+	JNZ         k_4
+
+kend_5:
+	MOVQ         AX, SI
+	MOVQ         dstStride+8(FP), DI
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X6
+	VPERMILPS    $0xb1, X6, X0
+	VADDPS       X0, X6, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X6
+	VMOVSS       X6, (SI)
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X0
+	VPERMILPS    $0xb1, X0, X3
+	VADDPS       X3, X0, X3
+	VPERMILPS    $0x4e, X3, X0
+	VADDPS       X0, X3, X0
+	VMOVSS       X0, 4(SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, 4(SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, 4(SI)
+	ADDQ         $0x00000008, AX
+	ADDQ         DX, CX
+	ADDQ         DX, CX
+	SUBQ         $0x00000002, BX
+	JMP          rows_2
+
+edge_3:
+	CMPQ BX, $0x00000001
+	JE   edge1_6
+	JMP  done_1
+
+edge1_6:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	MOVQ   x+48(FP), DX
+	MOVQ   chunks+40(FP), BX
+	TESTQ  BX, BX
+	JZ     kend_8
+
+k_7:
+	VPMOVZXWD   (CX), Y3
+	VPSLLD      $0x10, Y3, Y3
+	VFMADD231PS (DX), Y3, Y0
+	VFMADD231PS 32(DX), Y3, Y1
+	VFMADD231PS 64(DX), Y3, Y2
+	ADDQ        $0x00000010, CX
+	ADDQ        $0x00000060, DX
+	DECQ        BX
+	JNZ         k_7
+
+kend_8:
+	MOVQ         dstStride+8(FP), CX
+	VEXTRACTF128 $0x01, Y0, X3
+	VADDPS       X3, X0, X3
+	VPERMILPS    $0xb1, X3, X0
+	VADDPS       X0, X3, X0
+	VPERMILPS    $0x4e, X0, X3
+	VADDPS       X3, X0, X3
+	VMOVSS       X3, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (AX)
+
+done_1:
+	VZEROUPPER
+	RET
+
+// func dotRowsT4F32AVX2(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+// Requires: AVX, FMA3
+TEXT ·dotRowsT4F32AVX2(SB), NOSPLIT, $0-56
+	MOVQ dst+0(FP), AX
+	MOVQ w+16(FP), CX
+	MOVQ stride+24(FP), DX
+	MOVQ rows+32(FP), BX
+
+rows_2:
+	CMPQ   BX, $0x00000002
+	JL     edge_3
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   CX, SI
+	MOVQ   x+48(FP), DI
+	MOVQ   chunks+40(FP), R8
+	TESTQ  R8, R8
+	JZ     kend_5
+
+k_4:
+	VMOVUPS     (SI), Y8
+	VFMADD231PS (DI), Y8, Y0
+	VFMADD231PS 32(DI), Y8, Y1
+	VFMADD231PS 64(DI), Y8, Y2
+	VFMADD231PS 96(DI), Y8, Y3
+	VMOVUPS     (SI)(DX*1), Y8
+	VFMADD231PS (DI), Y8, Y4
+	VFMADD231PS 32(DI), Y8, Y5
+	VFMADD231PS 64(DI), Y8, Y6
+	VFMADD231PS 96(DI), Y8, Y7
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000080, DI
+	DECQ        R8
+	JNZ         k_4
+
+kend_5:
+	MOVQ         AX, SI
+	MOVQ         dstStride+8(FP), DI
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X8
+	VPERMILPS    $0xb1, X8, X0
+	VADDPS       X0, X8, X0
+	VPERMILPS    $0x4e, X0, X8
+	VADDPS       X8, X0, X8
+	VMOVSS       X8, (SI)
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X0
+	VPERMILPS    $0xb1, X0, X4
+	VADDPS       X4, X0, X4
+	VPERMILPS    $0x4e, X4, X0
+	VADDPS       X0, X4, X0
+	VMOVSS       X0, 4(SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, 4(SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, 4(SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	VEXTRACTF128 $0x01, Y7, X0
+	VADDPS       X0, X7, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, 4(SI)
+	ADDQ         $0x00000008, AX
+	ADDQ         DX, CX
+	ADDQ         DX, CX
+	SUBQ         $0x00000002, BX
+	JMP          rows_2
+
+edge_3:
+	CMPQ BX, $0x00000001
+	JE   edge1_6
+	JMP  done_1
+
+edge1_6:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   x+48(FP), DX
+	MOVQ   chunks+40(FP), BX
+	TESTQ  BX, BX
+	JZ     kend_8
+
+k_7:
+	VMOVUPS     (CX), Y4
+	VFMADD231PS (DX), Y4, Y0
+	VFMADD231PS 32(DX), Y4, Y1
+	VFMADD231PS 64(DX), Y4, Y2
+	VFMADD231PS 96(DX), Y4, Y3
+	ADDQ        $0x00000020, CX
+	ADDQ        $0x00000080, DX
+	DECQ        BX
+	JNZ         k_7
+
+kend_8:
+	MOVQ         dstStride+8(FP), CX
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X4
+	VPERMILPS    $0xb1, X4, X0
+	VADDPS       X0, X4, X0
+	VPERMILPS    $0x4e, X0, X4
+	VADDPS       X4, X0, X4
+	VMOVSS       X4, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (AX)
+
+done_1:
+	VZEROUPPER
+	RET
+
+// func dotRowsT4BF16AVX2(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+// Requires: AVX, AVX2, FMA3
+TEXT ·dotRowsT4BF16AVX2(SB), NOSPLIT, $0-56
+	MOVQ dst+0(FP), AX
+	MOVQ w+16(FP), CX
+	MOVQ stride+24(FP), DX
+	MOVQ rows+32(FP), BX
+
+rows_2:
+	CMPQ   BX, $0x00000002
+	JL     edge_3
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   CX, SI
+	MOVQ   x+48(FP), DI
+	MOVQ   chunks+40(FP), R8
+	TESTQ  R8, R8
+	JZ     kend_5
+
+k_4:
+	VPMOVZXWD   (SI), Y8
+	VPSLLD      $0x10, Y8, Y8
+	VFMADD231PS (DI), Y8, Y0
+	VFMADD231PS 32(DI), Y8, Y1
+	VFMADD231PS 64(DI), Y8, Y2
+	VFMADD231PS 96(DI), Y8, Y3
+	VPMOVZXWD   (SI)(DX*1), Y8
+	VPSLLD      $0x10, Y8, Y8
+	VFMADD231PS (DI), Y8, Y4
+	VFMADD231PS 32(DI), Y8, Y5
+	VFMADD231PS 64(DI), Y8, Y6
+	VFMADD231PS 96(DI), Y8, Y7
+	ADDQ        $0x00000010, SI
+	ADDQ        $0x00000080, DI
+	DECQ        R8
+	JNZ         k_4
+
+kend_5:
+	MOVQ         AX, SI
+	MOVQ         dstStride+8(FP), DI
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X8
+	VPERMILPS    $0xb1, X8, X0
+	VADDPS       X0, X8, X0
+	VPERMILPS    $0x4e, X0, X8
+	VADDPS       X8, X0, X8
+	VMOVSS       X8, (SI)
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X0
+	VPERMILPS    $0xb1, X0, X4
+	VADDPS       X4, X0, X4
+	VPERMILPS    $0x4e, X4, X0
+	VADDPS       X0, X4, X0
+	VMOVSS       X0, 4(SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, 4(SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, 4(SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	VEXTRACTF128 $0x01, Y7, X0
+	VADDPS       X0, X7, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, 4(SI)
+	ADDQ         $0x00000008, AX
+	ADDQ         DX, CX
+	ADDQ         DX, CX
+	SUBQ         $0x00000002, BX
+	JMP          rows_2
+
+edge_3:
+	CMPQ BX, $0x00000001
+	JE   edge1_6
+	JMP  done_1
+
+edge1_6:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ   x+48(FP), DX
+	MOVQ   chunks+40(FP), BX
+	TESTQ  BX, BX
+	JZ     kend_8
+
+k_7:
+	VPMOVZXWD   (CX), Y4
+	VPSLLD      $0x10, Y4, Y4
+	VFMADD231PS (DX), Y4, Y0
+	VFMADD231PS 32(DX), Y4, Y1
+	VFMADD231PS 64(DX), Y4, Y2
+	VFMADD231PS 96(DX), Y4, Y3
+	ADDQ        $0x00000010, CX
+	ADDQ        $0x00000080, DX
+	DECQ        BX
+	JNZ         k_7
+
+kend_8:
+	MOVQ         dstStride+8(FP), CX
+	VEXTRACTF128 $0x01, Y0, X4
+	VADDPS       X4, X0, X4
+	VPERMILPS    $0xb1, X4, X0
+	VADDPS       X0, X4, X0
+	VPERMILPS    $0x4e, X0, X4
+	VADDPS       X4, X0, X4
+	VMOVSS       X4, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (AX)
+	ADDQ         CX, AX
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (AX)
+
+done_1:
+	VZEROUPPER
+	RET
+
+// func dotRowsT5F32AVX2(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+// Requires: AVX, FMA3
+TEXT ·dotRowsT5F32AVX2(SB), NOSPLIT, $0-56
+	MOVQ dst+0(FP), AX
+	MOVQ w+16(FP), CX
+	MOVQ stride+24(FP), DX
+	MOVQ rows+32(FP), BX
+
+rows_2:
+	CMPQ   BX, $0x00000001
+	JL     edge_3
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	MOVQ   CX, SI
+	MOVQ   x+48(FP), DI
+	MOVQ   chunks+40(FP), R8
+	TESTQ  R8, R8
+	JZ     kend_5
+
+k_4:
+	VMOVUPS     (SI), Y5
+	VFMADD231PS (DI), Y5, Y0
+	VFMADD231PS 32(DI), Y5, Y1
+	VFMADD231PS 64(DI), Y5, Y2
+	VFMADD231PS 96(DI), Y5, Y3
+	VFMADD231PS 128(DI), Y5, Y4
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x000000a0, DI
+	DECQ        R8
+	JNZ         k_4
+
+kend_5:
+	MOVQ         AX, SI
+	MOVQ         dstStride+8(FP), DI
+	VEXTRACTF128 $0x01, Y0, X5
+	VADDPS       X5, X0, X5
+	VPERMILPS    $0xb1, X5, X0
+	VADDPS       X0, X5, X0
+	VPERMILPS    $0x4e, X0, X5
+	VADDPS       X5, X0, X5
+	VMOVSS       X5, (SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	SUBQ         $0x00000001, BX
+	JMP          rows_2
+
+edge_3:
+	VZEROUPPER
+	RET
+
+// func dotRowsT5BF16AVX2(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+// Requires: AVX, AVX2, FMA3
+TEXT ·dotRowsT5BF16AVX2(SB), NOSPLIT, $0-56
+	MOVQ dst+0(FP), AX
+	MOVQ w+16(FP), CX
+	MOVQ stride+24(FP), DX
+	MOVQ rows+32(FP), BX
+
+rows_2:
+	CMPQ   BX, $0x00000001
+	JL     edge_3
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	MOVQ   CX, SI
+	MOVQ   x+48(FP), DI
+	MOVQ   chunks+40(FP), R8
+	TESTQ  R8, R8
+	JZ     kend_5
+
+k_4:
+	VPMOVZXWD   (SI), Y5
+	VPSLLD      $0x10, Y5, Y5
+	VFMADD231PS (DI), Y5, Y0
+	VFMADD231PS 32(DI), Y5, Y1
+	VFMADD231PS 64(DI), Y5, Y2
+	VFMADD231PS 96(DI), Y5, Y3
+	VFMADD231PS 128(DI), Y5, Y4
+	ADDQ        $0x00000010, SI
+	ADDQ        $0x000000a0, DI
+	DECQ        R8
+	JNZ         k_4
+
+kend_5:
+	MOVQ         AX, SI
+	MOVQ         dstStride+8(FP), DI
+	VEXTRACTF128 $0x01, Y0, X5
+	VADDPS       X5, X0, X5
+	VPERMILPS    $0xb1, X5, X0
+	VADDPS       X0, X5, X0
+	VPERMILPS    $0x4e, X0, X5
+	VADDPS       X5, X0, X5
+	VMOVSS       X5, (SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	SUBQ         $0x00000001, BX
+	JMP          rows_2
+
+edge_3:
+	VZEROUPPER
+	RET
+
+// func dotRowsT6F32AVX2(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+// Requires: AVX, FMA3
+TEXT ·dotRowsT6F32AVX2(SB), NOSPLIT, $0-56
+	MOVQ dst+0(FP), AX
+	MOVQ w+16(FP), CX
+	MOVQ stride+24(FP), DX
+	MOVQ rows+32(FP), BX
+
+rows_2:
+	CMPQ   BX, $0x00000001
+	JL     edge_3
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	MOVQ   CX, SI
+	MOVQ   x+48(FP), DI
+	MOVQ   chunks+40(FP), R8
+	TESTQ  R8, R8
+	JZ     kend_5
+
+k_4:
+	VMOVUPS     (SI), Y6
+	VFMADD231PS (DI), Y6, Y0
+	VFMADD231PS 32(DI), Y6, Y1
+	VFMADD231PS 64(DI), Y6, Y2
+	VFMADD231PS 96(DI), Y6, Y3
+	VFMADD231PS 128(DI), Y6, Y4
+	VFMADD231PS 160(DI), Y6, Y5
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x000000c0, DI
+	DECQ        R8
+	JNZ         k_4
+
+kend_5:
+	MOVQ         AX, SI
+	MOVQ         dstStride+8(FP), DI
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X6
+	VPERMILPS    $0xb1, X6, X0
+	VADDPS       X0, X6, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X6
+	VMOVSS       X6, (SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	SUBQ         $0x00000001, BX
+	JMP          rows_2
+
+edge_3:
+	VZEROUPPER
+	RET
+
+// func dotRowsT6BF16AVX2(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+// Requires: AVX, AVX2, FMA3
+TEXT ·dotRowsT6BF16AVX2(SB), NOSPLIT, $0-56
+	MOVQ dst+0(FP), AX
+	MOVQ w+16(FP), CX
+	MOVQ stride+24(FP), DX
+	MOVQ rows+32(FP), BX
+
+rows_2:
+	CMPQ   BX, $0x00000001
+	JL     edge_3
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	MOVQ   CX, SI
+	MOVQ   x+48(FP), DI
+	MOVQ   chunks+40(FP), R8
+	TESTQ  R8, R8
+	JZ     kend_5
+
+k_4:
+	VPMOVZXWD   (SI), Y6
+	VPSLLD      $0x10, Y6, Y6
+	VFMADD231PS (DI), Y6, Y0
+	VFMADD231PS 32(DI), Y6, Y1
+	VFMADD231PS 64(DI), Y6, Y2
+	VFMADD231PS 96(DI), Y6, Y3
+	VFMADD231PS 128(DI), Y6, Y4
+	VFMADD231PS 160(DI), Y6, Y5
+	ADDQ        $0x00000010, SI
+	ADDQ        $0x000000c0, DI
+	DECQ        R8
+	JNZ         k_4
+
+kend_5:
+	MOVQ         AX, SI
+	MOVQ         dstStride+8(FP), DI
+	VEXTRACTF128 $0x01, Y0, X6
+	VADDPS       X6, X0, X6
+	VPERMILPS    $0xb1, X6, X0
+	VADDPS       X0, X6, X0
+	VPERMILPS    $0x4e, X0, X6
+	VADDPS       X6, X0, X6
+	VMOVSS       X6, (SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	SUBQ         $0x00000001, BX
+	JMP          rows_2
+
+edge_3:
+	VZEROUPPER
+	RET
+
+// func dotRowsT7F32AVX2(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+// Requires: AVX, FMA3
+TEXT ·dotRowsT7F32AVX2(SB), NOSPLIT, $0-56
+	MOVQ dst+0(FP), AX
+	MOVQ w+16(FP), CX
+	MOVQ stride+24(FP), DX
+	MOVQ rows+32(FP), BX
+
+rows_2:
+	CMPQ   BX, $0x00000001
+	JL     edge_3
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	MOVQ   CX, SI
+	MOVQ   x+48(FP), DI
+	MOVQ   chunks+40(FP), R8
+	TESTQ  R8, R8
+	JZ     kend_5
+
+k_4:
+	VMOVUPS     (SI), Y7
+	VFMADD231PS (DI), Y7, Y0
+	VFMADD231PS 32(DI), Y7, Y1
+	VFMADD231PS 64(DI), Y7, Y2
+	VFMADD231PS 96(DI), Y7, Y3
+	VFMADD231PS 128(DI), Y7, Y4
+	VFMADD231PS 160(DI), Y7, Y5
+	VFMADD231PS 192(DI), Y7, Y6
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x000000e0, DI
+	DECQ        R8
+	JNZ         k_4
+
+kend_5:
+	MOVQ         AX, SI
+	MOVQ         dstStride+8(FP), DI
+	VEXTRACTF128 $0x01, Y0, X7
+	VADDPS       X7, X0, X7
+	VPERMILPS    $0xb1, X7, X0
+	VADDPS       X0, X7, X0
+	VPERMILPS    $0x4e, X0, X7
+	VADDPS       X7, X0, X7
+	VMOVSS       X7, (SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	SUBQ         $0x00000001, BX
+	JMP          rows_2
+
+edge_3:
+	VZEROUPPER
+	RET
+
+// func dotRowsT7BF16AVX2(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+// Requires: AVX, AVX2, FMA3
+TEXT ·dotRowsT7BF16AVX2(SB), NOSPLIT, $0-56
+	MOVQ dst+0(FP), AX
+	MOVQ w+16(FP), CX
+	MOVQ stride+24(FP), DX
+	MOVQ rows+32(FP), BX
+
+rows_2:
+	CMPQ   BX, $0x00000001
+	JL     edge_3
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	MOVQ   CX, SI
+	MOVQ   x+48(FP), DI
+	MOVQ   chunks+40(FP), R8
+	TESTQ  R8, R8
+	JZ     kend_5
+
+k_4:
+	VPMOVZXWD   (SI), Y7
+	VPSLLD      $0x10, Y7, Y7
+	VFMADD231PS (DI), Y7, Y0
+	VFMADD231PS 32(DI), Y7, Y1
+	VFMADD231PS 64(DI), Y7, Y2
+	VFMADD231PS 96(DI), Y7, Y3
+	VFMADD231PS 128(DI), Y7, Y4
+	VFMADD231PS 160(DI), Y7, Y5
+	VFMADD231PS 192(DI), Y7, Y6
+	ADDQ        $0x00000010, SI
+	ADDQ        $0x000000e0, DI
+	DECQ        R8
+	JNZ         k_4
+
+kend_5:
+	MOVQ         AX, SI
+	MOVQ         dstStride+8(FP), DI
+	VEXTRACTF128 $0x01, Y0, X7
+	VADDPS       X7, X0, X7
+	VPERMILPS    $0xb1, X7, X0
+	VADDPS       X0, X7, X0
+	VPERMILPS    $0x4e, X0, X7
+	VADDPS       X7, X0, X7
+	VMOVSS       X7, (SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	SUBQ         $0x00000001, BX
+	JMP          rows_2
+
+edge_3:
+	VZEROUPPER
+	RET
+
+// func dotRowsT8F32AVX2(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+// Requires: AVX, FMA3
+TEXT ·dotRowsT8F32AVX2(SB), NOSPLIT, $0-56
+	MOVQ dst+0(FP), AX
+	MOVQ w+16(FP), CX
+	MOVQ stride+24(FP), DX
+	MOVQ rows+32(FP), BX
+
+rows_2:
+	CMPQ   BX, $0x00000001
+	JL     edge_3
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   CX, SI
+	MOVQ   x+48(FP), DI
+	MOVQ   chunks+40(FP), R8
+	TESTQ  R8, R8
+	JZ     kend_5
+
+k_4:
+	VMOVUPS     (SI), Y8
+	VFMADD231PS (DI), Y8, Y0
+	VFMADD231PS 32(DI), Y8, Y1
+	VFMADD231PS 64(DI), Y8, Y2
+	VFMADD231PS 96(DI), Y8, Y3
+	VFMADD231PS 128(DI), Y8, Y4
+	VFMADD231PS 160(DI), Y8, Y5
+	VFMADD231PS 192(DI), Y8, Y6
+	VFMADD231PS 224(DI), Y8, Y7
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000100, DI
+	DECQ        R8
+	JNZ         k_4
+
+kend_5:
+	MOVQ         AX, SI
+	MOVQ         dstStride+8(FP), DI
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X8
+	VPERMILPS    $0xb1, X8, X0
+	VADDPS       X0, X8, X0
+	VPERMILPS    $0x4e, X0, X8
+	VADDPS       X8, X0, X8
+	VMOVSS       X8, (SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y7, X0
+	VADDPS       X0, X7, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	SUBQ         $0x00000001, BX
+	JMP          rows_2
+
+edge_3:
+	VZEROUPPER
+	RET
+
+// func dotRowsT8BF16AVX2(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+// Requires: AVX, AVX2, FMA3
+TEXT ·dotRowsT8BF16AVX2(SB), NOSPLIT, $0-56
+	MOVQ dst+0(FP), AX
+	MOVQ w+16(FP), CX
+	MOVQ stride+24(FP), DX
+	MOVQ rows+32(FP), BX
+
+rows_2:
+	CMPQ   BX, $0x00000001
+	JL     edge_3
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	MOVQ   CX, SI
+	MOVQ   x+48(FP), DI
+	MOVQ   chunks+40(FP), R8
+	TESTQ  R8, R8
+	JZ     kend_5
+
+k_4:
+	VPMOVZXWD   (SI), Y8
+	VPSLLD      $0x10, Y8, Y8
+	VFMADD231PS (DI), Y8, Y0
+	VFMADD231PS 32(DI), Y8, Y1
+	VFMADD231PS 64(DI), Y8, Y2
+	VFMADD231PS 96(DI), Y8, Y3
+	VFMADD231PS 128(DI), Y8, Y4
+	VFMADD231PS 160(DI), Y8, Y5
+	VFMADD231PS 192(DI), Y8, Y6
+	VFMADD231PS 224(DI), Y8, Y7
+	ADDQ        $0x00000010, SI
+	ADDQ        $0x00000100, DI
+	DECQ        R8
+	JNZ         k_4
+
+kend_5:
+	MOVQ         AX, SI
+	MOVQ         dstStride+8(FP), DI
+	VEXTRACTF128 $0x01, Y0, X8
+	VADDPS       X8, X0, X8
+	VPERMILPS    $0xb1, X8, X0
+	VADDPS       X0, X8, X0
+	VPERMILPS    $0x4e, X0, X8
+	VADDPS       X8, X0, X8
+	VMOVSS       X8, (SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y1, X0
+	VADDPS       X0, X1, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y2, X0
+	VADDPS       X0, X2, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y3, X0
+	VADDPS       X0, X3, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y4, X0
+	VADDPS       X0, X4, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y5, X0
+	VADDPS       X0, X5, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y6, X0
+	VADDPS       X0, X6, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	ADDQ         DI, SI
+	VEXTRACTF128 $0x01, Y7, X0
+	VADDPS       X0, X7, X0
+	VPERMILPS    $0xb1, X0, X1
+	VADDPS       X1, X0, X1
+	VPERMILPS    $0x4e, X1, X0
+	VADDPS       X0, X1, X0
+	VMOVSS       X0, (SI)
+	ADDQ         $0x00000004, AX
+	ADDQ         DX, CX
+	SUBQ         $0x00000001, BX
+	JMP          rows_2
+
+edge_3:
+	VZEROUPPER
+	RET
+
 // func packF32AVX2(dst *float32, blockStride int, w *byte, stride int, rows int, chunks int)
 // Requires: AVX
 TEXT ·packF32AVX2(SB), NOSPLIT, $0-48
@@ -2910,6 +4942,2306 @@ kend_26:
 	VMOVSS        X1, 24(AX)
 
 done_1:
+	VZEROUPPER
+	RET
+
+// func dotRowsT2F32AVX512(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL
+TEXT ·dotRowsT2F32AVX512(SB), NOSPLIT, $0-56
+	MOVQ dst+0(FP), AX
+	MOVQ w+16(FP), CX
+	MOVQ stride+24(FP), DX
+	MOVQ rows+32(FP), BX
+
+rows_2:
+	CMPQ   BX, $0x00000004
+	JL     edge_3
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	VXORPS Z7, Z7, Z7
+	MOVQ   CX, SI
+	LEAQ   (DX)(DX*2), DI
+	MOVQ   x+48(FP), R8
+	MOVQ   chunks+40(FP), R9
+	TESTQ  R9, R9
+	JZ     kend_5
+
+k_4:
+	VMOVUPS     (SI), Z8
+	VFMADD231PS (R8), Z8, Z0
+	VFMADD231PS 64(R8), Z8, Z1
+	VMOVUPS     (SI)(DX*1), Z8
+	VFMADD231PS (R8), Z8, Z2
+	VFMADD231PS 64(R8), Z8, Z3
+	VMOVUPS     (SI)(DX*2), Z8
+	VFMADD231PS (R8), Z8, Z4
+	VFMADD231PS 64(R8), Z8, Z5
+	VMOVUPS     (SI)(DI*1), Z8
+	VFMADD231PS (R8), Z8, Z6
+	VFMADD231PS 64(R8), Z8, Z7
+	ADDQ        $0x00000040, SI
+	ADDQ        $0x00000080, R8
+	DECQ        R9
+	JNZ         k_4
+
+kend_5:
+	MOVQ          AX, SI
+	MOVQ          dstStride+8(FP), DI
+	VEXTRACTF64X4 $0x01, Z0, Y8
+	VADDPS        Y8, Y0, Y8
+	VEXTRACTF32X4 $0x01, Y8, X0
+	VADDPS        X0, X8, X0
+	VPERMILPS     $0xb1, X0, X8
+	VADDPS        X8, X0, X8
+	VPERMILPS     $0x4e, X8, X0
+	VADDPS        X0, X8, X0
+	VMOVSS        X0, (SI)
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X2
+	VADDPS        X2, X0, X2
+	VPERMILPS     $0xb1, X2, X0
+	VADDPS        X0, X2, X0
+	VPERMILPS     $0x4e, X0, X2
+	VADDPS        X2, X0, X2
+	VMOVSS        X2, 4(SI)
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X2
+	VADDPS        X2, X0, X2
+	VPERMILPS     $0xb1, X2, X0
+	VADDPS        X0, X2, X0
+	VPERMILPS     $0x4e, X0, X2
+	VADDPS        X2, X0, X2
+	VMOVSS        X2, 8(SI)
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y0, Y6, Y0
+	VEXTRACTF32X4 $0x01, Y0, X2
+	VADDPS        X2, X0, X2
+	VPERMILPS     $0xb1, X2, X0
+	VADDPS        X0, X2, X0
+	VPERMILPS     $0x4e, X0, X2
+	VADDPS        X2, X0, X2
+	VMOVSS        X2, 12(SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, 4(SI)
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, 8(SI)
+	VEXTRACTF64X4 $0x01, Z7, Y0
+	VADDPS        Y0, Y7, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, 12(SI)
+	ADDQ          $0x00000010, AX
+	ADDQ          DX, CX
+	ADDQ          DX, CX
+	ADDQ          DX, CX
+	ADDQ          DX, CX
+	SUBQ          $0x00000004, BX
+	JMP           rows_2
+
+edge_3:
+	CMPQ BX, $0x00000001
+	JE   edge1_6
+	CMPQ BX, $0x00000002
+	JE   edge2_7
+	CMPQ BX, $0x00000003
+	JE   edge3_8
+	JMP  done_1
+
+edge1_6:
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	MOVQ   x+48(FP), DX
+	MOVQ   chunks+40(FP), BX
+	TESTQ  BX, BX
+	JZ     kend_10
+
+k_9:
+	VMOVUPS     (CX), Z2
+	VFMADD231PS (DX), Z2, Z0
+	VFMADD231PS 64(DX), Z2, Z1
+	ADDQ        $0x00000040, CX
+	ADDQ        $0x00000080, DX
+	DECQ        BX
+	JNZ         k_9
+
+kend_10:
+	MOVQ          dstStride+8(FP), CX
+	VEXTRACTF64X4 $0x01, Z0, Y2
+	VADDPS        Y2, Y0, Y2
+	VEXTRACTF32X4 $0x01, Y2, X0
+	VADDPS        X0, X2, X0
+	VPERMILPS     $0xb1, X0, X2
+	VADDPS        X2, X0, X2
+	VPERMILPS     $0x4e, X2, X0
+	VADDPS        X0, X2, X0
+	VMOVSS        X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (AX)
+	JMP           done_1
+
+edge2_7:
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	MOVQ   x+48(FP), BX
+	MOVQ   chunks+40(FP), SI
+	TESTQ  SI, SI
+	JZ     kend_12
+
+k_11:
+	VMOVUPS     (CX), Z4
+	VFMADD231PS (BX), Z4, Z0
+	VFMADD231PS 64(BX), Z4, Z1
+	VMOVUPS     (CX)(DX*1), Z4
+	VFMADD231PS (BX), Z4, Z2
+	VFMADD231PS 64(BX), Z4, Z3
+	ADDQ        $0x00000040, CX
+	ADDQ        $0x00000080, BX
+	DECQ        SI
+	JNZ         k_11
+
+kend_12:
+	MOVQ          dstStride+8(FP), CX
+	VEXTRACTF64X4 $0x01, Z0, Y4
+	VADDPS        Y4, Y0, Y4
+	VEXTRACTF32X4 $0x01, Y4, X0
+	VADDPS        X0, X4, X0
+	VPERMILPS     $0xb1, X0, X4
+	VADDPS        X4, X0, X4
+	VPERMILPS     $0x4e, X4, X0
+	VADDPS        X0, X4, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X2
+	VADDPS        X2, X0, X2
+	VPERMILPS     $0xb1, X2, X0
+	VADDPS        X0, X2, X0
+	VPERMILPS     $0x4e, X0, X2
+	VADDPS        X2, X0, X2
+	VMOVSS        X2, 4(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (AX)
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, 4(AX)
+	JMP           done_1
+
+edge3_8:
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	MOVQ   x+48(FP), BX
+	MOVQ   chunks+40(FP), SI
+	TESTQ  SI, SI
+	JZ     kend_14
+
+k_13:
+	VMOVUPS     (CX), Z6
+	VFMADD231PS (BX), Z6, Z0
+	VFMADD231PS 64(BX), Z6, Z1
+	VMOVUPS     (CX)(DX*1), Z6
+	VFMADD231PS (BX), Z6, Z2
+	VFMADD231PS 64(BX), Z6, Z3
+	VMOVUPS     (CX)(DX*2), Z6
+	VFMADD231PS (BX), Z6, Z4
+	VFMADD231PS 64(BX), Z6, Z5
+	ADDQ        $0x00000040, CX
+	ADDQ        $0x00000080, BX
+	DECQ        SI
+	JNZ         k_13
+
+kend_14:
+	MOVQ          dstStride+8(FP), CX
+	VEXTRACTF64X4 $0x01, Z0, Y6
+	VADDPS        Y6, Y0, Y6
+	VEXTRACTF32X4 $0x01, Y6, X0
+	VADDPS        X0, X6, X0
+	VPERMILPS     $0xb1, X0, X6
+	VADDPS        X6, X0, X6
+	VPERMILPS     $0x4e, X6, X0
+	VADDPS        X0, X6, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X2
+	VADDPS        X2, X0, X2
+	VPERMILPS     $0xb1, X2, X0
+	VADDPS        X0, X2, X0
+	VPERMILPS     $0x4e, X0, X2
+	VADDPS        X2, X0, X2
+	VMOVSS        X2, 4(AX)
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X2
+	VADDPS        X2, X0, X2
+	VPERMILPS     $0xb1, X2, X0
+	VADDPS        X0, X2, X0
+	VPERMILPS     $0x4e, X0, X2
+	VADDPS        X2, X0, X2
+	VMOVSS        X2, 8(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (AX)
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, 4(AX)
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, 8(AX)
+
+done_1:
+	VZEROUPPER
+	RET
+
+// func dotRowsT2BF16AVX512(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL
+TEXT ·dotRowsT2BF16AVX512(SB), NOSPLIT, $0-56
+	MOVQ dst+0(FP), AX
+	MOVQ w+16(FP), CX
+	MOVQ stride+24(FP), DX
+	MOVQ rows+32(FP), BX
+
+rows_2:
+	CMPQ   BX, $0x00000004
+	JL     edge_3
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	VXORPS Z7, Z7, Z7
+	MOVQ   CX, SI
+	LEAQ   (DX)(DX*2), DI
+	MOVQ   x+48(FP), R8
+	MOVQ   chunks+40(FP), R9
+	TESTQ  R9, R9
+	JZ     kend_5
+
+k_4:
+	VPMOVZXWD   (SI), Z8
+	VPSLLD      $0x10, Z8, Z8
+	VFMADD231PS (R8), Z8, Z0
+	VFMADD231PS 64(R8), Z8, Z1
+	VPMOVZXWD   (SI)(DX*1), Z8
+	VPSLLD      $0x10, Z8, Z8
+	VFMADD231PS (R8), Z8, Z2
+	VFMADD231PS 64(R8), Z8, Z3
+	VPMOVZXWD   (SI)(DX*2), Z8
+	VPSLLD      $0x10, Z8, Z8
+	VFMADD231PS (R8), Z8, Z4
+	VFMADD231PS 64(R8), Z8, Z5
+	VPMOVZXWD   (SI)(DI*1), Z8
+	VPSLLD      $0x10, Z8, Z8
+	VFMADD231PS (R8), Z8, Z6
+	VFMADD231PS 64(R8), Z8, Z7
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000080, R8
+	DECQ        R9
+	JNZ         k_4
+
+kend_5:
+	MOVQ          AX, SI
+	MOVQ          dstStride+8(FP), DI
+	VEXTRACTF64X4 $0x01, Z0, Y8
+	VADDPS        Y8, Y0, Y8
+	VEXTRACTF32X4 $0x01, Y8, X0
+	VADDPS        X0, X8, X0
+	VPERMILPS     $0xb1, X0, X8
+	VADDPS        X8, X0, X8
+	VPERMILPS     $0x4e, X8, X0
+	VADDPS        X0, X8, X0
+	VMOVSS        X0, (SI)
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X2
+	VADDPS        X2, X0, X2
+	VPERMILPS     $0xb1, X2, X0
+	VADDPS        X0, X2, X0
+	VPERMILPS     $0x4e, X0, X2
+	VADDPS        X2, X0, X2
+	VMOVSS        X2, 4(SI)
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X2
+	VADDPS        X2, X0, X2
+	VPERMILPS     $0xb1, X2, X0
+	VADDPS        X0, X2, X0
+	VPERMILPS     $0x4e, X0, X2
+	VADDPS        X2, X0, X2
+	VMOVSS        X2, 8(SI)
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y0, Y6, Y0
+	VEXTRACTF32X4 $0x01, Y0, X2
+	VADDPS        X2, X0, X2
+	VPERMILPS     $0xb1, X2, X0
+	VADDPS        X0, X2, X0
+	VPERMILPS     $0x4e, X0, X2
+	VADDPS        X2, X0, X2
+	VMOVSS        X2, 12(SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, 4(SI)
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, 8(SI)
+	VEXTRACTF64X4 $0x01, Z7, Y0
+	VADDPS        Y0, Y7, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, 12(SI)
+	ADDQ          $0x00000010, AX
+	ADDQ          DX, CX
+	ADDQ          DX, CX
+	ADDQ          DX, CX
+	ADDQ          DX, CX
+	SUBQ          $0x00000004, BX
+	JMP           rows_2
+
+edge_3:
+	CMPQ BX, $0x00000001
+	JE   edge1_6
+	CMPQ BX, $0x00000002
+	JE   edge2_7
+	CMPQ BX, $0x00000003
+	JE   edge3_8
+	JMP  done_1
+
+edge1_6:
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	MOVQ   x+48(FP), DX
+	MOVQ   chunks+40(FP), BX
+	TESTQ  BX, BX
+	JZ     kend_10
+
+k_9:
+	VPMOVZXWD   (CX), Z2
+	VPSLLD      $0x10, Z2, Z2
+	VFMADD231PS (DX), Z2, Z0
+	VFMADD231PS 64(DX), Z2, Z1
+	ADDQ        $0x00000020, CX
+	ADDQ        $0x00000080, DX
+	DECQ        BX
+	JNZ         k_9
+
+kend_10:
+	MOVQ          dstStride+8(FP), CX
+	VEXTRACTF64X4 $0x01, Z0, Y2
+	VADDPS        Y2, Y0, Y2
+	VEXTRACTF32X4 $0x01, Y2, X0
+	VADDPS        X0, X2, X0
+	VPERMILPS     $0xb1, X0, X2
+	VADDPS        X2, X0, X2
+	VPERMILPS     $0x4e, X2, X0
+	VADDPS        X0, X2, X0
+	VMOVSS        X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (AX)
+	JMP           done_1
+
+edge2_7:
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	MOVQ   x+48(FP), BX
+	MOVQ   chunks+40(FP), SI
+	TESTQ  SI, SI
+	JZ     kend_12
+
+k_11:
+	VPMOVZXWD   (CX), Z4
+	VPSLLD      $0x10, Z4, Z4
+	VFMADD231PS (BX), Z4, Z0
+	VFMADD231PS 64(BX), Z4, Z1
+	VPMOVZXWD   (CX)(DX*1), Z4
+	VPSLLD      $0x10, Z4, Z4
+	VFMADD231PS (BX), Z4, Z2
+	VFMADD231PS 64(BX), Z4, Z3
+	ADDQ        $0x00000020, CX
+	ADDQ        $0x00000080, BX
+	DECQ        SI
+	JNZ         k_11
+
+kend_12:
+	MOVQ          dstStride+8(FP), CX
+	VEXTRACTF64X4 $0x01, Z0, Y4
+	VADDPS        Y4, Y0, Y4
+	VEXTRACTF32X4 $0x01, Y4, X0
+	VADDPS        X0, X4, X0
+	VPERMILPS     $0xb1, X0, X4
+	VADDPS        X4, X0, X4
+	VPERMILPS     $0x4e, X4, X0
+	VADDPS        X0, X4, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X2
+	VADDPS        X2, X0, X2
+	VPERMILPS     $0xb1, X2, X0
+	VADDPS        X0, X2, X0
+	VPERMILPS     $0x4e, X0, X2
+	VADDPS        X2, X0, X2
+	VMOVSS        X2, 4(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (AX)
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, 4(AX)
+	JMP           done_1
+
+edge3_8:
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	MOVQ   x+48(FP), BX
+	MOVQ   chunks+40(FP), SI
+	TESTQ  SI, SI
+	JZ     kend_14
+
+k_13:
+	VPMOVZXWD   (CX), Z6
+	VPSLLD      $0x10, Z6, Z6
+	VFMADD231PS (BX), Z6, Z0
+	VFMADD231PS 64(BX), Z6, Z1
+	VPMOVZXWD   (CX)(DX*1), Z6
+	VPSLLD      $0x10, Z6, Z6
+	VFMADD231PS (BX), Z6, Z2
+	VFMADD231PS 64(BX), Z6, Z3
+	VPMOVZXWD   (CX)(DX*2), Z6
+	VPSLLD      $0x10, Z6, Z6
+	VFMADD231PS (BX), Z6, Z4
+	VFMADD231PS 64(BX), Z6, Z5
+	ADDQ        $0x00000020, CX
+	ADDQ        $0x00000080, BX
+	DECQ        SI
+	JNZ         k_13
+
+kend_14:
+	MOVQ          dstStride+8(FP), CX
+	VEXTRACTF64X4 $0x01, Z0, Y6
+	VADDPS        Y6, Y0, Y6
+	VEXTRACTF32X4 $0x01, Y6, X0
+	VADDPS        X0, X6, X0
+	VPERMILPS     $0xb1, X0, X6
+	VADDPS        X6, X0, X6
+	VPERMILPS     $0x4e, X6, X0
+	VADDPS        X0, X6, X0
+	VMOVSS        X0, (AX)
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X2
+	VADDPS        X2, X0, X2
+	VPERMILPS     $0xb1, X2, X0
+	VADDPS        X0, X2, X0
+	VPERMILPS     $0x4e, X0, X2
+	VADDPS        X2, X0, X2
+	VMOVSS        X2, 4(AX)
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X2
+	VADDPS        X2, X0, X2
+	VPERMILPS     $0xb1, X2, X0
+	VADDPS        X0, X2, X0
+	VPERMILPS     $0x4e, X0, X2
+	VADDPS        X2, X0, X2
+	VMOVSS        X2, 8(AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (AX)
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, 4(AX)
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, 8(AX)
+
+done_1:
+	VZEROUPPER
+	RET
+
+// func dotRowsT3F32AVX512(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL
+TEXT ·dotRowsT3F32AVX512(SB), NOSPLIT, $0-56
+	MOVQ dst+0(FP), AX
+	MOVQ w+16(FP), CX
+	MOVQ stride+24(FP), DX
+	MOVQ rows+32(FP), BX
+
+rows_2:
+	CMPQ   BX, $0x00000002
+	JL     edge_3
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	MOVQ   CX, SI
+	MOVQ   x+48(FP), DI
+	MOVQ   chunks+40(FP), R8
+	TESTQ  R8, R8
+	JZ     kend_5
+
+k_4:
+	VMOVUPS     (SI), Z6
+	VFMADD231PS (DI), Z6, Z0
+	VFMADD231PS 64(DI), Z6, Z1
+	VFMADD231PS 128(DI), Z6, Z2
+	VMOVUPS     (SI)(DX*1), Z6
+	VFMADD231PS (DI), Z6, Z3
+	VFMADD231PS 64(DI), Z6, Z4
+	VFMADD231PS 128(DI), Z6, Z5
+	ADDQ        $0x00000040, SI
+	ADDQ        $0x000000c0, DI
+	DECQ        R8
+	JNZ         k_4
+
+kend_5:
+	MOVQ          AX, SI
+	MOVQ          dstStride+8(FP), DI
+	VEXTRACTF64X4 $0x01, Z0, Y6
+	VADDPS        Y6, Y0, Y6
+	VEXTRACTF32X4 $0x01, Y6, X0
+	VADDPS        X0, X6, X0
+	VPERMILPS     $0xb1, X0, X6
+	VADDPS        X6, X0, X6
+	VPERMILPS     $0x4e, X6, X0
+	VADDPS        X0, X6, X0
+	VMOVSS        X0, (SI)
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X3
+	VADDPS        X3, X0, X3
+	VPERMILPS     $0xb1, X3, X0
+	VADDPS        X0, X3, X0
+	VPERMILPS     $0x4e, X0, X3
+	VADDPS        X3, X0, X3
+	VMOVSS        X3, 4(SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, 4(SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, 4(SI)
+	ADDQ          $0x00000008, AX
+	ADDQ          DX, CX
+	ADDQ          DX, CX
+	SUBQ          $0x00000002, BX
+	JMP           rows_2
+
+edge_3:
+	CMPQ BX, $0x00000001
+	JE   edge1_6
+	JMP  done_1
+
+edge1_6:
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	MOVQ   x+48(FP), DX
+	MOVQ   chunks+40(FP), BX
+	TESTQ  BX, BX
+	JZ     kend_8
+
+k_7:
+	VMOVUPS     (CX), Z3
+	VFMADD231PS (DX), Z3, Z0
+	VFMADD231PS 64(DX), Z3, Z1
+	VFMADD231PS 128(DX), Z3, Z2
+	ADDQ        $0x00000040, CX
+	ADDQ        $0x000000c0, DX
+	DECQ        BX
+	JNZ         k_7
+
+kend_8:
+	MOVQ          dstStride+8(FP), CX
+	VEXTRACTF64X4 $0x01, Z0, Y3
+	VADDPS        Y3, Y0, Y3
+	VEXTRACTF32X4 $0x01, Y3, X0
+	VADDPS        X0, X3, X0
+	VPERMILPS     $0xb1, X0, X3
+	VADDPS        X3, X0, X3
+	VPERMILPS     $0x4e, X3, X0
+	VADDPS        X0, X3, X0
+	VMOVSS        X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (AX)
+
+done_1:
+	VZEROUPPER
+	RET
+
+// func dotRowsT3BF16AVX512(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL
+TEXT ·dotRowsT3BF16AVX512(SB), NOSPLIT, $0-56
+	MOVQ dst+0(FP), AX
+	MOVQ w+16(FP), CX
+	MOVQ stride+24(FP), DX
+	MOVQ rows+32(FP), BX
+
+rows_2:
+	CMPQ   BX, $0x00000002
+	JL     edge_3
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	MOVQ   CX, SI
+	MOVQ   x+48(FP), DI
+	MOVQ   chunks+40(FP), R8
+	TESTQ  R8, R8
+	JZ     kend_5
+
+k_4:
+	VPMOVZXWD   (SI), Z6
+	VPSLLD      $0x10, Z6, Z6
+	VFMADD231PS (DI), Z6, Z0
+	VFMADD231PS 64(DI), Z6, Z1
+	VFMADD231PS 128(DI), Z6, Z2
+	VPMOVZXWD   (SI)(DX*1), Z6
+	VPSLLD      $0x10, Z6, Z6
+	VFMADD231PS (DI), Z6, Z3
+	VFMADD231PS 64(DI), Z6, Z4
+	VFMADD231PS 128(DI), Z6, Z5
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x000000c0, DI
+	DECQ        R8
+	JNZ         k_4
+
+kend_5:
+	MOVQ          AX, SI
+	MOVQ          dstStride+8(FP), DI
+	VEXTRACTF64X4 $0x01, Z0, Y6
+	VADDPS        Y6, Y0, Y6
+	VEXTRACTF32X4 $0x01, Y6, X0
+	VADDPS        X0, X6, X0
+	VPERMILPS     $0xb1, X0, X6
+	VADDPS        X6, X0, X6
+	VPERMILPS     $0x4e, X6, X0
+	VADDPS        X0, X6, X0
+	VMOVSS        X0, (SI)
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X3
+	VADDPS        X3, X0, X3
+	VPERMILPS     $0xb1, X3, X0
+	VADDPS        X0, X3, X0
+	VPERMILPS     $0x4e, X0, X3
+	VADDPS        X3, X0, X3
+	VMOVSS        X3, 4(SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, 4(SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, 4(SI)
+	ADDQ          $0x00000008, AX
+	ADDQ          DX, CX
+	ADDQ          DX, CX
+	SUBQ          $0x00000002, BX
+	JMP           rows_2
+
+edge_3:
+	CMPQ BX, $0x00000001
+	JE   edge1_6
+	JMP  done_1
+
+edge1_6:
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	MOVQ   x+48(FP), DX
+	MOVQ   chunks+40(FP), BX
+	TESTQ  BX, BX
+	JZ     kend_8
+
+k_7:
+	VPMOVZXWD   (CX), Z3
+	VPSLLD      $0x10, Z3, Z3
+	VFMADD231PS (DX), Z3, Z0
+	VFMADD231PS 64(DX), Z3, Z1
+	VFMADD231PS 128(DX), Z3, Z2
+	ADDQ        $0x00000020, CX
+	ADDQ        $0x000000c0, DX
+	DECQ        BX
+	JNZ         k_7
+
+kend_8:
+	MOVQ          dstStride+8(FP), CX
+	VEXTRACTF64X4 $0x01, Z0, Y3
+	VADDPS        Y3, Y0, Y3
+	VEXTRACTF32X4 $0x01, Y3, X0
+	VADDPS        X0, X3, X0
+	VPERMILPS     $0xb1, X0, X3
+	VADDPS        X3, X0, X3
+	VPERMILPS     $0x4e, X3, X0
+	VADDPS        X0, X3, X0
+	VMOVSS        X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (AX)
+
+done_1:
+	VZEROUPPER
+	RET
+
+// func dotRowsT4F32AVX512(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL
+TEXT ·dotRowsT4F32AVX512(SB), NOSPLIT, $0-56
+	MOVQ dst+0(FP), AX
+	MOVQ w+16(FP), CX
+	MOVQ stride+24(FP), DX
+	MOVQ rows+32(FP), BX
+
+rows_2:
+	CMPQ   BX, $0x00000002
+	JL     edge_3
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	VXORPS Z7, Z7, Z7
+	MOVQ   CX, SI
+	MOVQ   x+48(FP), DI
+	MOVQ   chunks+40(FP), R8
+	TESTQ  R8, R8
+	JZ     kend_5
+
+k_4:
+	VMOVUPS     (SI), Z8
+	VFMADD231PS (DI), Z8, Z0
+	VFMADD231PS 64(DI), Z8, Z1
+	VFMADD231PS 128(DI), Z8, Z2
+	VFMADD231PS 192(DI), Z8, Z3
+	VMOVUPS     (SI)(DX*1), Z8
+	VFMADD231PS (DI), Z8, Z4
+	VFMADD231PS 64(DI), Z8, Z5
+	VFMADD231PS 128(DI), Z8, Z6
+	VFMADD231PS 192(DI), Z8, Z7
+	ADDQ        $0x00000040, SI
+	ADDQ        $0x00000100, DI
+	DECQ        R8
+	JNZ         k_4
+
+kend_5:
+	MOVQ          AX, SI
+	MOVQ          dstStride+8(FP), DI
+	VEXTRACTF64X4 $0x01, Z0, Y8
+	VADDPS        Y8, Y0, Y8
+	VEXTRACTF32X4 $0x01, Y8, X0
+	VADDPS        X0, X8, X0
+	VPERMILPS     $0xb1, X0, X8
+	VADDPS        X8, X0, X8
+	VPERMILPS     $0x4e, X8, X0
+	VADDPS        X0, X8, X0
+	VMOVSS        X0, (SI)
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X4
+	VADDPS        X4, X0, X4
+	VPERMILPS     $0xb1, X4, X0
+	VADDPS        X0, X4, X0
+	VPERMILPS     $0x4e, X0, X4
+	VADDPS        X4, X0, X4
+	VMOVSS        X4, 4(SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, 4(SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y0, Y6, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, 4(SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	VEXTRACTF64X4 $0x01, Z7, Y0
+	VADDPS        Y0, Y7, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, 4(SI)
+	ADDQ          $0x00000008, AX
+	ADDQ          DX, CX
+	ADDQ          DX, CX
+	SUBQ          $0x00000002, BX
+	JMP           rows_2
+
+edge_3:
+	CMPQ BX, $0x00000001
+	JE   edge1_6
+	JMP  done_1
+
+edge1_6:
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	MOVQ   x+48(FP), DX
+	MOVQ   chunks+40(FP), BX
+	TESTQ  BX, BX
+	JZ     kend_8
+
+k_7:
+	VMOVUPS     (CX), Z4
+	VFMADD231PS (DX), Z4, Z0
+	VFMADD231PS 64(DX), Z4, Z1
+	VFMADD231PS 128(DX), Z4, Z2
+	VFMADD231PS 192(DX), Z4, Z3
+	ADDQ        $0x00000040, CX
+	ADDQ        $0x00000100, DX
+	DECQ        BX
+	JNZ         k_7
+
+kend_8:
+	MOVQ          dstStride+8(FP), CX
+	VEXTRACTF64X4 $0x01, Z0, Y4
+	VADDPS        Y4, Y0, Y4
+	VEXTRACTF32X4 $0x01, Y4, X0
+	VADDPS        X0, X4, X0
+	VPERMILPS     $0xb1, X0, X4
+	VADDPS        X4, X0, X4
+	VPERMILPS     $0x4e, X4, X0
+	VADDPS        X0, X4, X0
+	VMOVSS        X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (AX)
+
+done_1:
+	VZEROUPPER
+	RET
+
+// func dotRowsT4BF16AVX512(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL
+TEXT ·dotRowsT4BF16AVX512(SB), NOSPLIT, $0-56
+	MOVQ dst+0(FP), AX
+	MOVQ w+16(FP), CX
+	MOVQ stride+24(FP), DX
+	MOVQ rows+32(FP), BX
+
+rows_2:
+	CMPQ   BX, $0x00000002
+	JL     edge_3
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	VXORPS Z7, Z7, Z7
+	MOVQ   CX, SI
+	MOVQ   x+48(FP), DI
+	MOVQ   chunks+40(FP), R8
+	TESTQ  R8, R8
+	JZ     kend_5
+
+k_4:
+	VPMOVZXWD   (SI), Z8
+	VPSLLD      $0x10, Z8, Z8
+	VFMADD231PS (DI), Z8, Z0
+	VFMADD231PS 64(DI), Z8, Z1
+	VFMADD231PS 128(DI), Z8, Z2
+	VFMADD231PS 192(DI), Z8, Z3
+	VPMOVZXWD   (SI)(DX*1), Z8
+	VPSLLD      $0x10, Z8, Z8
+	VFMADD231PS (DI), Z8, Z4
+	VFMADD231PS 64(DI), Z8, Z5
+	VFMADD231PS 128(DI), Z8, Z6
+	VFMADD231PS 192(DI), Z8, Z7
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000100, DI
+	DECQ        R8
+	JNZ         k_4
+
+kend_5:
+	MOVQ          AX, SI
+	MOVQ          dstStride+8(FP), DI
+	VEXTRACTF64X4 $0x01, Z0, Y8
+	VADDPS        Y8, Y0, Y8
+	VEXTRACTF32X4 $0x01, Y8, X0
+	VADDPS        X0, X8, X0
+	VPERMILPS     $0xb1, X0, X8
+	VADDPS        X8, X0, X8
+	VPERMILPS     $0x4e, X8, X0
+	VADDPS        X0, X8, X0
+	VMOVSS        X0, (SI)
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X4
+	VADDPS        X4, X0, X4
+	VPERMILPS     $0xb1, X4, X0
+	VADDPS        X0, X4, X0
+	VPERMILPS     $0x4e, X0, X4
+	VADDPS        X4, X0, X4
+	VMOVSS        X4, 4(SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, 4(SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y0, Y6, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, 4(SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	VEXTRACTF64X4 $0x01, Z7, Y0
+	VADDPS        Y0, Y7, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, 4(SI)
+	ADDQ          $0x00000008, AX
+	ADDQ          DX, CX
+	ADDQ          DX, CX
+	SUBQ          $0x00000002, BX
+	JMP           rows_2
+
+edge_3:
+	CMPQ BX, $0x00000001
+	JE   edge1_6
+	JMP  done_1
+
+edge1_6:
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	MOVQ   x+48(FP), DX
+	MOVQ   chunks+40(FP), BX
+	TESTQ  BX, BX
+	JZ     kend_8
+
+k_7:
+	VPMOVZXWD   (CX), Z4
+	VPSLLD      $0x10, Z4, Z4
+	VFMADD231PS (DX), Z4, Z0
+	VFMADD231PS 64(DX), Z4, Z1
+	VFMADD231PS 128(DX), Z4, Z2
+	VFMADD231PS 192(DX), Z4, Z3
+	ADDQ        $0x00000020, CX
+	ADDQ        $0x00000100, DX
+	DECQ        BX
+	JNZ         k_7
+
+kend_8:
+	MOVQ          dstStride+8(FP), CX
+	VEXTRACTF64X4 $0x01, Z0, Y4
+	VADDPS        Y4, Y0, Y4
+	VEXTRACTF32X4 $0x01, Y4, X0
+	VADDPS        X0, X4, X0
+	VPERMILPS     $0xb1, X0, X4
+	VADDPS        X4, X0, X4
+	VPERMILPS     $0x4e, X4, X0
+	VADDPS        X0, X4, X0
+	VMOVSS        X0, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (AX)
+	ADDQ          CX, AX
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (AX)
+
+done_1:
+	VZEROUPPER
+	RET
+
+// func dotRowsT5F32AVX512(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL
+TEXT ·dotRowsT5F32AVX512(SB), NOSPLIT, $0-56
+	MOVQ dst+0(FP), AX
+	MOVQ w+16(FP), CX
+	MOVQ stride+24(FP), DX
+	MOVQ rows+32(FP), BX
+
+rows_2:
+	CMPQ   BX, $0x00000001
+	JL     edge_3
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	MOVQ   CX, SI
+	MOVQ   x+48(FP), DI
+	MOVQ   chunks+40(FP), R8
+	TESTQ  R8, R8
+	JZ     kend_5
+
+k_4:
+	VMOVUPS     (SI), Z5
+	VFMADD231PS (DI), Z5, Z0
+	VFMADD231PS 64(DI), Z5, Z1
+	VFMADD231PS 128(DI), Z5, Z2
+	VFMADD231PS 192(DI), Z5, Z3
+	VFMADD231PS 256(DI), Z5, Z4
+	ADDQ        $0x00000040, SI
+	ADDQ        $0x00000140, DI
+	DECQ        R8
+	JNZ         k_4
+
+kend_5:
+	MOVQ          AX, SI
+	MOVQ          dstStride+8(FP), DI
+	VEXTRACTF64X4 $0x01, Z0, Y5
+	VADDPS        Y5, Y0, Y5
+	VEXTRACTF32X4 $0x01, Y5, X0
+	VADDPS        X0, X5, X0
+	VPERMILPS     $0xb1, X0, X5
+	VADDPS        X5, X0, X5
+	VPERMILPS     $0x4e, X5, X0
+	VADDPS        X0, X5, X0
+	VMOVSS        X0, (SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	ADDQ          $0x00000004, AX
+	ADDQ          DX, CX
+	SUBQ          $0x00000001, BX
+	JMP           rows_2
+
+edge_3:
+	VZEROUPPER
+	RET
+
+// func dotRowsT5BF16AVX512(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL
+TEXT ·dotRowsT5BF16AVX512(SB), NOSPLIT, $0-56
+	MOVQ dst+0(FP), AX
+	MOVQ w+16(FP), CX
+	MOVQ stride+24(FP), DX
+	MOVQ rows+32(FP), BX
+
+rows_2:
+	CMPQ   BX, $0x00000001
+	JL     edge_3
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	MOVQ   CX, SI
+	MOVQ   x+48(FP), DI
+	MOVQ   chunks+40(FP), R8
+	TESTQ  R8, R8
+	JZ     kend_5
+
+k_4:
+	VPMOVZXWD   (SI), Z5
+	VPSLLD      $0x10, Z5, Z5
+	VFMADD231PS (DI), Z5, Z0
+	VFMADD231PS 64(DI), Z5, Z1
+	VFMADD231PS 128(DI), Z5, Z2
+	VFMADD231PS 192(DI), Z5, Z3
+	VFMADD231PS 256(DI), Z5, Z4
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000140, DI
+	DECQ        R8
+	JNZ         k_4
+
+kend_5:
+	MOVQ          AX, SI
+	MOVQ          dstStride+8(FP), DI
+	VEXTRACTF64X4 $0x01, Z0, Y5
+	VADDPS        Y5, Y0, Y5
+	VEXTRACTF32X4 $0x01, Y5, X0
+	VADDPS        X0, X5, X0
+	VPERMILPS     $0xb1, X0, X5
+	VADDPS        X5, X0, X5
+	VPERMILPS     $0x4e, X5, X0
+	VADDPS        X0, X5, X0
+	VMOVSS        X0, (SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	ADDQ          $0x00000004, AX
+	ADDQ          DX, CX
+	SUBQ          $0x00000001, BX
+	JMP           rows_2
+
+edge_3:
+	VZEROUPPER
+	RET
+
+// func dotRowsT6F32AVX512(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL
+TEXT ·dotRowsT6F32AVX512(SB), NOSPLIT, $0-56
+	MOVQ dst+0(FP), AX
+	MOVQ w+16(FP), CX
+	MOVQ stride+24(FP), DX
+	MOVQ rows+32(FP), BX
+
+rows_2:
+	CMPQ   BX, $0x00000001
+	JL     edge_3
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	MOVQ   CX, SI
+	MOVQ   x+48(FP), DI
+	MOVQ   chunks+40(FP), R8
+	TESTQ  R8, R8
+	JZ     kend_5
+
+k_4:
+	VMOVUPS     (SI), Z6
+	VFMADD231PS (DI), Z6, Z0
+	VFMADD231PS 64(DI), Z6, Z1
+	VFMADD231PS 128(DI), Z6, Z2
+	VFMADD231PS 192(DI), Z6, Z3
+	VFMADD231PS 256(DI), Z6, Z4
+	VFMADD231PS 320(DI), Z6, Z5
+	ADDQ        $0x00000040, SI
+	ADDQ        $0x00000180, DI
+	DECQ        R8
+	JNZ         k_4
+
+kend_5:
+	MOVQ          AX, SI
+	MOVQ          dstStride+8(FP), DI
+	VEXTRACTF64X4 $0x01, Z0, Y6
+	VADDPS        Y6, Y0, Y6
+	VEXTRACTF32X4 $0x01, Y6, X0
+	VADDPS        X0, X6, X0
+	VPERMILPS     $0xb1, X0, X6
+	VADDPS        X6, X0, X6
+	VPERMILPS     $0x4e, X6, X0
+	VADDPS        X0, X6, X0
+	VMOVSS        X0, (SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	ADDQ          $0x00000004, AX
+	ADDQ          DX, CX
+	SUBQ          $0x00000001, BX
+	JMP           rows_2
+
+edge_3:
+	VZEROUPPER
+	RET
+
+// func dotRowsT6BF16AVX512(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL
+TEXT ·dotRowsT6BF16AVX512(SB), NOSPLIT, $0-56
+	MOVQ dst+0(FP), AX
+	MOVQ w+16(FP), CX
+	MOVQ stride+24(FP), DX
+	MOVQ rows+32(FP), BX
+
+rows_2:
+	CMPQ   BX, $0x00000001
+	JL     edge_3
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	MOVQ   CX, SI
+	MOVQ   x+48(FP), DI
+	MOVQ   chunks+40(FP), R8
+	TESTQ  R8, R8
+	JZ     kend_5
+
+k_4:
+	VPMOVZXWD   (SI), Z6
+	VPSLLD      $0x10, Z6, Z6
+	VFMADD231PS (DI), Z6, Z0
+	VFMADD231PS 64(DI), Z6, Z1
+	VFMADD231PS 128(DI), Z6, Z2
+	VFMADD231PS 192(DI), Z6, Z3
+	VFMADD231PS 256(DI), Z6, Z4
+	VFMADD231PS 320(DI), Z6, Z5
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000180, DI
+	DECQ        R8
+	JNZ         k_4
+
+kend_5:
+	MOVQ          AX, SI
+	MOVQ          dstStride+8(FP), DI
+	VEXTRACTF64X4 $0x01, Z0, Y6
+	VADDPS        Y6, Y0, Y6
+	VEXTRACTF32X4 $0x01, Y6, X0
+	VADDPS        X0, X6, X0
+	VPERMILPS     $0xb1, X0, X6
+	VADDPS        X6, X0, X6
+	VPERMILPS     $0x4e, X6, X0
+	VADDPS        X0, X6, X0
+	VMOVSS        X0, (SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	ADDQ          $0x00000004, AX
+	ADDQ          DX, CX
+	SUBQ          $0x00000001, BX
+	JMP           rows_2
+
+edge_3:
+	VZEROUPPER
+	RET
+
+// func dotRowsT7F32AVX512(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL
+TEXT ·dotRowsT7F32AVX512(SB), NOSPLIT, $0-56
+	MOVQ dst+0(FP), AX
+	MOVQ w+16(FP), CX
+	MOVQ stride+24(FP), DX
+	MOVQ rows+32(FP), BX
+
+rows_2:
+	CMPQ   BX, $0x00000001
+	JL     edge_3
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	MOVQ   CX, SI
+	MOVQ   x+48(FP), DI
+	MOVQ   chunks+40(FP), R8
+	TESTQ  R8, R8
+	JZ     kend_5
+
+k_4:
+	VMOVUPS     (SI), Z7
+	VFMADD231PS (DI), Z7, Z0
+	VFMADD231PS 64(DI), Z7, Z1
+	VFMADD231PS 128(DI), Z7, Z2
+	VFMADD231PS 192(DI), Z7, Z3
+	VFMADD231PS 256(DI), Z7, Z4
+	VFMADD231PS 320(DI), Z7, Z5
+	VFMADD231PS 384(DI), Z7, Z6
+	ADDQ        $0x00000040, SI
+	ADDQ        $0x000001c0, DI
+	DECQ        R8
+	JNZ         k_4
+
+kend_5:
+	MOVQ          AX, SI
+	MOVQ          dstStride+8(FP), DI
+	VEXTRACTF64X4 $0x01, Z0, Y7
+	VADDPS        Y7, Y0, Y7
+	VEXTRACTF32X4 $0x01, Y7, X0
+	VADDPS        X0, X7, X0
+	VPERMILPS     $0xb1, X0, X7
+	VADDPS        X7, X0, X7
+	VPERMILPS     $0x4e, X7, X0
+	VADDPS        X0, X7, X0
+	VMOVSS        X0, (SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y0, Y6, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	ADDQ          $0x00000004, AX
+	ADDQ          DX, CX
+	SUBQ          $0x00000001, BX
+	JMP           rows_2
+
+edge_3:
+	VZEROUPPER
+	RET
+
+// func dotRowsT7BF16AVX512(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL
+TEXT ·dotRowsT7BF16AVX512(SB), NOSPLIT, $0-56
+	MOVQ dst+0(FP), AX
+	MOVQ w+16(FP), CX
+	MOVQ stride+24(FP), DX
+	MOVQ rows+32(FP), BX
+
+rows_2:
+	CMPQ   BX, $0x00000001
+	JL     edge_3
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	MOVQ   CX, SI
+	MOVQ   x+48(FP), DI
+	MOVQ   chunks+40(FP), R8
+	TESTQ  R8, R8
+	JZ     kend_5
+
+k_4:
+	VPMOVZXWD   (SI), Z7
+	VPSLLD      $0x10, Z7, Z7
+	VFMADD231PS (DI), Z7, Z0
+	VFMADD231PS 64(DI), Z7, Z1
+	VFMADD231PS 128(DI), Z7, Z2
+	VFMADD231PS 192(DI), Z7, Z3
+	VFMADD231PS 256(DI), Z7, Z4
+	VFMADD231PS 320(DI), Z7, Z5
+	VFMADD231PS 384(DI), Z7, Z6
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x000001c0, DI
+	DECQ        R8
+	JNZ         k_4
+
+kend_5:
+	MOVQ          AX, SI
+	MOVQ          dstStride+8(FP), DI
+	VEXTRACTF64X4 $0x01, Z0, Y7
+	VADDPS        Y7, Y0, Y7
+	VEXTRACTF32X4 $0x01, Y7, X0
+	VADDPS        X0, X7, X0
+	VPERMILPS     $0xb1, X0, X7
+	VADDPS        X7, X0, X7
+	VPERMILPS     $0x4e, X7, X0
+	VADDPS        X0, X7, X0
+	VMOVSS        X0, (SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y0, Y6, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	ADDQ          $0x00000004, AX
+	ADDQ          DX, CX
+	SUBQ          $0x00000001, BX
+	JMP           rows_2
+
+edge_3:
+	VZEROUPPER
+	RET
+
+// func dotRowsT8F32AVX512(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL
+TEXT ·dotRowsT8F32AVX512(SB), NOSPLIT, $0-56
+	MOVQ dst+0(FP), AX
+	MOVQ w+16(FP), CX
+	MOVQ stride+24(FP), DX
+	MOVQ rows+32(FP), BX
+
+rows_2:
+	CMPQ   BX, $0x00000001
+	JL     edge_3
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	VXORPS Z7, Z7, Z7
+	MOVQ   CX, SI
+	MOVQ   x+48(FP), DI
+	MOVQ   chunks+40(FP), R8
+	TESTQ  R8, R8
+	JZ     kend_5
+
+k_4:
+	VMOVUPS     (SI), Z8
+	VFMADD231PS (DI), Z8, Z0
+	VFMADD231PS 64(DI), Z8, Z1
+	VFMADD231PS 128(DI), Z8, Z2
+	VFMADD231PS 192(DI), Z8, Z3
+	VFMADD231PS 256(DI), Z8, Z4
+	VFMADD231PS 320(DI), Z8, Z5
+	VFMADD231PS 384(DI), Z8, Z6
+	VFMADD231PS 448(DI), Z8, Z7
+	ADDQ        $0x00000040, SI
+	ADDQ        $0x00000200, DI
+	DECQ        R8
+	JNZ         k_4
+
+kend_5:
+	MOVQ          AX, SI
+	MOVQ          dstStride+8(FP), DI
+	VEXTRACTF64X4 $0x01, Z0, Y8
+	VADDPS        Y8, Y0, Y8
+	VEXTRACTF32X4 $0x01, Y8, X0
+	VADDPS        X0, X8, X0
+	VPERMILPS     $0xb1, X0, X8
+	VADDPS        X8, X0, X8
+	VPERMILPS     $0x4e, X8, X0
+	VADDPS        X0, X8, X0
+	VMOVSS        X0, (SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y0, Y6, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z7, Y0
+	VADDPS        Y0, Y7, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	ADDQ          $0x00000004, AX
+	ADDQ          DX, CX
+	SUBQ          $0x00000001, BX
+	JMP           rows_2
+
+edge_3:
+	VZEROUPPER
+	RET
+
+// func dotRowsT8BF16AVX512(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL
+TEXT ·dotRowsT8BF16AVX512(SB), NOSPLIT, $0-56
+	MOVQ dst+0(FP), AX
+	MOVQ w+16(FP), CX
+	MOVQ stride+24(FP), DX
+	MOVQ rows+32(FP), BX
+
+rows_2:
+	CMPQ   BX, $0x00000001
+	JL     edge_3
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	VXORPS Z7, Z7, Z7
+	MOVQ   CX, SI
+	MOVQ   x+48(FP), DI
+	MOVQ   chunks+40(FP), R8
+	TESTQ  R8, R8
+	JZ     kend_5
+
+k_4:
+	VPMOVZXWD   (SI), Z8
+	VPSLLD      $0x10, Z8, Z8
+	VFMADD231PS (DI), Z8, Z0
+	VFMADD231PS 64(DI), Z8, Z1
+	VFMADD231PS 128(DI), Z8, Z2
+	VFMADD231PS 192(DI), Z8, Z3
+	VFMADD231PS 256(DI), Z8, Z4
+	VFMADD231PS 320(DI), Z8, Z5
+	VFMADD231PS 384(DI), Z8, Z6
+	VFMADD231PS 448(DI), Z8, Z7
+	ADDQ        $0x00000020, SI
+	ADDQ        $0x00000200, DI
+	DECQ        R8
+	JNZ         k_4
+
+kend_5:
+	MOVQ          AX, SI
+	MOVQ          dstStride+8(FP), DI
+	VEXTRACTF64X4 $0x01, Z0, Y8
+	VADDPS        Y8, Y0, Y8
+	VEXTRACTF32X4 $0x01, Y8, X0
+	VADDPS        X0, X8, X0
+	VPERMILPS     $0xb1, X0, X8
+	VADDPS        X8, X0, X8
+	VPERMILPS     $0x4e, X8, X0
+	VADDPS        X0, X8, X0
+	VMOVSS        X0, (SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y0, Y6, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	ADDQ          DI, SI
+	VEXTRACTF64X4 $0x01, Z7, Y0
+	VADDPS        Y0, Y7, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VPERMILPS     $0xb1, X1, X0
+	VADDPS        X0, X1, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X1
+	VMOVSS        X1, (SI)
+	ADDQ          $0x00000004, AX
+	ADDQ          DX, CX
+	SUBQ          $0x00000001, BX
+	JMP           rows_2
+
+edge_3:
 	VZEROUPPER
 	RET
 

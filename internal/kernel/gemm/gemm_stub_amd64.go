@@ -18,6 +18,90 @@ func dotRowsF32AVX2(dst *float32, w *byte, stride int, rows int, chunks int, x *
 //go:noescape
 func dotRowsBF16AVX2(dst *float32, w *byte, stride int, rows int, chunks int, x *float32)
 
+// dotRowsT2F32AVX2 computes rows × 2 tokens of F32 weights (dstStride in bytes) with k3's fixed-order reduction.
+// Requires: AVX2, FMA.
+//
+//go:noescape
+func dotRowsT2F32AVX2(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+
+// dotRowsT2BF16AVX2 computes rows × 2 tokens of BF16 weights (dstStride in bytes) with k3's fixed-order reduction.
+// Requires: AVX2, FMA.
+//
+//go:noescape
+func dotRowsT2BF16AVX2(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+
+// dotRowsT3F32AVX2 computes rows × 3 tokens of F32 weights (dstStride in bytes) with k3's fixed-order reduction.
+// Requires: AVX2, FMA.
+//
+//go:noescape
+func dotRowsT3F32AVX2(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+
+// dotRowsT3BF16AVX2 computes rows × 3 tokens of BF16 weights (dstStride in bytes) with k3's fixed-order reduction.
+// Requires: AVX2, FMA.
+//
+//go:noescape
+func dotRowsT3BF16AVX2(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+
+// dotRowsT4F32AVX2 computes rows × 4 tokens of F32 weights (dstStride in bytes) with k3's fixed-order reduction.
+// Requires: AVX2, FMA.
+//
+//go:noescape
+func dotRowsT4F32AVX2(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+
+// dotRowsT4BF16AVX2 computes rows × 4 tokens of BF16 weights (dstStride in bytes) with k3's fixed-order reduction.
+// Requires: AVX2, FMA.
+//
+//go:noescape
+func dotRowsT4BF16AVX2(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+
+// dotRowsT5F32AVX2 computes rows × 5 tokens of F32 weights (dstStride in bytes) with k3's fixed-order reduction.
+// Requires: AVX2, FMA.
+//
+//go:noescape
+func dotRowsT5F32AVX2(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+
+// dotRowsT5BF16AVX2 computes rows × 5 tokens of BF16 weights (dstStride in bytes) with k3's fixed-order reduction.
+// Requires: AVX2, FMA.
+//
+//go:noescape
+func dotRowsT5BF16AVX2(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+
+// dotRowsT6F32AVX2 computes rows × 6 tokens of F32 weights (dstStride in bytes) with k3's fixed-order reduction.
+// Requires: AVX2, FMA.
+//
+//go:noescape
+func dotRowsT6F32AVX2(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+
+// dotRowsT6BF16AVX2 computes rows × 6 tokens of BF16 weights (dstStride in bytes) with k3's fixed-order reduction.
+// Requires: AVX2, FMA.
+//
+//go:noescape
+func dotRowsT6BF16AVX2(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+
+// dotRowsT7F32AVX2 computes rows × 7 tokens of F32 weights (dstStride in bytes) with k3's fixed-order reduction.
+// Requires: AVX2, FMA.
+//
+//go:noescape
+func dotRowsT7F32AVX2(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+
+// dotRowsT7BF16AVX2 computes rows × 7 tokens of BF16 weights (dstStride in bytes) with k3's fixed-order reduction.
+// Requires: AVX2, FMA.
+//
+//go:noescape
+func dotRowsT7BF16AVX2(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+
+// dotRowsT8F32AVX2 computes rows × 8 tokens of F32 weights (dstStride in bytes) with k3's fixed-order reduction.
+// Requires: AVX2, FMA.
+//
+//go:noescape
+func dotRowsT8F32AVX2(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+
+// dotRowsT8BF16AVX2 computes rows × 8 tokens of BF16 weights (dstStride in bytes) with k3's fixed-order reduction.
+// Requires: AVX2, FMA.
+//
+//go:noescape
+func dotRowsT8BF16AVX2(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+
 // packF32AVX2 widens rows of F32 weights (stride bytes apart), chunks·8 elements each,
 // into the packed GEMM layout of 3-row blocks.
 // Requires: AVX2, FMA.
@@ -89,6 +173,90 @@ func dotRowsF32AVX512(dst *float32, w *byte, stride int, rows int, chunks int, x
 //
 //go:noescape
 func dotRowsBF16AVX512(dst *float32, w *byte, stride int, rows int, chunks int, x *float32)
+
+// dotRowsT2F32AVX512 computes rows × 2 tokens of F32 weights (dstStride in bytes) with k3's fixed-order reduction.
+// Requires: AVX-512 F/BW/VL.
+//
+//go:noescape
+func dotRowsT2F32AVX512(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+
+// dotRowsT2BF16AVX512 computes rows × 2 tokens of BF16 weights (dstStride in bytes) with k3's fixed-order reduction.
+// Requires: AVX-512 F/BW/VL.
+//
+//go:noescape
+func dotRowsT2BF16AVX512(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+
+// dotRowsT3F32AVX512 computes rows × 3 tokens of F32 weights (dstStride in bytes) with k3's fixed-order reduction.
+// Requires: AVX-512 F/BW/VL.
+//
+//go:noescape
+func dotRowsT3F32AVX512(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+
+// dotRowsT3BF16AVX512 computes rows × 3 tokens of BF16 weights (dstStride in bytes) with k3's fixed-order reduction.
+// Requires: AVX-512 F/BW/VL.
+//
+//go:noescape
+func dotRowsT3BF16AVX512(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+
+// dotRowsT4F32AVX512 computes rows × 4 tokens of F32 weights (dstStride in bytes) with k3's fixed-order reduction.
+// Requires: AVX-512 F/BW/VL.
+//
+//go:noescape
+func dotRowsT4F32AVX512(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+
+// dotRowsT4BF16AVX512 computes rows × 4 tokens of BF16 weights (dstStride in bytes) with k3's fixed-order reduction.
+// Requires: AVX-512 F/BW/VL.
+//
+//go:noescape
+func dotRowsT4BF16AVX512(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+
+// dotRowsT5F32AVX512 computes rows × 5 tokens of F32 weights (dstStride in bytes) with k3's fixed-order reduction.
+// Requires: AVX-512 F/BW/VL.
+//
+//go:noescape
+func dotRowsT5F32AVX512(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+
+// dotRowsT5BF16AVX512 computes rows × 5 tokens of BF16 weights (dstStride in bytes) with k3's fixed-order reduction.
+// Requires: AVX-512 F/BW/VL.
+//
+//go:noescape
+func dotRowsT5BF16AVX512(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+
+// dotRowsT6F32AVX512 computes rows × 6 tokens of F32 weights (dstStride in bytes) with k3's fixed-order reduction.
+// Requires: AVX-512 F/BW/VL.
+//
+//go:noescape
+func dotRowsT6F32AVX512(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+
+// dotRowsT6BF16AVX512 computes rows × 6 tokens of BF16 weights (dstStride in bytes) with k3's fixed-order reduction.
+// Requires: AVX-512 F/BW/VL.
+//
+//go:noescape
+func dotRowsT6BF16AVX512(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+
+// dotRowsT7F32AVX512 computes rows × 7 tokens of F32 weights (dstStride in bytes) with k3's fixed-order reduction.
+// Requires: AVX-512 F/BW/VL.
+//
+//go:noescape
+func dotRowsT7F32AVX512(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+
+// dotRowsT7BF16AVX512 computes rows × 7 tokens of BF16 weights (dstStride in bytes) with k3's fixed-order reduction.
+// Requires: AVX-512 F/BW/VL.
+//
+//go:noescape
+func dotRowsT7BF16AVX512(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+
+// dotRowsT8F32AVX512 computes rows × 8 tokens of F32 weights (dstStride in bytes) with k3's fixed-order reduction.
+// Requires: AVX-512 F/BW/VL.
+//
+//go:noescape
+func dotRowsT8F32AVX512(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
+
+// dotRowsT8BF16AVX512 computes rows × 8 tokens of BF16 weights (dstStride in bytes) with k3's fixed-order reduction.
+// Requires: AVX-512 F/BW/VL.
+//
+//go:noescape
+func dotRowsT8BF16AVX512(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32)
 
 // packF32AVX512 widens rows of F32 weights (stride bytes apart), chunks·16 elements each,
 // into the packed GEMM layout of 4-row blocks.
