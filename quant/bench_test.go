@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/k3go/k3/internal/kernel/probe"
 	"github.com/k3go/k3/internal/par"
@@ -37,6 +38,7 @@ func BenchmarkMatVecMXFP4(b *testing.B) {
 				b.Run(fmt.Sprintf("%dx%d/b%d/threads%d", rows, cols, batch, th), func(b *testing.B) {
 					pool := par.New(th)
 					defer pool.Close()
+					probe.WarmUp(300*time.Millisecond, func() { quant.MatMul(pool, dst, m, x, batch) })
 					best := probe.Best{}
 					for b.Loop() {
 						best.Start()

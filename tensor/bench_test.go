@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/k3go/k3/internal/kernel/probe"
 	"github.com/k3go/k3/internal/par"
@@ -33,6 +34,7 @@ func benchDense(b *testing.B, dt tensor.DType, shapes [][2]int) {
 				b.Run(fmt.Sprintf("%dx%d/b%d/threads%d", rows, cols, batch, th), func(b *testing.B) {
 					pool := par.New(th)
 					defer pool.Close()
+					probe.WarmUp(300*time.Millisecond, func() { tensor.MatMul(pool, dst, w, x, batch) })
 					best := probe.Best{}
 					for b.Loop() {
 						best.Start()

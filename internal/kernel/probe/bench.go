@@ -45,10 +45,12 @@ func Benchmarks(b *testing.B, impl string) {
 		for _, th := range Threads() {
 			b.Run(fmt.Sprintf("threads%d", th), func(b *testing.B) {
 				share := len(buf) / th
+				read := func() { Parallel(th, func(i int) { Read(impl, buf[i*share:(i+1)*share]) }) }
+				WarmUp(500*time.Millisecond, read)
 				best := Best{}
 				for b.Loop() {
 					best.Start()
-					Parallel(th, func(i int) { Read(impl, buf[i*share:(i+1)*share]) })
+					read()
 					best.Stop()
 				}
 				best.Report(b, 0, float64(share*th))
@@ -76,6 +78,17 @@ func Benchmarks(b *testing.B, impl string) {
 			})
 		}
 	})
+}
+
+// WarmUp runs f until it has run at least twice and for at least d, before
+// a benchmark's timed loop: the first passes over a freshly allocated
+// matrix are markedly slower on the development VM (guest memory being
+// mapped in), which is not what the kernels cost in steady state.
+func WarmUp(d time.Duration, f func()) {
+	t0 := time.Now()
+	for i := 0; i < 2 || time.Since(t0) < d; i++ {
+		f()
+	}
 }
 
 // Best times the iterations of a benchmark loop one by one and reports,
