@@ -24,7 +24,8 @@ type Impl struct {
 // accel is the hook of an assembly implementation.
 type accel interface {
 	grain(n int) int
-	packX(x []float32, cols, n int) (px []float32, release func())
+	packX(x []float32, cols, n int) (px []float32, buf *[]float32) // buf: give back with releaseX
+	releaseX(buf *[]float32)
 	mat(dst []float32, dstStride int, packed, scales []byte, rows, cols int, x, px []float32, n int)
 }
 

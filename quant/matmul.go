@@ -31,10 +31,10 @@ func MatMul(run tensor.Runner, dst []float32, m Matrix, x []float32, n int) {
 	j := jobs.Get().(*job)
 	*j = job{dst: dst, m: m, x: x, n: n, impl: impl}
 	if a := impl.accel; a != nil && m.Cols > 0 {
-		var release func()
-		j.px, release = a.packX(x, m.Cols, n)
+		var buf *[]float32
+		j.px, buf = a.packX(x, m.Cols, n)
 		tensor.Run(run, m.Rows, a.grain(n), j)
-		release()
+		a.releaseX(buf)
 	} else {
 		tensor.Run(run, m.Rows, tensor.RowGrain(m.Cols/2+m.Cols/GroupSize, n), j)
 	}

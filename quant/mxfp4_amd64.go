@@ -70,7 +70,9 @@ func (s simd) grain(n int) int {
 	return mvChunkRows
 }
 
-func (s simd) packX(x []float32, cols, n int) ([]float32, func()) {
+func (s simd) releaseX(b *[]float32) { gemm.PutX(b) }
+
+func (s simd) packX(x []float32, cols, n int) ([]float32, *[]float32) {
 	chunks := cols / s.isa.Lanes
 	b := gemm.GetX(s.isa.XLen(chunks, n))
 	if n <= directMax {
@@ -78,7 +80,7 @@ func (s simd) packX(x []float32, cols, n int) ([]float32, func()) {
 	} else {
 		s.isa.PackX(*b, x, cols, chunks, n, s.isa.KcChunks(), s.isa.T, s.perm)
 	}
-	return *b, func() { gemm.PutX(b) }
+	return *b, b
 }
 
 func (s simd) standalone(dst []float32, dstStride int, packed, scales []byte, rows, cols int, x []float32, n int) {
@@ -88,9 +90,9 @@ func (s simd) standalone(dst []float32, dstStride int, packed, scales []byte, ro
 		}
 		return
 	}
-	px, release := s.packX(x, cols, n)
+	px, b := s.packX(x, cols, n)
 	s.mat(dst, dstStride, packed, scales, rows, cols, x, px, n)
-	release()
+	gemm.PutX(b)
 }
 
 func hasSpecial(sc []byte) bool {

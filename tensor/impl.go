@@ -30,8 +30,9 @@ type accel interface {
 	// grain returns the rows per parallel chunk.
 	grain(rowBytes, n int) int
 	// packX returns x prepared for an n-token call (nil if not needed) and
-	// a function that releases it.
-	packX(x []float32, cols, n int) (px []float32, release func())
+	// the pooled buffer holding it, to be given back with releaseX.
+	packX(x []float32, cols, n int) (px []float32, buf *[]float32)
+	releaseX(buf *[]float32)
 	// mat computes rows [0, rows) of w for n tokens (MatKernel contract),
 	// with px from packX.
 	mat(dst []float32, dstStride int, w []byte, bf16 bool, rows, cols int, x, px []float32, n int)

@@ -34,11 +34,11 @@ func MatMul(r Runner, dst []float32, w Mat, x []float32, n int) {
 	j := matJobs.Get().(*matJob)
 	*j = matJob{dst: dst, w: w, x: x, n: n, impl: impl}
 	if a := impl.accel; a != nil {
-		var release func()
-		j.px, release = a.packX(x, w.Cols, n)
+		var buf *[]float32
+		j.px, buf = a.packX(x, w.Cols, n)
 		run(r, w.Rows, a.grain(w.RowBytes(), n), j)
-		if release != nil {
-			release()
+		if buf != nil {
+			a.releaseX(buf)
 		}
 	} else {
 		run(r, w.Rows, RowGrain(w.RowBytes(), n), j)

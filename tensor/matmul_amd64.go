@@ -55,7 +55,9 @@ func (s simd) grain(rowBytes, n int) int {
 	return max(gemm.RowsMV, g/gemm.RowsMV*gemm.RowsMV)
 }
 
-func (s simd) packX(x []float32, cols, n int) ([]float32, func()) {
+func (s simd) releaseX(b *[]float32) { gemm.PutX(b) }
+
+func (s simd) packX(x []float32, cols, n int) ([]float32, *[]float32) {
 	chunks := cols / s.isa.Lanes
 	if n <= 1 || chunks == 0 {
 		return nil, nil
@@ -66,7 +68,7 @@ func (s simd) packX(x []float32, cols, n int) ([]float32, func()) {
 	} else {
 		s.isa.PackX(*b, x, cols, chunks, n, s.isa.KcChunks(), s.isa.T, nil)
 	}
-	return *b, func() { gemm.PutX(b) }
+	return *b, b
 }
 
 func (s simd) mat(dst []float32, dstStride int, w []byte, bf16 bool, rows, cols int, x, px []float32, n int) {
@@ -74,9 +76,9 @@ func (s simd) mat(dst []float32, dstStride int, w []byte, bf16 bool, rows, cols 
 }
 
 func (s simd) standalone(dst []float32, dstStride int, w []byte, bf16 bool, rows, cols int, x []float32, n int) {
-	px, release := s.packX(x, cols, n)
+	px, b := s.packX(x, cols, n)
 	s.mat(dst, dstStride, w, bf16, rows, cols, x, px, n)
-	if release != nil {
-		release()
+	if b != nil {
+		gemm.PutX(b)
 	}
 }

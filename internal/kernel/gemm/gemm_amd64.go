@@ -312,12 +312,19 @@ func PutScratch(s *Scratch) { scratch.Put(s) }
 var xbufs sync.Pool
 
 // GetX returns a pooled buffer of at least n floats; PutX returns it.
+// Capacities are rounded up to a power of two, so that with calls of mixed
+// sizes the pool settles on buffers large enough for all of them (a buffer
+// found too small is dropped).
 func GetX(n int) *[]float32 {
 	if p, ok := xbufs.Get().(*[]float32); ok && cap(*p) >= n {
 		*p = (*p)[:n]
 		return p
 	}
-	b := make([]float32, n)
+	c := 1024
+	for c < n {
+		c *= 2
+	}
+	b := make([]float32, n, c)
 	return &b
 }
 
