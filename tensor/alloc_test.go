@@ -13,6 +13,9 @@ import (
 // nothing in steady state (scratch comes from pools), serially and through
 // internal/par.
 func TestNoAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("sync.Pool drops items under the race detector")
+	}
 	pkg := kerneltest.Package{Name: "tensor", Status: tensor.ImplementationStatus, Set: tensor.SetImplementation, Current: tensor.Implementation}
 	kerneltest.AllImplementations(t, pkg, func(t *testing.T) {
 		rng := rand.New(rand.NewPCG(1, 1))
