@@ -54,7 +54,7 @@ type simd struct {
 
 // directMax is the largest token count handled by the direct kernels
 // (measured on Zen 3: direct wins up to 8 tokens, the tile GEMM from 12).
-var directMax = gemm.DirectT
+const directMax = gemm.DirectT
 
 // maxScale is the largest scale byte the assembly handles.
 const maxScale = 252
