@@ -32,12 +32,25 @@ func (l *Linear) Cols() int {
 }
 
 // MatMul computes dst[t][r] = Σ_c W[r][c]·x[t][c] for n tokens.
+//
+// F32 matrices accumulate in float64 (tensor.MatVecF64Acc: the products
+// are exact, one fixed order on every kernel implementation), as the
+// reference does: they occur only in test checkpoints and fixtures, whose
+// tolerances f32 accumulation can exceed on outputs that cancel, and they
+// never occur in the released model, whose BF16 and MXFP4 matrices use the
+// f32 FMA kernels.
 func (l *Linear) MatMul(run tensor.Runner, dst []float32, x []float32, n int) {
-	if l.IsMX {
+	switch {
+	case l.IsMX:
 		quant.MatMul(run, dst, l.MX, x, n)
-		return
+	case l.Dense.DType == tensor.F32:
+		r, c := l.Dense.Rows, l.Dense.Cols
+		for t := 0; t < n; t++ {
+			tensor.MatVecF64Acc(run, dst[t*r:(t+1)*r], l.Dense, x[t*c:(t+1)*c])
+		}
+	default:
+		tensor.MatMul(run, dst, l.Dense, x, n)
 	}
-	tensor.MatMul(run, dst, l.Dense, x, n)
 }
 
 // rowsView returns rows [r0, r1) of a dense matrix as its own matrix.

@@ -2,9 +2,7 @@ package model
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
-	"math"
 
 	"github.com/k3go/k3/tensor"
 )
@@ -139,39 +137,17 @@ func (s *Session) runExpert(ctx context.Context, b *ExpertBatch, i, T int) error
 }
 
 // routerScores computes score[t][e] = sigmoid(f32(Σ_i W[e][i]·x[t][i]))
-// with one sequential float64 accumulator per score, so that a BF16 gate
-// and its F32 widening give identical scores (the products are exact in
-// float64).
+// with the sum in float64 (tensor.MatVecF64Acc: exact products, one fixed
+// order on every kernel implementation), so that a BF16 gate and its F32
+// widening give identical scores and routing never depends on the kernels.
 func (s *Session) routerScores(w *Linear, T int) {
 	c, sc := s.m.Cfg, s.sc
-	j := routerJob{w: w.Dense, x: sc.xn, scores: sc.scores, T: T, E: c.Hidden, Ne: c.Experts}
-	s.m.pool.Run(c.Experts, 16, &j)
-}
-
-type routerJob struct {
-	w         tensor.Mat
-	x, scores []float32
-	T, E, Ne  int
-}
-
-func (j *routerJob) Range(lo, hi int) {
-	rb := j.w.RowBytes()
-	for e := lo; e < hi; e++ {
-		row := j.w.Data[e*rb : (e+1)*rb]
-		for t := 0; t < j.T; t++ {
-			x := j.x[t*j.E : (t+1)*j.E]
-			var d float64
-			switch j.w.DType {
-			case tensor.BF16:
-				for i, xv := range x {
-					d += float64(math.Float32frombits(uint32(binary.LittleEndian.Uint16(row[2*i:]))<<16)) * float64(xv)
-				}
-			case tensor.F32:
-				for i, xv := range x {
-					d += float64(math.Float32frombits(binary.LittleEndian.Uint32(row[4*i:]))) * float64(xv)
-				}
-			}
-			j.scores[t*j.Ne+e] = sigmoid(float32(d))
+	E, Ne := c.Hidden, c.Experts
+	for t := 0; t < T; t++ {
+		sco := sc.scores[t*Ne : (t+1)*Ne]
+		tensor.MatVecF64Acc(s.m.pool, sco, w.Dense, sc.xn[t*E:(t+1)*E])
+		for e, v := range sco {
+			sco[e] = sigmoid(v)
 		}
 	}
 }

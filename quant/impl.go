@@ -1,8 +1,8 @@
 package quant
 
 import (
-	"fmt"
-	"sync/atomic"
+	"github.com/k3go/k3/internal/cpu"
+	"github.com/k3go/k3/internal/kernel"
 )
 
 // MatKernel computes rows [0, rows) of an MXFP4 block (cols columns per row)
@@ -15,59 +15,56 @@ type Impl struct {
 	Name      string
 	Mat       MatKernel
 	Available bool
+
+	// accel, when not nil, runs whole MatMul calls (the SIMD paths need
+	// activations permuted and packed once per call).
+	accel accel
 }
 
-var (
-	impls   = []*Impl{&genericImpl}
-	current atomic.Pointer[Impl]
-)
+// accel is the hook of an assembly implementation.
+type accel interface {
+	grain(n int) int
+	packX(x []float32, cols, n int) (px []float32, buf *[]float32) // buf: give back with releaseX
+	releaseX(buf *[]float32)
+	mat(dst []float32, dstStride int, packed, scales []byte, rows, cols int, x, px []float32, n int)
+}
+
+// ImplStatus describes one compiled-in implementation: whether it can run
+// here and, if not, why (missing CPU features, the purego tag, or a failed
+// start-up self-check against the generic kernel).
+type ImplStatus = kernel.Status
 
 var genericImpl = Impl{Name: "generic", Mat: matGeneric, Available: true}
 
-func init() { current.Store(best()) }
+var reg = kernel.New("quant", &genericImpl)
 
-func register(i *Impl) {
-	impls = append(impls, i)
-	current.Store(best())
-}
-
-func best() *Impl {
-	for k := len(impls) - 1; k >= 0; k-- {
-		if impls[k].Available {
-			return impls[k]
-		}
+func init() {
+	for _, i := range archImpls {
+		reg.Add(i.Name, i)
+		i.Available, _ = cpu.Supported(i.Name)
 	}
-	return &genericImpl
+	reg.Init(func(i *Impl) error {
+		err := selfCheck(i)
+		i.Available = err == nil
+		return err
+	})
 }
 
-func active() *Impl { return current.Load() }
+func active() *Impl { return reg.Current() }
 
-// Implementations lists the kernel implementations this CPU can run.
-func Implementations() []string {
-	var s []string
-	for _, i := range impls {
-		if i.Available {
-			s = append(s, i.Name)
-		}
-	}
-	return s
-}
+// Implementations lists the kernel implementations this CPU can run,
+// slowest first ("generic", "avx2", "avx512").
+func Implementations() []string { return reg.Names() }
 
-// Implementation returns the name of the selected implementation.
-func Implementation() string { return active().Name }
+// ImplementationStatus reports every compiled-in implementation, including
+// those this CPU cannot run, with the reason.
+func ImplementationStatus() []ImplStatus { return reg.All() }
+
+// Implementation returns the name of the selected implementation (chosen
+// once at start-up; see tensor.Implementation for the rules).
+func Implementation() string { return reg.CurrentName() }
 
 // SetImplementation selects an implementation by name for the whole process
 // and returns a function that restores the previous one (for tests and the
 // kernel override; never while a forward pass runs).
-func SetImplementation(name string) (restore func(), err error) {
-	for _, i := range impls {
-		if i.Name == name {
-			if !i.Available {
-				return nil, fmt.Errorf("quant: kernel %q not supported by this CPU", name)
-			}
-			prev := current.Swap(i)
-			return func() { current.Store(prev) }, nil
-		}
-	}
-	return nil, fmt.Errorf("quant: unknown kernel %q", name)
-}
+func SetImplementation(name string) (restore func(), err error) { return reg.Set(name) }

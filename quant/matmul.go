@@ -27,9 +27,17 @@ func MatMul(run tensor.Runner, dst []float32, m Matrix, x []float32, n int) {
 		panic(fmt.Sprintf("quant.MatMul: shape mismatch: %dx%d (%d packed, %d scale bytes), n=%d, len(dst)=%d, len(x)=%d",
 			m.Rows, m.Cols, len(m.Packed), len(m.Scales), n, len(dst), len(x)))
 	}
+	impl := active()
 	j := jobs.Get().(*job)
-	*j = job{dst: dst, m: m, x: x, n: n, impl: active()}
-	tensor.Run(run, m.Rows, tensor.RowGrain(m.Cols/2+m.Cols/GroupSize, n), j)
+	*j = job{dst: dst, m: m, x: x, n: n, impl: impl}
+	if a := impl.accel; a != nil && m.Cols > 0 {
+		var buf *[]float32
+		j.px, buf = a.packX(x, m.Cols, n)
+		tensor.Run(run, m.Rows, a.grain(n), j)
+		a.releaseX(buf)
+	} else {
+		tensor.Run(run, m.Rows, tensor.RowGrain(m.Cols/2+m.Cols/GroupSize, n), j)
+	}
 	*j = job{}
 	jobs.Put(j)
 }
@@ -40,11 +48,16 @@ type job struct {
 	dst  []float32
 	m    Matrix
 	x    []float32
+	px   []float32 // x permuted and packed by the implementation
 	n    int
 	impl *Impl
 }
 
 func (j *job) Range(lo, hi int) {
 	pb, sb := j.m.Cols/2, j.m.Cols/GroupSize
+	if a := j.impl.accel; a != nil && j.px != nil {
+		a.mat(j.dst[lo:], j.m.Rows, j.m.Packed[lo*pb:hi*pb], j.m.Scales[lo*sb:hi*sb], hi-lo, j.m.Cols, j.x, j.px, j.n)
+		return
+	}
 	j.impl.Mat(j.dst[lo:], j.m.Rows, j.m.Packed[lo*pb:hi*pb], j.m.Scales[lo*sb:hi*sb], hi-lo, j.m.Cols, j.x, j.n)
 }

@@ -1,8 +1,8 @@
 package tensor
 
 import (
-	"fmt"
-	"sync/atomic"
+	"github.com/k3go/k3/internal/cpu"
+	"github.com/k3go/k3/internal/kernel"
 )
 
 // MatKernel computes rows [0, rows) of a row-major weight block w (cols
@@ -17,65 +17,69 @@ type Impl struct {
 	MatF32  MatKernel
 	// Available reports whether the CPU can run this implementation.
 	Available bool
+
+	// accel, when not nil, runs whole MatMul calls (the SIMD paths need
+	// activations packed once per call).
+	accel accel
+	// vec holds the vector helpers (nil: generic).
+	vec *vecOps
 }
 
-var (
-	impls   = []*Impl{&genericImpl}
-	current atomic.Pointer[Impl]
-)
+// accel is the hook of an assembly implementation.
+type accel interface {
+	// grain returns the rows per parallel chunk.
+	grain(rowBytes, n int) int
+	// packX returns x prepared for an n-token call (nil if not needed) and
+	// the pooled buffer holding it, to be given back with releaseX.
+	packX(x []float32, cols, n int) (px []float32, buf *[]float32)
+	releaseX(buf *[]float32)
+	// mat computes rows [0, rows) of w for n tokens (MatKernel contract),
+	// with px from packX.
+	mat(dst []float32, dstStride int, w []byte, bf16 bool, rows, cols int, x, px []float32, n int)
+}
+
+// ImplStatus describes one compiled-in implementation: whether it can run
+// here and, if not, why (missing CPU features, the purego tag, or a failed
+// start-up self-check against the generic kernels).
+type ImplStatus = kernel.Status
 
 var genericImpl = Impl{Name: "generic", MatBF16: matBF16Generic, MatF32: matF32Generic, Available: true}
 
-func init() { current.Store(best()) }
+var reg = kernel.New("tensor", &genericImpl)
 
-// register adds an implementation; called from init functions of
-// architecture-specific files.
-func register(i *Impl) {
-	impls = append(impls, i)
-	current.Store(best())
-}
-
-// best returns the last registered available implementation (later
-// registrations are faster).
-func best() *Impl {
-	for k := len(impls) - 1; k >= 0; k-- {
-		if impls[k].Available {
-			return impls[k]
-		}
+func init() {
+	for _, i := range archImpls {
+		reg.Add(i.Name, i)
+		i.Available, _ = cpu.Supported(i.Name)
 	}
-	return &genericImpl
+	reg.Init(func(i *Impl) error {
+		err := selfCheck(i)
+		i.Available = err == nil
+		return err
+	})
 }
 
-func active() *Impl { return current.Load() }
+func active() *Impl { return reg.Current() }
 
-// Implementations lists the names of the kernel implementations compiled in,
-// with whether this CPU can run each.
-func Implementations() []string {
-	var s []string
-	for _, i := range impls {
-		if i.Available {
-			s = append(s, i.Name)
-		}
-	}
-	return s
-}
+// Implementations lists the names of the kernel implementations this CPU
+// can run, slowest first ("generic", "avx2", "avx512").
+func Implementations() []string { return reg.Names() }
+
+// ImplementationStatus reports every compiled-in implementation, including
+// those this CPU cannot run, with the reason.
+func ImplementationStatus() []ImplStatus { return reg.All() }
 
 // Implementation returns the name of the selected implementation.
-func Implementation() string { return active().Name }
+//
+// The selection is made once at start-up: the K3_KERNELS environment
+// variable (generic, avx2, avx512) if it names an available implementation,
+// else the fastest one that passed its self-check. GODEBUG=cpu.avx512f=off
+// and similar settings hide CPU features; the purego build tag leaves only
+// generic.
+func Implementation() string { return reg.CurrentName() }
 
 // SetImplementation selects a kernel implementation by name for the whole
 // process and returns a function that restores the previous one. It exists
 // for tests and for k3's kernel override; kernels must not be switched while
 // a forward pass runs.
-func SetImplementation(name string) (restore func(), err error) {
-	for _, i := range impls {
-		if i.Name == name {
-			if !i.Available {
-				return nil, fmt.Errorf("tensor: kernel %q not supported by this CPU", name)
-			}
-			prev := current.Swap(i)
-			return func() { current.Store(prev) }, nil
-		}
-	}
-	return nil, fmt.Errorf("tensor: unknown kernel %q", name)
-}
+func SetImplementation(name string) (restore func(), err error) { return reg.Set(name) }

@@ -30,9 +30,19 @@ func MatMul(r Runner, dst []float32, w Mat, x []float32, n int) {
 		panic(fmt.Sprintf("tensor.MatMul: shape mismatch: %dx%d %s (%d bytes), n=%d, len(dst)=%d, len(x)=%d",
 			w.Rows, w.Cols, w.DType, len(w.Data), n, len(dst), len(x)))
 	}
+	impl := active()
 	j := matJobs.Get().(*matJob)
-	*j = matJob{dst: dst, w: w, x: x, n: n, impl: active()}
-	run(r, w.Rows, RowGrain(w.RowBytes(), n), j)
+	*j = matJob{dst: dst, w: w, x: x, n: n, impl: impl}
+	if a := impl.accel; a != nil {
+		var buf *[]float32
+		j.px, buf = a.packX(x, w.Cols, n)
+		run(r, w.Rows, a.grain(w.RowBytes(), n), j)
+		if buf != nil {
+			a.releaseX(buf)
+		}
+	} else {
+		run(r, w.Rows, RowGrain(w.RowBytes(), n), j)
+	}
 	*j = matJob{}
 	matJobs.Put(j)
 }
@@ -43,6 +53,7 @@ type matJob struct {
 	dst  []float32
 	w    Mat
 	x    []float32
+	px   []float32 // x packed by the implementation, if it needs that
 	n    int
 	impl *Impl
 }
@@ -50,6 +61,10 @@ type matJob struct {
 func (j *matJob) Range(lo, hi int) {
 	rb := j.w.RowBytes()
 	wb := j.w.Data[lo*rb : hi*rb]
+	if a := j.impl.accel; a != nil {
+		a.mat(j.dst[lo:], j.w.Rows, wb, j.w.DType == BF16, hi-lo, j.w.Cols, j.x, j.px, j.n)
+		return
+	}
 	switch j.w.DType {
 	case BF16:
 		j.impl.MatBF16(j.dst[lo:], j.w.Rows, wb, hi-lo, j.w.Cols, j.x, j.n)

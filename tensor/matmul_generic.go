@@ -6,7 +6,7 @@ import (
 )
 
 // The generic kernels are the reference every assembly kernel is tested
-// against. The BF16 kernel accumulates in f32 over 8 lanes (element c goes to lane
+// against. They accumulate in f32 over 8 lanes (element c goes to lane
 // c mod 8), reduce the lanes with the tree ((l0+l4)+(l1+l5))+((l2+l6)+(l3+l7))
 // and add a tail (cols mod 8) one by one. Every product is wrapped in
 // float32(...) so that no Go compiler fuses it into an FMA: the bits are the
@@ -63,30 +63,25 @@ func dotBF16(w []byte, x []float32) float32 {
 	return s
 }
 
-// dotF32 accumulates in float64: f32 × f32 products are exact there, so
-// the only rounding is the final one (plus the f64 additions). F32
-// matrices appear in test checkpoints and fixtures, never in the released
-// model, so this costs nothing where speed matters and keeps F32 results
-// within a few ulps of the reference (which accumulates in f64 too).
 func dotF32(w []byte, x []float32) float32 {
-	var l0, l1, l2, l3, l4, l5, l6, l7 float64
+	var l0, l1, l2, l3, l4, l5, l6, l7 float32
 	n := len(x)
 	c := 0
 	for ; c+8 <= n; c += 8 {
 		xs := x[c : c+8 : c+8]
 		ws := w[4*c : 4*c+32 : 4*c+32]
-		l0 += float64(f32At(ws, 0)) * float64(xs[0])
-		l1 += float64(f32At(ws, 1)) * float64(xs[1])
-		l2 += float64(f32At(ws, 2)) * float64(xs[2])
-		l3 += float64(f32At(ws, 3)) * float64(xs[3])
-		l4 += float64(f32At(ws, 4)) * float64(xs[4])
-		l5 += float64(f32At(ws, 5)) * float64(xs[5])
-		l6 += float64(f32At(ws, 6)) * float64(xs[6])
-		l7 += float64(f32At(ws, 7)) * float64(xs[7])
+		l0 += float32(f32At(ws, 0) * xs[0])
+		l1 += float32(f32At(ws, 1) * xs[1])
+		l2 += float32(f32At(ws, 2) * xs[2])
+		l3 += float32(f32At(ws, 3) * xs[3])
+		l4 += float32(f32At(ws, 4) * xs[4])
+		l5 += float32(f32At(ws, 5) * xs[5])
+		l6 += float32(f32At(ws, 6) * xs[6])
+		l7 += float32(f32At(ws, 7) * xs[7])
 	}
 	s := ((l0 + l4) + (l1 + l5)) + ((l2 + l6) + (l3 + l7))
 	for ; c < n; c++ {
-		s += float64(f32At(w, c)) * float64(x[c])
+		s += float32(f32At(w, c) * x[c])
 	}
-	return float32(s)
+	return s
 }

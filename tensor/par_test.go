@@ -1,0 +1,57 @@
+package tensor_test
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/k3go/k3/internal/kernel/kerneltest"
+	"github.com/k3go/k3/internal/par"
+	"github.com/k3go/k3/tensor"
+)
+
+// grainRunner runs a pool with its own (odd) grain instead of the kernel's.
+type grainRunner struct {
+	p     *par.Pool
+	grain int
+}
+
+func (g grainRunner) Run(n, _ int, job tensor.RangeJob) { g.p.Run(n, g.grain, job) }
+
+// TestThreadInvariance checks that every implementation gives bit-identical
+// results through internal/par with 1, 2, 3 and 8 threads and odd grains.
+func TestThreadInvariance(t *testing.T) {
+	pkg := kerneltest.Package{Name: "tensor", Status: tensor.ImplementationStatus, Set: tensor.SetImplementation, Current: tensor.Implementation}
+	kerneltest.AllImplementations(t, pkg, func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(7, 7))
+		for _, dt := range []tensor.DType{tensor.BF16, tensor.F32} {
+			for _, s := range [][3]int{{211, 333, 1}, {211, 333, 6}, {150, 1040, 66}} {
+				rows, cols, n := s[0], s[1], s[2]
+				w := tensor.Mat{DType: dt, Rows: rows, Cols: cols, Data: make([]byte, rows*cols*dt.Size())}
+				for i := range w.Data {
+					w.Data[i] = byte(rng.Uint32() & 0xBF) // finite values
+				}
+				x := make([]float32, n*cols)
+				for i := range x {
+					x[i] = float32(rng.NormFloat64())
+				}
+				ref := make([]float32, n*rows)
+				tensor.MatMul(nil, ref, w, x, n)
+				for _, threads := range []int{1, 2, 3, 8} {
+					p := par.New(threads)
+					for _, r := range []tensor.Runner{p, grainRunner{p, 1}, grainRunner{p, 3}, grainRunner{p, 7}, grainRunner{p, 13}} {
+						got := make([]float32, n*rows)
+						tensor.MatMul(r, got, w, x, n)
+						for i := range got {
+							if math.Float32bits(got[i]) != math.Float32bits(ref[i]) {
+								t.Fatalf("%s %v threads %d %s: element %d: %v != %v", dt, s, threads, fmt.Sprint(r), i, got[i], ref[i])
+							}
+						}
+					}
+					p.Close()
+				}
+			}
+		}
+	})
+}
