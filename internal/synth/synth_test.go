@@ -190,7 +190,9 @@ func routing(t *testing.T, dir string, seq []int, perToken bool) (*model.Config,
 		t.Fatal(err)
 	}
 	rec := newRecordingExperts(t, cfg, ck)
-	read := func(_ context.Context, e model.Extent, buf []byte) error { return ck.ReadRange(e.File, e.Off, buf[e.BufOff:e.BufOff+e.Size]) }
+	read := func(_ context.Context, e model.Extent, buf []byte) error {
+		return ck.ReadRange(e.File, e.Off, buf[e.BufOff:e.BufOff+e.Size])
+	}
 	chunk := len(seq)
 	if perToken {
 		chunk = 1
