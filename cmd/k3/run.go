@@ -404,7 +404,14 @@ func (o *runOpts) chatLoop(ctx context.Context, m *k3.Model, stdout, stderr io.W
 				if cmd == "/save" {
 					err = c.SaveFile(arg)
 				} else {
-					err = c.LoadFile(arg)
+					// Into a new conversation, so that a failed load
+					// leaves the current one as it was.
+					var nc *k3.Conversation
+					if nc, err = m.NewConversation(o.system); err == nil {
+						if err = nc.LoadFile(arg); err == nil {
+							c = nc
+						}
+					}
 				}
 				if err != nil {
 					if err := fail(err); err != nil {
