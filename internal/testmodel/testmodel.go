@@ -18,7 +18,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"testing"
 
 	"github.com/k3go/k3/internal/synth"
 )
@@ -46,9 +45,17 @@ func Path() (string, error) {
 	return dir, err
 }
 
+// TB is the part of testing.TB that Dir uses. (The package does not
+// import testing, so that the k3 command, which uses Cached, does not
+// link it.)
+type TB interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}
+
 // Dir is Path for tests: it fails the test if the checkpoint cannot be
-// written.
-func Dir(tb testing.TB) string {
+// written. tb is a *testing.T, *testing.B or *testing.F.
+func Dir(tb TB) string {
 	tb.Helper()
 	d, err := Path()
 	if err != nil {
@@ -57,9 +64,10 @@ func Dir(tb testing.TB) string {
 	return d
 }
 
-// Main runs the tests and examples of m, removes the checkpoint written by
-// Path or Dir, and exits with the tests' status. Call it from TestMain.
-func Main(m *testing.M) {
+// Main runs the tests and examples of m (a *testing.M), removes the
+// checkpoint written by Path or Dir, and exits with the tests' status. Call
+// it from TestMain.
+func Main(m interface{ Run() int }) {
 	code := m.Run()
 	if tempDir != "" {
 		os.RemoveAll(tempDir)
