@@ -464,10 +464,13 @@ type prefillBar struct {
 	start time.Time
 }
 
+// prefillBarMin is the shortest prompt that gets a progress line.
+var prefillBarMin = 256
+
 // newPrefillBar returns a bar if w is a terminal and the prompt is long
 // enough for one to help, else nil.
 func newPrefillBar(w io.Writer, total int) *prefillBar {
-	if total < 256 || !isTerminal(w) {
+	if total < prefillBarMin || !isTerminal(w) {
 		return nil
 	}
 	return &prefillBar{w: w, total: total, start: time.Now()}

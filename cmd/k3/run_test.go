@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -197,5 +198,40 @@ func TestRunErrors(t *testing.T) {
 		if code != exitOK && !flagErr && (out != "" || strings.Count(stderr, "\n") != 1) {
 			t.Errorf("%v: stdout %q, stderr %q: want one line of error", c.args, out, stderr)
 		}
+	}
+}
+
+// TestRunLongPrompt: a long prompt on a terminal is fed in chunks with a
+// progress line; the text is the same as fed at once. (/dev/null is a
+// character device, so it passes for a terminal.)
+func TestRunLongPrompt(t *testing.T) {
+	devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		t.Skip(err)
+	}
+	defer devnull.Close()
+	if !isTerminal(devnull) {
+		t.Skip("no character device to stand for a terminal")
+	}
+	dir := testmodel.Dir(t)
+	defer func(n int) { prefillBarMin = n }(prefillBarMin)
+	prefillBarMin = 64 // three chunks of 64 tokens
+	prompt := strings.Repeat("A long prompt about nothing in particular. ", 7)
+	args := []string{"run", "--model", dir, "--prompt", prompt, "--max-tokens", "6", "--temperature", "0.5"}
+	var plain, chunked, errb bytes.Buffer
+	if code := run(args, &plain, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if code := run(args, &chunked, devnull); code != 0 {
+		t.Fatalf("with a terminal: exit %d", code)
+	}
+	if plain.String() != chunked.String() || plain.Len() == 0 {
+		t.Errorf("chunked prefill %q, at once %q", chunked.String(), plain.String())
+	}
+	if n := len(openQuickstart(t).Tokenizer().Encode(prompt)); n < 129 || n > 192 {
+		t.Errorf("the prompt has %d tokens, want three chunks", n)
+	}
+	if bar := newPrefillBar(&errb, 1000); bar != nil {
+		t.Error("a progress bar on a buffer")
 	}
 }
