@@ -305,10 +305,17 @@ func (o *runOpts) reply(ctx context.Context, c *k3.Conversation, user string, st
 	sig := make(chan os.Signal, 2)
 	signal.Notify(sig, os.Interrupt)
 	defer signal.Stop(sig)
+	done := make(chan struct{})
+	defer close(done)
 	go func() {
-		for range sig {
-			if stop.Swap(true) {
-				cancel()
+		for {
+			select {
+			case <-sig:
+				if stop.Swap(true) {
+					cancel()
+				}
+			case <-done:
+				return
 			}
 		}
 	}()
