@@ -298,6 +298,10 @@ func TestCompletions(t *testing.T) {
 	if a != b || (a == o6 && a == o7) {
 		t.Errorf("seed 5: %q and %q; 6: %q; 7: %q", a, b, o6, o7)
 	}
+	// top_p honoured: a nucleus of one token is greedy at any temperature.
+	if text, _, _ := complete(t, ts, "/v1/completions", `{"prompt":"Once upon a time","max_tokens":12,"temperature":1.5,"top_p":0.000001,"seed":3}`); text != want {
+		t.Errorf("top_p 1e-6: %q, want the greedy %q", text, want)
+	}
 	// Default max_tokens is 16.
 	if _, _, c := complete(t, ts, "/v1/completions", `{"prompt":"Hi","temperature":0}`); c.Usage.CompletionTokens > 16 {
 		t.Errorf("default max_tokens: %d tokens", c.Usage.CompletionTokens)
