@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/k3go/k3/model"
 )
@@ -105,6 +106,7 @@ func (s *Session) forward(ctx context.Context, tokens []int, out []float32, all 
 	if err := s.m.e.checkFiles(); err != nil {
 		return err
 	}
+	s.m.log.LogAttrs(ctx, slog.LevelDebug, "k3: forward", slog.Int("position", len(s.tokens)), slog.Int("tokens", len(tokens)))
 	if err := s.s.Forward(ctx, tokens, out, all); err != nil {
 		s.broken = true
 		if errors.Is(err, model.ErrClosed) {

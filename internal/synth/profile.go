@@ -33,6 +33,10 @@ type Profile struct {
 	Config model.Config
 	// Seed selects the weights.
 	Seed uint64
+	// Tokenizer makes Write add the generated tokenizer for the
+	// vocabulary (see GenerateTokenizer), as WriteOptions.GenerateTokenizer
+	// does.
+	Tokenizer bool
 }
 
 // DefaultSeed is the seed of the presets.
@@ -70,15 +74,30 @@ func Medium() Profile {
 	}}
 }
 
-// ByName returns the preset "tiny" or "medium".
+// Quickstart returns the profile of the quick start, the examples and
+// the runnable documentation: Tiny with a 512-token vocabulary and the
+// generated tokenizer (GenerateTokenizer), so that text goes in and out.
+// A checkpoint is about 4 MB. Its weights are random: the text it writes
+// is fluent in nothing.
+func Quickstart() Profile {
+	p := Tiny()
+	p.Name = "quickstart"
+	p.Config.Vocab = 512
+	p.Tokenizer = true
+	return p
+}
+
+// ByName returns the preset "tiny", "medium" or "quickstart".
 func ByName(name string) (Profile, error) {
 	switch name {
 	case "tiny":
 		return Tiny(), nil
 	case "medium":
 		return Medium(), nil
+	case "quickstart":
+		return Quickstart(), nil
 	}
-	return Profile{}, fmt.Errorf("synth: unknown profile %q (want tiny or medium)", name)
+	return Profile{}, fmt.Errorf("synth: unknown profile %q (want tiny, medium or quickstart)", name)
 }
 
 // MLALayers returns the one-based full_attn_layers of an n-layer model laid

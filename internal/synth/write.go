@@ -33,6 +33,10 @@ type WriteOptions struct {
 	// TokenizerDir, if set, names a directory whose tiktoken.model and
 	// tokenizer_config.json are copied into the checkpoint.
 	TokenizerDir string
+	// GenerateTokenizer writes the generated tokenizer for the profile's
+	// vocabulary (see GenerateTokenizer) into the checkpoint; so does
+	// Profile.Tokenizer. It excludes TokenizerDir.
+	GenerateTokenizer bool
 	// Progress, if set, is called after each chunk with the bytes written
 	// so far and the total. Calls never overlap and done never decreases;
 	// they come from the writer's goroutines.
@@ -94,6 +98,17 @@ func Write(ctx context.Context, dir string, p Profile, opts WriteOptions) (Summa
 		return Summary{}, err
 	}
 	var small []smallFile
+	genTok := opts.GenerateTokenizer || p.Tokenizer
+	if genTok && opts.TokenizerDir != "" {
+		return Summary{}, fmt.Errorf("synth: a generated tokenizer and a tokenizer directory (%s) exclude each other", opts.TokenizerDir)
+	}
+	if genTok {
+		model, config, err := GenerateTokenizer(p.Config.Vocab)
+		if err != nil {
+			return Summary{}, err
+		}
+		small = append(small, smallFile{tokenizerFiles[0], model}, smallFile{tokenizerFiles[1], config})
+	}
 	if opts.TokenizerDir != "" {
 		for _, name := range tokenizerFiles {
 			data, err := os.ReadFile(filepath.Join(opts.TokenizerDir, name))

@@ -1,0 +1,491 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/signal"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/k3go/k3"
+	"github.com/k3go/k3/internal/testmodel"
+	"github.com/k3go/k3/tokenizer"
+)
+
+// stdin is the commands' standard input; tests replace it.
+var stdin io.Reader = os.Stdin
+
+const runUsage = `[--model DIR] [--prompt TEXT | --prompt-file F] [--chat] [flags]
+
+Generates text and streams it to stdout as it is produced.
+
+  --prompt or --prompt-file   continue the prompt (raw text: added tokens such
+                              as <|im_user|> in it are recognised unless
+                              --no-special); the generation stops at [EOS]
+                              unless --ignore-eos
+  --chat with a prompt        one chat turn: the prompt is the user's message
+  no prompt, stdin a terminal an interactive chat (also with --chat and stdin
+                              a pipe): each line is a user message; /save FILE,
+                              /load FILE, /reset, /quit; a line starting with
+                              "//" sends the text after the first "/"
+  no prompt, stdin a pipe     the prompt is read from stdin
+
+Chats use the Kimi chat layout and keep the conversation's state between
+turns, so a turn feeds only its own tokens. Ctrl-C stops a reply at the next
+token; a second Ctrl-C abandons it (the conversation restarts).
+
+With no --model, k3 run uses the quickstart checkpoint: a tiny synthetic model
+with random weights (it writes gibberish), written once into the user's cache
+directory. The tokenizer is read from --tokenizer, or else from the checkpoint
+directory.`
+
+// runOpts are the parsed flags of k3 run.
+type runOpts struct {
+	mf                   modelFlags
+	tokenizer            string
+	prompt, promptFile   string
+	chat                 bool
+	system               string
+	noSpecial, ignoreEOS bool
+	stats                bool
+	gen                  k3.GenerateOptions
+}
+
+func runRun(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("run", runUsage, stderr)
+	var o runOpts
+	o.mf.register(fs)
+	fs.StringVar(&o.tokenizer, "tokenizer", "", "`directory` with tiktoken.model and tokenizer_config.json (default: the checkpoint directory)")
+	fs.StringVar(&o.prompt, "prompt", "", "prompt `text`")
+	fs.StringVar(&o.promptFile, "prompt-file", "", "read the prompt from `file` (verbatim)")
+	fs.BoolVar(&o.chat, "chat", false, "chat: one turn with --prompt, else an interactive chat on stdin")
+	fs.StringVar(&o.system, "system", "", "system message of a chat")
+	fs.BoolVar(&o.noSpecial, "no-special", false, "treat added-token strings in the prompt (e.g. <|im_end|>) as plain text")
+	fs.BoolVar(&o.ignoreEOS, "ignore-eos", false, "do not stop a prompt's continuation at [EOS]")
+	fs.BoolVar(&o.stats, "stats", false, "print token counts, speed and engine statistics on stderr")
+	fs.IntVar(&o.gen.MaxTokens, "max-tokens", 256, "most tokens to generate per reply")
+	temperature := fs.Float64("temperature", 0, "sampling temperature (0 = greedy)")
+	fs.IntVar(&o.gen.Sampling.TopK, "top-k", 0, "keep the K most likely tokens (0 = all)")
+	topP := fs.Float64("top-p", 0, "nucleus sampling: keep the most likely tokens up to this probability (0 or 1 = off)")
+	minP := fs.Float64("min-p", 0, "drop tokens less likely than this fraction of the best (0 = off)")
+	repPen := fs.Float64("repetition-penalty", 0, "divide positive logits of tokens already seen by this (> 1 discourages repeats; 0 or 1 = off)")
+	presPen := fs.Float64("presence-penalty", 0, "subtract this from the logits of tokens already seen")
+	freqPen := fs.Float64("frequency-penalty", 0, "subtract this once per occurrence from the logits of tokens already seen")
+	fs.Uint64Var(&o.gen.Sampling.Seed, "seed", 1, "sampling seed (same seed, same text)")
+	fs.Func("stop", "stop when the text contains `STR` (repeatable)", func(s string) error {
+		if s == "" {
+			return errors.New("empty stop string")
+		}
+		o.gen.StopStrings = append(o.gen.StopStrings, s)
+		return nil
+	})
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	s := &o.gen.Sampling
+	s.Temperature, s.TopP, s.MinP = float32(*temperature), float32(*topP), float32(*minP)
+	s.RepetitionPenalty, s.PresencePenalty, s.FrequencyPenalty = float32(*repPen), float32(*presPen), float32(*freqPen)
+	if err := o.check(fs); err != nil {
+		return err
+	}
+
+	promptGiven := o.prompt != "" || o.promptFile != ""
+	prompt := o.prompt
+	if o.promptFile != "" {
+		b, err := os.ReadFile(o.promptFile)
+		if err != nil {
+			return err
+		}
+		prompt = string(b)
+	}
+	interactive := !promptGiven && (o.chat || isTerminal(stdin))
+	if !promptGiven && !interactive {
+		b, err := io.ReadAll(stdin)
+		if err != nil {
+			return fmt.Errorf("reading the prompt from stdin: %w", err)
+		}
+		prompt = string(b)
+	}
+	if !interactive && prompt == "" {
+		return usagef("empty prompt")
+	}
+	if o.system != "" && !o.chat && !interactive {
+		return usagef("--system needs a chat (--chat)")
+	}
+
+	// A long load can be interrupted; replies handle Ctrl-C themselves.
+	ctx, cancel := signalContext()
+	m, err := o.open(ctx, stderr)
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	ctx = context.Background()
+	start := m.Stats()
+	var n tokenCount
+	switch {
+	case interactive:
+		err = o.chatLoop(ctx, m, stdout, stderr, &n)
+	case o.chat:
+		err = o.chatTurn(ctx, m, prompt, stdout, stderr, &n)
+	default:
+		err = o.complete(ctx, m, prompt, stdout, stderr, &n)
+	}
+	if err != nil {
+		return err
+	}
+	if o.stats {
+		n.print(stderr)
+		fmt.Fprintln(stderr, formatStats(m.Stats().Sub(start)))
+	}
+	return nil
+}
+
+// check validates the flags before anything is loaded.
+func (o *runOpts) check(fs *flag.FlagSet) error {
+	s := o.gen.Sampling
+	finite := func(v float32) bool { return !math.IsNaN(float64(v)) && !math.IsInf(float64(v), 0) }
+	switch {
+	case o.prompt != "" && o.promptFile != "":
+		return usagef("give --prompt or --prompt-file, not both")
+	case synthFlagSet(fs, "prompt") && o.prompt == "":
+		return usagef("empty --prompt")
+	case o.gen.MaxTokens <= 0:
+		return usagef("--max-tokens must be positive")
+	case !finite(s.Temperature) || s.Temperature < 0:
+		return usagef("--temperature must be a number >= 0")
+	case s.TopK < 0:
+		return usagef("--top-k must not be negative")
+	case !(s.TopP >= 0 && s.TopP <= 1):
+		return usagef("--top-p must be in [0, 1]")
+	case !(s.MinP >= 0 && s.MinP <= 1):
+		return usagef("--min-p must be in [0, 1]")
+	case !finite(s.RepetitionPenalty) || s.RepetitionPenalty < 0:
+		return usagef("--repetition-penalty must be a number >= 0")
+	case !finite(s.PresencePenalty) || !finite(s.FrequencyPenalty):
+		return usagef("--presence-penalty and --frequency-penalty must be numbers")
+	case o.chat && o.ignoreEOS:
+		return usagef("--ignore-eos applies to a prompt's continuation, not to a chat")
+	}
+	return nil
+}
+
+// open loads the model: --model, or the quickstart checkpoint.
+func (o *runOpts) open(ctx context.Context, stderr io.Writer) (*k3.Model, error) {
+	dir := o.mf.dir
+	if dir == "" {
+		d, err := testmodel.Cached(ctx, stderr)
+		if err != nil {
+			return nil, fmt.Errorf("preparing the quickstart checkpoint (give --model DIR instead): %w", err)
+		}
+		fmt.Fprintf(stderr, "k3 run: no --model: using the quickstart checkpoint, a tiny model with random weights (%s)\n", d)
+		dir = d
+	}
+	budget, err := o.mf.budget.bytes()
+	if err != nil {
+		return nil, err
+	}
+	m, err := k3.OpenContext(ctx, dir, k3.Options{Threads: o.mf.threads, MaxContext: o.mf.maxContext,
+		RAMBudget: budget, TrunkDir: o.mf.trunk, TokenizerDir: o.tokenizer})
+	if err != nil {
+		return nil, err
+	}
+	if m.Tokenizer() == nil {
+		m.Close()
+		return nil, usagef("%s has no tokenizer (%s and %s); give --tokenizer DIR", dir, tokenizer.ModelFile, tokenizer.ConfigFile)
+	}
+	return m, nil
+}
+
+// tokenCount accumulates what --stats reports.
+type tokenCount struct {
+	prompt, generated int
+	elapsed           time.Duration
+}
+
+func (n *tokenCount) print(w io.Writer) {
+	rate := 0.0
+	if n.elapsed > 0 {
+		rate = float64(n.generated) / n.elapsed.Seconds()
+	}
+	fmt.Fprintf(w, "prompt %d tokens, generated %d tokens in %.2f s (%.2f tokens/s)\n", n.prompt, n.generated, n.elapsed.Seconds(), rate)
+}
+
+// complete continues a raw prompt.
+func (o *runOpts) complete(ctx context.Context, m *k3.Model, prompt string, stdout, stderr io.Writer, n *tokenCount) error {
+	ctx, cancel := signal.NotifyContext(ctx, os.Interrupt)
+	defer cancel()
+	tok := m.Tokenizer()
+	ids := tok.AppendEncode(nil, prompt, tokenizer.EncodeOptions{NoAddedTokens: o.noSpecial})
+	if len(ids) == 0 {
+		return usagef("empty prompt")
+	}
+	opts := o.gen
+	if eos, ok := tok.ID("[EOS]"); ok && !o.ignoreEOS {
+		opts.StopTokens = []int{eos}
+	}
+	if maxCtx := o.maxContext(); len(ids)+opts.MaxTokens > maxCtx {
+		if len(ids) >= maxCtx {
+			return usagef("the prompt has %d tokens; a session holds %d (--max-context)", len(ids), maxCtx)
+		}
+		opts.MaxTokens = maxCtx - len(ids)
+	}
+	n.prompt += len(ids)
+	s := m.NewSession()
+	t0 := time.Now()
+	// A long prompt is fed in chunks with a progress line on a terminal;
+	// its last token goes to Generate.
+	if bar := newPrefillBar(stderr, len(ids)); bar != nil {
+		const chunk = 64
+		for i := 0; i < len(ids)-1; i += chunk {
+			if _, err := s.Step(ctx, ids[i:min(i+chunk, len(ids)-1)]); err != nil {
+				bar.done()
+				return err
+			}
+			bar.update(min(i+chunk, len(ids)-1))
+		}
+		bar.done()
+		ids = ids[len(ids)-1:]
+	}
+	w := bufio.NewWriter(stdout)
+	defer w.Flush()
+	for t, err := range s.Generate(ctx, ids, opts) {
+		if err != nil {
+			w.WriteString("\n")
+			w.Flush()
+			if ctx.Err() != nil {
+				return errInterrupted
+			}
+			return err
+		}
+		n.generated++
+		w.WriteString(t.Text)
+		if err := w.Flush(); err != nil {
+			return err
+		}
+	}
+	n.elapsed += time.Since(t0)
+	w.WriteString("\n")
+	return w.Flush()
+}
+
+// maxContext is the capacity of a session.
+func (o *runOpts) maxContext() int {
+	if o.mf.maxContext > 0 {
+		return o.mf.maxContext
+	}
+	return 4096 // k3.Options' default
+}
+
+// chatTurn sends one user message and prints the reply.
+func (o *runOpts) chatTurn(ctx context.Context, m *k3.Model, user string, stdout, stderr io.Writer, n *tokenCount) error {
+	c, err := m.NewConversation(o.system)
+	if err != nil {
+		return usagef("%v", err)
+	}
+	_, err = o.reply(ctx, c, user, stdout, n)
+	return err
+}
+
+// reply streams the reply to user. The first Ctrl-C stops it at the next
+// token, keeping the conversation; a second abandons it, which leaves the
+// conversation unusable (broken reports it).
+func (o *runOpts) reply(ctx context.Context, c *k3.Conversation, user string, stdout io.Writer, n *tokenCount) (broken bool, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var stop atomic.Bool
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, os.Interrupt)
+	defer signal.Stop(sig)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			select {
+			case <-sig:
+				if stop.Swap(true) {
+					cancel()
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	before := c.Session().Len()
+	w := bufio.NewWriter(stdout)
+	defer w.Flush()
+	t0 := time.Now()
+	gen := 0
+	for t, err := range c.Send(ctx, user, o.gen) {
+		if err != nil {
+			w.WriteString("\n")
+			w.Flush()
+			if ctx.Err() != nil {
+				return true, errInterrupted
+			}
+			return false, err
+		}
+		gen++
+		w.WriteString(t.Text)
+		if err := w.Flush(); err != nil {
+			return false, err
+		}
+		if stop.Load() {
+			break
+		}
+	}
+	n.elapsed += time.Since(t0)
+	n.generated += gen
+	n.prompt += c.Session().Len() - before - gen
+	w.WriteString("\n")
+	return false, w.Flush()
+}
+
+var errInterrupted = errors.New("interrupted")
+
+const chatHelp = `commands: /save FILE, /load FILE, /reset, /quit (or Ctrl-D); "//text" sends "/text"`
+
+// chatLoop reads user messages from stdin, one per line. On a terminal,
+// errors are reported and the chat goes on; from a pipe they end it.
+func (o *runOpts) chatLoop(ctx context.Context, m *k3.Model, stdout, stderr io.Writer, n *tokenCount) error {
+	c, err := m.NewConversation(o.system)
+	if err != nil {
+		return usagef("%v", err)
+	}
+	tty := isTerminal(stdin)
+	if tty {
+		fmt.Fprintf(stderr, "chat: type a message and press Enter; %s\n", chatHelp)
+	}
+	fail := func(err error) error {
+		if !tty {
+			return err
+		}
+		fmt.Fprintf(stderr, "error: %v\n", err)
+		return nil
+	}
+	sc := bufio.NewScanner(stdin)
+	sc.Buffer(make([]byte, 64<<10), 64<<20)
+	for {
+		if tty {
+			fmt.Fprint(stderr, "> ")
+		}
+		if !sc.Scan() {
+			if tty {
+				fmt.Fprintln(stderr)
+			}
+			return sc.Err()
+		}
+		line := strings.TrimRight(sc.Text(), "\r")
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		if strings.HasPrefix(line, "/") && !strings.HasPrefix(line, "//") {
+			cmd, arg, _ := strings.Cut(strings.TrimSpace(line), " ")
+			arg = strings.TrimSpace(arg)
+			switch cmd {
+			case "/quit", "/exit":
+				return nil
+			case "/help":
+				fmt.Fprintln(stderr, chatHelp)
+			case "/reset":
+				if c, err = m.NewConversation(o.system); err != nil {
+					return err
+				}
+				fmt.Fprintln(stderr, "conversation reset")
+			case "/save", "/load":
+				if arg == "" {
+					if err := fail(usagef("%s needs a file name", cmd)); err != nil {
+						return err
+					}
+					continue
+				}
+				var err error
+				if cmd == "/save" {
+					err = c.SaveFile(arg)
+				} else {
+					// Into a new conversation, so that a failed load
+					// leaves the current one as it was.
+					var nc *k3.Conversation
+					if nc, err = m.NewConversation(o.system); err == nil {
+						if err = nc.LoadFile(arg); err == nil {
+							c = nc
+						}
+					}
+				}
+				if err != nil {
+					if err := fail(err); err != nil {
+						return err
+					}
+					continue
+				}
+				verb := map[string]string{"/save": "saved", "/load": "loaded"}[cmd]
+				fmt.Fprintf(stderr, "%s %d tokens (%s)\n", verb, c.Session().Len(), arg)
+			default:
+				if err := fail(usagef("unknown command %s (%s)", cmd, chatHelp)); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		if strings.HasPrefix(line, "//") {
+			line = line[1:]
+		}
+		broken, err := o.reply(ctx, c, line, stdout, n)
+		if err != nil {
+			if broken {
+				fmt.Fprintln(stderr, "reply abandoned; the conversation restarts")
+				if c, err = m.NewConversation(o.system); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := fail(err); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// isTerminal reports whether r is a terminal.
+func isTerminal(r any) bool {
+	f, ok := r.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// prefillBar is a one-line progress report on stderr for long prompts.
+type prefillBar struct {
+	w     io.Writer
+	total int
+	start time.Time
+}
+
+// prefillBarMin is the shortest prompt that gets a progress line.
+var prefillBarMin = 256
+
+// newPrefillBar returns a bar if w is a terminal and the prompt is long
+// enough for one to help, else nil.
+func newPrefillBar(w io.Writer, total int) *prefillBar {
+	if total < prefillBarMin || !isTerminal(w) {
+		return nil
+	}
+	return &prefillBar{w: w, total: total, start: time.Now()}
+}
+
+func (b *prefillBar) update(done int) {
+	el := time.Since(b.start).Seconds()
+	fmt.Fprintf(b.w, "\rprefill %d/%d tokens (%.0f%%), %.1f tokens/s   ", done, b.total, 100*float64(done)/float64(b.total), float64(done)/max(el, 1e-9))
+}
+
+func (b *prefillBar) done() { fmt.Fprintf(b.w, "\r%s\r", strings.Repeat(" ", 60)) }

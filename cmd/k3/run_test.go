@@ -1,0 +1,237 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/k3go/k3"
+	"github.com/k3go/k3/internal/synth"
+	"github.com/k3go/k3/internal/testmodel"
+)
+
+// openQuickstart opens the quickstart checkpoint through the library, for
+// the expected outputs.
+func openQuickstart(t *testing.T) *k3.Model {
+	t.Helper()
+	m, err := k3.Open(testmodel.Dir(t), k3.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// TestRunPrompt: a one-shot prompt prints what GenerateText gives, from
+// --prompt, --prompt-file and stdin alike; --stats reports on stderr.
+func TestRunPrompt(t *testing.T) {
+	dir := testmodel.Dir(t)
+	m := openQuickstart(t)
+	const prompt = "Once upon a time, there was a"
+	opts := k3.GenerateOptions{MaxTokens: 12, Sampling: k3.SamplingOptions{Temperature: 0.8, TopK: 50, Seed: 7}}
+	eos, _ := m.Tokenizer().ID("[EOS]")
+	opts.StopTokens = []int{eos}
+	want, err := m.GenerateText(context.Background(), prompt, opts)
+	if err != nil || want == "" {
+		t.Fatalf("GenerateText: %q, %v", want, err)
+	}
+	flags := []string{"--model", dir, "--max-tokens", "12", "--temperature", "0.8", "--top-k", "50", "--seed", "7"}
+	code, out, stderr := runCmd(t, append([]string{"run", "--prompt", prompt, "--stats"}, flags...)...)
+	if code != 0 || out != want+"\n" {
+		t.Fatalf("run --prompt: exit %d, %q, want %q\n%s", code, out, want+"\n", stderr)
+	}
+	if !strings.Contains(stderr, "generated 12 tokens") || !strings.Contains(stderr, "forward") {
+		t.Errorf("--stats: %q", stderr)
+	}
+	f := filepath.Join(t.TempDir(), "prompt.txt")
+	os.WriteFile(f, []byte(prompt), 0o644)
+	if code, out, stderr := runCmd(t, append([]string{"run", "--prompt-file", f}, flags...)...); code != 0 || out != want+"\n" {
+		t.Errorf("run --prompt-file: exit %d, %q (%s)", code, out, stderr)
+	}
+	withStdin(t, prompt)
+	if code, out, stderr := runCmd(t, append([]string{"run"}, flags...)...); code != 0 || out != want+"\n" {
+		t.Errorf("prompt on stdin: exit %d, %q (%s)", code, out, stderr)
+	}
+	// Another seed, another text; a stop string cuts it.
+	if _, out2, _ := runCmd(t, "run", "--model", dir, "--prompt", prompt, "--max-tokens", "12", "--temperature", "0.8", "--seed", "8"); out2 == out {
+		t.Errorf("seeds 7 and 8 gave the same text %q", out)
+	}
+	if len(want) > 6 {
+		stop := want[3:6]
+		code, out, _ := runCmd(t, append([]string{"run", "--prompt", prompt, "--stop", stop}, flags...)...)
+		if cut := want[:strings.Index(want, stop)] + "\n"; code != 0 || out != cut {
+			t.Errorf("--stop %q: %q, want %q", stop, out, cut)
+		}
+	}
+}
+
+// TestRunQuickstart: with no --model, k3 run writes the quickstart
+// checkpoint into the user cache once, says so on stderr, and generates.
+func TestRunQuickstart(t *testing.T) {
+	cache := t.TempDir()
+	t.Setenv("XDG_CACHE_HOME", cache)
+	t.Setenv("HOME", cache)
+	code, out, stderr := runCmd(t, "run", "--prompt", "Hello", "--max-tokens", "5")
+	if code != 0 || strings.TrimSpace(out) == "" {
+		t.Fatalf("exit %d, %q\n%s", code, out, stderr)
+	}
+	if !strings.Contains(stderr, "writing the quickstart checkpoint") || !strings.Contains(stderr, cache) {
+		t.Errorf("first run, stderr: %q", stderr)
+	}
+	code, out2, stderr := runCmd(t, "run", "--prompt", "Hello", "--max-tokens", "5")
+	if code != 0 || out2 != out || strings.Contains(stderr, "writing") || !strings.Contains(stderr, "quickstart") {
+		t.Errorf("second run: exit %d, %q, stderr %q", code, out2, stderr)
+	}
+}
+
+// TestRunChat drives the chat through a stdin pipe: two turns, /save, a
+// third turn, /load (back to the saved state, so the same reply again),
+// /reset, and a one-turn --chat --prompt; every reply is what a
+// Conversation gives.
+func TestRunChat(t *testing.T) {
+	dir := testmodel.Dir(t)
+	m := openQuickstart(t)
+	ctx := context.Background()
+	const system = "You are terse."
+	opts := k3.GenerateOptions{MaxTokens: 10}
+	send := func(c *k3.Conversation, user string) string {
+		var b strings.Builder
+		for tok, err := range c.Send(ctx, user, opts) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.WriteString(tok.Text)
+		}
+		return b.String()
+	}
+	c, err := m.NewConversation(system)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1 := send(c, "Hello there.")
+	r2 := send(c, "What is the capital of France?")
+	r3 := send(c, "And of Italy?")
+	fresh, _ := m.NewConversation(system)
+	r0 := send(fresh, "And of Italy?")
+
+	state := filepath.Join(t.TempDir(), "chat.state")
+	withStdin(t, "Hello there.\n\nWhat is the capital of France?\n/save "+state+"\nAnd of Italy?\n/load "+state+"\nAnd of Italy?\n/reset\nAnd of Italy?\n/quit\nnever sent\n")
+	code, out, stderr := runCmd(t, "run", "--model", dir, "--chat", "--system", system, "--max-tokens", "10")
+	want := r1 + "\n" + r2 + "\n" + r3 + "\n" + r3 + "\n" + r0 + "\n"
+	if code != 0 || out != want {
+		t.Fatalf("chat: exit %d\n got %q\nwant %q\nstderr: %s", code, out, want, stderr)
+	}
+	if !strings.Contains(stderr, "saved") || !strings.Contains(stderr, "loaded") || !strings.Contains(stderr, "reset") {
+		t.Errorf("stderr: %q", stderr)
+	}
+	if st, err := os.Stat(state); err != nil || st.Size() == 0 {
+		t.Errorf("state file: %v", err)
+	}
+	// One turn from --prompt; "//" escapes a leading slash.
+	one, _ := m.NewConversation("")
+	want1 := send(one, "/hello") + "\n"
+	if code, out, stderr := runCmd(t, "run", "--model", dir, "--chat", "--prompt", "/hello", "--max-tokens", "10"); code != 0 || out != want1 {
+		t.Errorf("--chat --prompt: exit %d, %q, want %q (%s)", code, out, want1, stderr)
+	}
+	withStdin(t, "//hello\n")
+	if code, out, _ := runCmd(t, "run", "--model", dir, "--chat", "--max-tokens", "10"); code != 0 || out != want1 {
+		t.Errorf("//hello: exit %d, %q, want %q", code, out, want1)
+	}
+	// From a pipe, a failing command ends the chat with its exit code.
+	withStdin(t, "/load "+filepath.Join(t.TempDir(), "absent")+"\nhello\n")
+	if code, out, _ := runCmd(t, "run", "--model", dir, "--chat"); code != exitIO || out != "" {
+		t.Errorf("/load of a missing file: exit %d, %q", code, out)
+	}
+	withStdin(t, "/frobnicate\n")
+	if code, _, _ := runCmd(t, "run", "--model", dir, "--chat"); code != exitUsage {
+		t.Errorf("unknown command: exit %d", code)
+	}
+}
+
+func TestRunErrors(t *testing.T) {
+	dir := testmodel.Dir(t)
+	noTok := filepath.Join(t.TempDir(), "tiny")
+	if _, err := synth.Write(context.Background(), noTok, synth.Tiny(), synth.WriteOptions{Buffered: true}); err != nil {
+		t.Fatal(err)
+	}
+	withStdin(t, "")
+	for _, c := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"--bogus"}, exitUsage},
+		{[]string{"extra"}, exitUsage},
+		{[]string{"--prompt", "a", "--prompt-file", "f"}, exitUsage},
+		{[]string{"--prompt", ""}, exitUsage},
+		{[]string{"--prompt", "a", "--max-tokens", "0"}, exitUsage},
+		{[]string{"--prompt", "a", "--temperature", "-1"}, exitUsage},
+		{[]string{"--prompt", "a", "--temperature", "NaN"}, exitUsage},
+		{[]string{"--prompt", "a", "--top-p", "1.5"}, exitUsage},
+		{[]string{"--prompt", "a", "--min-p", "-0.1"}, exitUsage},
+		{[]string{"--prompt", "a", "--top-k", "-1"}, exitUsage},
+		{[]string{"--prompt", "a", "--stop", ""}, exitUsage},
+		{[]string{"--prompt", "a", "--system", "s"}, exitUsage},
+		{[]string{"--chat", "--ignore-eos"}, exitUsage},
+		{[]string{"--prompt", "a", "--budget", "lots"}, exitUsage},
+		{[]string{}, exitUsage},                                                  // empty prompt on stdin
+		{[]string{"--prompt", "one two three", "--max-context", "2"}, exitUsage}, // prompt longer than the context
+		{[]string{"--prompt-file", filepath.Join(noTok, "absent")}, exitIO},
+		{[]string{"--model", noTok, "--prompt", "a"}, exitUsage}, // no tokenizer
+		{[]string{"--model", t.TempDir(), "--prompt", "a"}, exitCheckpoint},
+		{[]string{"--help"}, exitOK},
+	} {
+		args := append([]string{"run"}, c.args...)
+		if !strings.Contains(strings.Join(c.args, " "), "--model") {
+			args = append(args, "--model", dir)
+		}
+		code, out, stderr := runCmd(t, args...)
+		if code != c.code {
+			t.Errorf("%v: exit %d, want %d (%s)", c.args, code, c.code, stderr)
+		}
+		// Flag syntax errors come with the usage (the flag package's way);
+		// every other error is one line.
+		flagErr := len(c.args) > 0 && (c.args[0] == "--bogus" || slices.Contains(c.args, "--stop"))
+		if code != exitOK && !flagErr && (out != "" || strings.Count(stderr, "\n") != 1) {
+			t.Errorf("%v: stdout %q, stderr %q: want one line of error", c.args, out, stderr)
+		}
+	}
+}
+
+// TestRunLongPrompt: a long prompt on a terminal is fed in chunks with a
+// progress line; the text is the same as fed at once. (/dev/null is a
+// character device, so it passes for a terminal.)
+func TestRunLongPrompt(t *testing.T) {
+	devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		t.Skip(err)
+	}
+	defer devnull.Close()
+	if !isTerminal(devnull) {
+		t.Skip("no character device to stand for a terminal")
+	}
+	dir := testmodel.Dir(t)
+	defer func(n int) { prefillBarMin = n }(prefillBarMin)
+	prefillBarMin = 64 // three chunks of 64 tokens
+	prompt := strings.Repeat("A long prompt about nothing in particular. ", 7)
+	args := []string{"run", "--model", dir, "--prompt", prompt, "--max-tokens", "6", "--temperature", "0.5"}
+	var plain, chunked, errb bytes.Buffer
+	if code := run(args, &plain, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if code := run(args, &chunked, devnull); code != 0 {
+		t.Fatalf("with a terminal: exit %d", code)
+	}
+	if plain.String() != chunked.String() || plain.Len() == 0 {
+		t.Errorf("chunked prefill %q, at once %q", chunked.String(), plain.String())
+	}
+	if n := len(openQuickstart(t).Tokenizer().Encode(prompt)); n < 129 || n > 192 {
+		t.Errorf("the prompt has %d tokens, want three chunks", n)
+	}
+	if bar := newPrefillBar(&errb, 1000); bar != nil {
+		t.Error("a progress bar on a buffer")
+	}
+}

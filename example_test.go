@@ -1,0 +1,184 @@
+package k3_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"strings"
+
+	"github.com/k3go/k3"
+	"github.com/k3go/k3/internal/testmodel"
+)
+
+// checkpoint returns the directory of the examples' model: the quickstart
+// checkpoint, a tiny synthetic Kimi K3 (13 layers, 8 experts, a 512-token
+// vocabulary with its tokenizer) whose weights are random, so its text is
+// gibberish. Use your model's directory instead, e.g. "/models/kimi-k3".
+func checkpoint() string {
+	dir, err := testmodel.Path()
+	if err != nil {
+		log.Fatal(err)
+	}
+	return dir
+}
+
+func ExampleOpen() {
+	m, err := k3.Open(checkpoint(), k3.Options{
+		MaxContext: 1024, // positions per session
+		// RAMBudget: 8e9 would stream weights from disk within 8 GB.
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer m.Close()
+
+	cfg := m.Config()
+	fmt.Println("layers:", cfg.Layers, "experts:", cfg.Experts, "vocabulary:", cfg.Vocab)
+	fmt.Println("tokenizer:", m.Tokenizer() != nil)
+
+	// Errors wrap sentinels.
+	_, err = k3.Open("/nonexistent", k3.Options{})
+	fmt.Println(errors.Is(err, k3.ErrBadConfig))
+	// Output:
+	// layers: 13 experts: 8 vocabulary: 512
+	// tokenizer: true
+	// true
+}
+
+func ExampleModel_Generate() {
+	m, err := k3.Open(checkpoint(), k3.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer m.Close()
+	ctx := context.Background()
+
+	prompt := m.Tokenizer().Encode("Once upon a time")
+	// Greedy decoding (the zero SamplingOptions), at most 6 tokens. Each
+	// token comes as soon as it is generated; break stops the generation.
+	for tok, err := range m.Generate(ctx, prompt, k3.GenerateOptions{MaxTokens: 6}) {
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("%d %d %q\n", tok.Index, tok.ID, tok.Text)
+	}
+	// Output:
+	// 0 255 "\xff"
+	// 1 184 "\xb8"
+	// 2 187 "\xbb"
+	// 3 75 "K"
+	// 4 236 ""
+	// 5 296 "\xec e"
+}
+
+func ExampleModel_GenerateText() {
+	m, err := k3.Open(checkpoint(), k3.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer m.Close()
+	ctx := context.Background()
+
+	// Sampling with a seed is reproducible: the same seed, the same text.
+	opts := k3.GenerateOptions{
+		MaxTokens: 12,
+		Sampling:  k3.SamplingOptions{Temperature: 0.8, TopP: 0.95, Seed: 42},
+	}
+	a, err := m.GenerateText(ctx, "The weather today is", opts)
+	if err != nil {
+		log.Fatal(err)
+	}
+	b, _ := m.GenerateText(ctx, "The weather today is", opts)
+	// (The text itself is noise: the quickstart model's weights are random.)
+	fmt.Println(a == b, a != "")
+	// Output:
+	// true true
+}
+
+func ExampleSession_Step() {
+	m, err := k3.Open(checkpoint(), k3.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer m.Close()
+	ctx := context.Background()
+
+	// A session is one sequence; Step feeds tokens and returns the logits
+	// of the last position.
+	s := m.NewSession()
+	next := m.Tokenizer().Encode("Hello")
+	for range 4 {
+		logits, err := s.Step(ctx, next)
+		if err != nil {
+			log.Fatal(err)
+		}
+		best := 0
+		for id, v := range logits {
+			if v > logits[best] {
+				best = id
+			}
+		}
+		fmt.Printf("after %d tokens: argmax %d of %d logits\n", s.Len(), best, len(logits))
+		next = []int{best}
+	}
+	// Output:
+	// after 4 tokens: argmax 1 of 512 logits
+	// after 5 tokens: argmax 351 of 512 logits
+	// after 6 tokens: argmax 330 of 512 logits
+	// after 7 tokens: argmax 252 of 512 logits
+}
+
+func ExampleModel_NewConversation() {
+	m, err := k3.Open(checkpoint(), k3.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer m.Close()
+	ctx := context.Background()
+
+	// A Conversation keeps its state between turns: turn two feeds only
+	// its own tokens.
+	c, err := m.NewConversation("You are a helpful assistant.")
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, user := range []string{"Hello!", "What is the capital of France?"} {
+		var reply strings.Builder
+		for tok, err := range c.Send(ctx, user, k3.GenerateOptions{MaxTokens: 8}) {
+			if err != nil {
+				log.Fatal(err)
+			}
+			reply.WriteString(tok.Text)
+		}
+		fmt.Printf("%q\n", reply.String())
+	}
+	fmt.Println(c.Session().Len(), "tokens in the conversation")
+	// Output:
+	// "\xc9\xcc me\xbd\xd7text\x98elf"
+	// "\x99 amKrint\xbcamnoht"
+	// 88 tokens in the conversation
+}
+
+func ExampleModel_Tokenizer() {
+	m, err := k3.Open(checkpoint(), k3.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer m.Close()
+
+	tok := m.Tokenizer()
+	ids := tok.Encode("Hello, world!<|im_end|>")
+	fmt.Println(ids)
+	text, err := tok.Decode(ids)
+	fmt.Printf("%q %v\n", text, err)
+	// Untrusted text: EncodeOrdinary never produces control tokens.
+	fmt.Println(len(tok.EncodeOrdinary("<|im_end|>")))
+	end, _ := tok.ID("<|im_end|>")
+	fmt.Println(end, tok.VocabSize())
+	// Output:
+	// [72 312 108 111 44 400 327 33 506]
+	// "Hello, world!<|im_end|>" <nil>
+	// 7
+	// 506 512
+}
