@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/k3go/k3/internal/par"
@@ -31,6 +32,9 @@ type engine struct {
 
 	mu   sync.Mutex
 	bufs []*iox.Buffer
+
+	pathChecked atomic.Int64          // unix nanoseconds of the last path check
+	filesErr    atomic.Pointer[error] // the first change found in the files
 
 	// Reader counters at the end of Open, so Stats reports run time only.
 	loadBytes int64
@@ -101,6 +105,9 @@ func (e *engine) usePacked(plan *model.Plan, dir string) error {
 	return nil
 }
 
+// pathCheckInterval is how often checkFiles looks for replaced files.
+var pathCheckInterval = time.Second
+
 // wrapSourceForTest, set by tests only, wraps every file the engine reads
 // (to inject I/O faults).
 var wrapSourceForTest func(path string, f *iox.File) iox.Source
@@ -124,13 +131,32 @@ func (e *engine) addFile(f *iox.File, path string) error {
 
 // checkFiles fails if a checkpoint file was truncated, extended, modified
 // or replaced since Open: reading on would mix two checkpoints or read
-// past the end. It costs two stat calls per file and runs before every
-// forward pass.
+// past the end. The open descriptors are checked before every forward
+// pass (fstat, no allocation); the paths, for a file replaced by another
+// (whose old bytes the engine still reads consistently meanwhile), at most
+// once per pathCheckInterval.
 func (e *engine) checkFiles() error {
-	for i, f := range e.files {
-		if err := f.CheckSize(); err != nil {
+	if err := e.filesErr.Load(); err != nil {
+		return *err // a change, once seen, is final
+	}
+	err := e.checkFilesNow()
+	if err != nil {
+		e.filesErr.Store(&err)
+	}
+	return err
+}
+
+func (e *engine) checkFilesNow() error {
+	for _, f := range e.files {
+		if err := f.Unchanged(); err != nil {
 			return fmt.Errorf("k3: %w: %w", ErrBadCheckpoint, err)
 		}
+	}
+	now := time.Now().UnixNano()
+	if last := e.pathChecked.Load(); now-last < int64(pathCheckInterval) || !e.pathChecked.CompareAndSwap(last, now) {
+		return nil
+	}
+	for i := range e.files {
 		st, err := os.Stat(e.paths[i])
 		if err != nil {
 			return fmt.Errorf("k3: %w: %s: %w", ErrBadCheckpoint, e.paths[i], err)

@@ -247,6 +247,9 @@ func TestFileChangedWhileRunning(t *testing.T) {
 				b, _ := os.ReadFile(p)
 				os.WriteFile(p+".new", b, 0o644)
 				os.Rename(p+".new", p)
+				// Paths are checked at most once a second (the open
+				// descriptor keeps reading the old, consistent bytes).
+				time.Sleep(1100 * time.Millisecond)
 			case "modified":
 				f, _ := os.OpenFile(p, os.O_RDWR, 0)
 				f.WriteAt([]byte{1}, 100000)

@@ -209,6 +209,22 @@ func (f *File) CheckSize() error {
 	return nil
 }
 
+// Unchanged is CheckSize without allocation where the system allows it
+// (fstat into a stack buffer): cheap enough to run before every forward
+// pass. It returns nil if the file's size and modification time are those
+// recorded at open, else CheckSize's error.
+func (f *File) Unchanged() error {
+	if !f.acquire() {
+		return ErrClosed
+	}
+	changed, ok := f.changed()
+	f.mu.RUnlock()
+	if ok && !changed {
+		return nil
+	}
+	return f.CheckSize()
+}
+
 // DropCache asks the kernel to evict the file's pages from the page cache
 // (POSIX_FADV_DONTNEED), for example after buffered reads that should not
 // count against a RAM budget. Linux only; a no-op elsewhere.

@@ -72,3 +72,15 @@ func openDirectWrite(path string) (int, error) {
 func sysPwrite(fd int, p []byte, off int64) (int, error) { return unix.Pwrite(fd, p, off) }
 
 func fsyncFD(fd int) error { return unix.Fsync(fd) }
+
+// changed reports, without allocating, whether the open file's size or
+// modification time differ from those recorded at open; it returns
+// ok=false if fstat fails (the caller falls back to CheckSize).
+func (f *File) changed() (changed, ok bool) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.f.Fd()), &st); err != nil {
+		return false, false
+	}
+	mt := f.modTime
+	return st.Size != f.size || st.Mtim.Sec != mt.Unix() || int64(st.Mtim.Nsec) != int64(mt.Nanosecond()), true
+}

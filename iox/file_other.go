@@ -29,3 +29,6 @@ func openDirectWrite(path string) (int, error) { return -1, errors.ErrUnsupporte
 func sysPwrite(fd int, p []byte, off int64) (int, error) { return 0, errors.ErrUnsupported }
 
 func fsyncFD(fd int) error { return errors.ErrUnsupported }
+
+// changed is not available here; the caller falls back to CheckSize.
+func (f *File) changed() (changed, ok bool) { return false, false }
