@@ -139,12 +139,16 @@ func (e *engine) checkFiles() error {
 	if err := e.filesErr.Load(); err != nil {
 		return *err // a change, once seen, is final
 	}
-	err := e.checkFilesNow()
-	if err != nil {
-		e.filesErr.Store(&err)
+	if err := e.checkFilesNow(); err != nil {
+		e.failFiles(err)
+		return err
 	}
-	return err
+	return nil
 }
+
+// failFiles records the first change found (a separate function, so that
+// only a failing check moves its error to the heap).
+func (e *engine) failFiles(err error) { e.filesErr.CompareAndSwap(nil, &err) }
 
 func (e *engine) checkFilesNow() error {
 	for _, f := range e.files {
