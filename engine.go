@@ -74,9 +74,9 @@ func newEngine(ctx context.Context, ck *iox.Checkpoint, plan *model.Plan, opts O
 	}
 	log.Info("k3: memory plan", "plan", e.mem.String())
 	e.pool = par.New(opts.Threads)
-	mo := model.Options{Chunk: opts.PrefillChunk, Pool: e.pool}
+	mo := model.Options{Chunk: opts.PrefillChunk, Pool: e.pool, Alloc: e.alloc}
 	if opts.RAMBudget > 0 {
-		mo.Memory, mo.Alloc = e.mem, e.alloc
+		mo.Memory = e.mem
 	}
 	if e.m, err = model.Load(ctx, plan, e.read, mo); err != nil {
 		return nil, fmt.Errorf("k3: loading %s: %w", ck.Dir, checkpointErr(err))

@@ -126,11 +126,11 @@ func Load(ctx context.Context, p *Plan, read ReadFunc, opts Options) (*Model, er
 	if m.lmHead, err = readMat(ctx, p, read, p.lmHead.Name); err != nil {
 		return nil, err
 	}
+	alloc := opts.Alloc
+	if alloc == nil {
+		alloc = func(n int64) ([]byte, error) { return make([]byte, n), nil }
+	}
 	if m.layers == nil && opts.Memory != nil {
-		alloc := opts.Alloc
-		if alloc == nil {
-			alloc = func(n int64) ([]byte, error) { return make([]byte, n), nil }
-		}
 		t, err := NewTrunk(ctx, p, opts.Memory, read, alloc)
 		if err != nil {
 			return nil, err
@@ -138,15 +138,11 @@ func Load(ctx context.Context, p *Plan, read ReadFunc, opts Options) (*Model, er
 		m.layers = t
 	}
 	if m.layers == nil {
-		if m.layers, err = loadResidentLayers(ctx, p, read); err != nil {
+		if m.layers, err = loadResidentLayers(ctx, p, read, alloc); err != nil {
 			return nil, err
 		}
 	}
 	if m.experts == nil && opts.Memory != nil {
-		alloc := opts.Alloc
-		if alloc == nil {
-			alloc = func(n int64) ([]byte, error) { return make([]byte, n), nil }
-		}
 		slots := opts.Memory.CacheSlots
 		arena, err := alloc(int64(slots) * opts.Memory.CacheSlotBytes)
 		if err != nil {
@@ -159,7 +155,7 @@ func Load(ctx context.Context, p *Plan, read ReadFunc, opts Options) (*Model, er
 		m.experts = se
 	}
 	if m.experts == nil {
-		if m.experts, err = loadResidentExperts(ctx, p, read); err != nil {
+		if m.experts, err = loadResidentExperts(ctx, p, read, alloc); err != nil {
 			return nil, err
 		}
 	}

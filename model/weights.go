@@ -52,11 +52,14 @@ type residentLayers struct {
 
 // loadResidentLayers reads every part into its own buffer and binds the
 // matrices.
-func loadResidentLayers(ctx context.Context, p *Plan, read ReadFunc) (*residentLayers, error) {
+func loadResidentLayers(ctx context.Context, p *Plan, read ReadFunc, alloc Alloc) (*residentLayers, error) {
 	r := &residentLayers{mats: make([]LayerMats, p.Cfg.Layers), bufs: make([][]byte, len(p.parts))}
 	for u := range p.parts {
 		pp := &p.parts[u]
-		buf := make([]byte, pp.bytes)
+		buf, err := alloc(pp.bytes)
+		if err != nil {
+			return nil, fmt.Errorf("layer %d %s: %w", pp.layer, pp.part, err)
+		}
 		for _, e := range pp.extents {
 			if err := read(ctx, e, buf); err != nil {
 				return nil, fmt.Errorf("layer %d %s: %w", pp.layer, pp.part, err)
@@ -78,7 +81,7 @@ type residentExperts struct {
 	experts [][]Expert
 }
 
-func loadResidentExperts(ctx context.Context, p *Plan, read ReadFunc) (*residentExperts, error) {
+func loadResidentExperts(ctx context.Context, p *Plan, read ReadFunc, alloc Alloc) (*residentExperts, error) {
 	ep := &p.experts
 	r := &residentExperts{experts: make([][]Expert, len(ep.locs))}
 	for l, locs := range ep.locs {
@@ -86,12 +89,18 @@ func loadResidentExperts(ctx context.Context, p *Plan, read ReadFunc) (*resident
 			continue
 		}
 		r.experts[l] = make([]Expert, len(locs))
+		// One arena per layer, in slots of the plan's expert slot size.
+		arena, err := alloc(int64(len(locs)) * ep.slot)
+		if err != nil {
+			return nil, fmt.Errorf("layer %d experts: %w", l, err)
+		}
 		for e, loc := range locs {
+			slot := arena[int64(e)*ep.slot : int64(e+1)*ep.slot]
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
 			if loc.irr != nil {
-				buf := make([]byte, loc.irr.bytes)
+				buf := slot[:loc.irr.bytes]
 				for _, x := range loc.irr.extents {
 					if err := read(ctx, x, buf); err != nil {
 						return nil, fmt.Errorf("layer %d expert %d: %w", l, e, err)
@@ -101,7 +110,7 @@ func loadResidentExperts(ctx context.Context, p *Plan, read ReadFunc) (*resident
 				continue
 			}
 			x, n := singleExtent(loc.File, loc.Off, loc.Size)
-			buf := make([]byte, n)
+			buf := slot[:n]
 			if err := read(ctx, x, buf); err != nil {
 				return nil, fmt.Errorf("layer %d expert %d: %w", l, e, err)
 			}
