@@ -3,9 +3,11 @@ package k3
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/k3go/k3/internal/fixtures"
 	"github.com/k3go/k3/iox"
@@ -72,5 +74,52 @@ func TestInjectedReadFaults(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestHungReadCancelled hangs every streamed read: a step whose context is
+// cancelled returns promptly with the context's error (the buffer of the
+// hung read stays reserved until the read ends), and once the disk answers
+// again Close returns and the model's goroutines are gone.
+func TestHungReadCancelled(t *testing.T) {
+	dir := fixtures.Path(t, "oracle/tiny-mxfp4")
+	var faulty *ioxtest.FaultySource
+	wrapSourceForTest = func(path string, f *iox.File) iox.Source {
+		faulty = ioxtest.NewFaultySource(f)
+		return faulty
+	}
+	defer func() { wrapSourceForTest = nil }()
+	before := runtime.NumGoroutine()
+	m, err := Open(dir, Options{RAMBudget: 56e6, MaxContext: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	faulty.Add(ioxtest.Fault{Kind: ioxtest.Hang, Off: 0, End: 1 << 40})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := m.NewSession().Step(ctx, []int{1, 2, 3})
+		done <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("got %v, want context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the step did not return after its context was cancelled")
+	}
+	faulty.Release()
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		t.Fatalf("%d goroutines after Close, %d before Open", n, before)
 	}
 }
