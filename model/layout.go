@@ -3,7 +3,6 @@ package model
 import (
 	"errors"
 	"fmt"
-	"sort"
 
 	"github.com/k3go/k3/iox"
 	"github.com/k3go/k3/quant"
@@ -24,71 +23,18 @@ func layerPrefix(l int) string { return fmt.Sprintf("%slayers.%d.", modelPrefix,
 
 // Align is the alignment of direct-I/O reads: every read window starts and
 // ends on a multiple of it, and every buffer region starts on one.
-const Align = 4096
+const Align = iox.Align
 
-// Extent is one contiguous byte range of a stored file that is read with a
-// single request. In a buffer, the range's bytes start at BufOff; the read
-// window [Off &^ (Align-1), roundup(Off+Size, Align)) lands at Region, so
-// BufOff = Region + Off%Align.
-type Extent struct {
-	File   int // shard index
-	Off    int64
-	Size   int64
-	Region int64
-	BufOff int64
-}
+// Extent and ReadFunc are the I/O layer's: a byte range of a file and
+// where it lands in a buffer, and a function that reads one.
+type (
+	Extent   = iox.Extent
+	ReadFunc = iox.ReadFunc
+)
 
-// Window returns the aligned file range that covers the extent.
-func (e Extent) Window() (off, size int64) {
-	start := e.Off &^ (Align - 1)
-	end := (e.Off + e.Size + Align - 1) &^ (Align - 1)
-	return start, end - start
-}
-
-// planExtents groups tensor locations into extents (merging neighbours that
-// are adjacent, or separated by at most maxGap bytes, in the same file) and
-// assigns each an aligned buffer region. It returns the buffer offset of
-// every input location and the total buffer size.
-func planExtents(locs []iox.Entry, maxGap int64) (exts []Extent, bufOff []int64, total int64) {
-	order := make([]int, len(locs))
-	for i := range order {
-		order[i] = i
-	}
-	sort.Slice(order, func(a, b int) bool {
-		x, y := locs[order[a]], locs[order[b]]
-		if x.Shard != y.Shard {
-			return x.Shard < y.Shard
-		}
-		return x.Offset < y.Offset
-	})
-	bufOff = make([]int64, len(locs))
-	owner := make([]int, len(locs))
-	for _, i := range order {
-		l := locs[i]
-		if n := len(exts); n > 0 {
-			last := &exts[n-1]
-			if last.File == l.Shard && l.Offset >= last.Off && l.Offset <= last.Off+last.Size+maxGap {
-				if end := l.Offset + l.Size; end > last.Off+last.Size {
-					last.Size = end - last.Off
-				}
-				owner[i] = n - 1
-				continue
-			}
-		}
-		exts = append(exts, Extent{File: l.Shard, Off: l.Offset, Size: l.Size})
-		owner[i] = len(exts) - 1
-	}
-	for k := range exts {
-		_, wsize := exts[k].Window()
-		exts[k].Region = total
-		exts[k].BufOff = total + exts[k].Off%Align
-		total += wsize
-	}
-	for i, l := range locs {
-		e := exts[owner[i]]
-		bufOff[i] = e.BufOff + (l.Offset - e.Off)
-	}
-	return exts, bufOff, total
+// planExtents lays out tensor locations in one buffer; see iox.PlanExtents.
+func planExtents(locs []iox.Entry, maxGap int64) ([]Extent, []int64, int64) {
+	return iox.PlanExtents(locs, maxGap)
 }
 
 // matSpec says where one matrix of a layer lives inside the layer's buffer.

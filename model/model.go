@@ -90,17 +90,9 @@ func (m *Model) Stats() Stats {
 	return s
 }
 
-// ReadFunc reads one extent into buf, a buffer laid out by the plan: the
-// extent's bytes must land at buf[e.BufOff : e.BufOff+e.Size]. A direct-I/O
-// reader may fill the whole aligned window buf[e.Region : e.Region+w].
-type ReadFunc func(ctx context.Context, e Extent, buf []byte) error
-
-// singleExtent lays out one file range alone in a buffer: the extent and
-// the buffer size its aligned window needs.
+// singleExtent lays out one file range alone in a buffer.
 func singleExtent(file int, off, size int64) (Extent, int64) {
-	e := Extent{File: file, Off: off, Size: size, Region: 0, BufOff: off % Align}
-	_, w := e.Window()
-	return e, w
+	return iox.SingleExtent(file, off, size)
 }
 
 // Load builds a Model from a checked plan. Weights come from opts.Layers
