@@ -3,6 +3,7 @@ package model
 import (
 	"errors"
 	"fmt"
+	"github.com/k3go/k3/iox"
 	"sort"
 	"strings"
 )
@@ -124,17 +125,14 @@ func (p *Plan) PlanMemory(req BudgetRequest) (*MemoryPlan, error) {
 	mp.KV = s * perPos * int64(req.MaxContext)
 	mp.Scratch = s * scratchBytes(c, min(req.Chunk, max(req.MaxContext, 1)), req.MaxContext)
 	mp.Overhead = runtimeOverhead + int64(p.Ckpt.Len())*perTensorOverhead
-	mp.CacheSlotBytes = (p.experts.slot + Align - 1) &^ (Align - 1)
+	mp.CacheSlotBytes = iox.AlignUp(p.experts.SlotBytes())
 	minCache := int64(c.TopK+1) * mp.CacheSlotBytes
 
 	var trunk int64
 	for u := range p.parts {
 		trunk += p.parts[u].bytes
 	}
-	totalExperts := int64(0)
-	for l := range p.experts.locs {
-		totalExperts += int64(len(p.experts.locs[l]))
-	}
+	totalExperts := p.experts.Count()
 	if req.Budget == 0 {
 		// Unlimited: everything resident.
 		mp.EmbedResident = true
@@ -271,7 +269,7 @@ type Sizes struct {
 
 // Sizes returns the plan's weight sizes.
 func (p *Plan) Sizes() Sizes {
-	s := Sizes{LMHead: p.lmHead.Size, Embed: p.embed.Size, ExpertBytes: p.experts.runBytes}
+	s := Sizes{LMHead: p.lmHead.Size, Embed: p.embed.Size, ExpertBytes: p.experts.ExpertBytes(), Experts: p.experts.Count()}
 	for u := range p.parts {
 		s.TrunkPayload += p.parts[u].payload
 		s.TrunkBuffers += p.parts[u].bytes
@@ -283,9 +281,8 @@ func (p *Plan) Sizes() Sizes {
 	c := p.Cfg
 	s.ExpertMACs = 3 * int64(c.MoEIntermediate) * int64(c.LatentDim)
 	s.LMHeadMACs = int64(c.Vocab) * int64(c.Hidden)
-	for l := range p.experts.locs {
-		s.Experts += int64(len(p.experts.locs[l]))
-		if len(p.experts.locs[l]) > 0 {
+	for l := 0; l < p.experts.Layers(); l++ {
+		if p.experts.Experts(l) > 0 {
 			s.ExpertsPerTok += int64(p.Cfg.TopK)
 		}
 	}
@@ -320,6 +317,6 @@ func (p *Plan) FullBudget(req BudgetRequest) int64 {
 	if mp.CacheSlots < p.Cfg.TopK+1 {
 		mp.CacheSlots = p.Cfg.TopK + 1
 	}
-	mp.CacheSlotBytes = (p.experts.slot + Align - 1) &^ (Align - 1)
+	mp.CacheSlotBytes = iox.AlignUp(p.experts.SlotBytes())
 	return mp.Total()
 }

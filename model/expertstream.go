@@ -51,7 +51,7 @@ func NewStreamExperts(p *Plan, slots int, arena []byte, read ReadFunc, window in
 	if slots < k+1 {
 		return nil, fmt.Errorf("%w: the expert cache needs at least %d slots, has %d", ErrBudget, k+1, slots)
 	}
-	c, err := cache.New(cache.Options{SlotSize: int(p.experts.slot),
+	c, err := cache.New(cache.Options{SlotSize: int(p.experts.SlotBytes()),
 		Arena: arena, MinSlots: k + 1})
 	if err != nil {
 		return nil, err
@@ -82,28 +82,14 @@ func (s *StreamExperts) worker() {
 	}
 }
 
-// load reads one expert into its slot; the payload is the expert's bytes
-// at its offset inside the aligned read window.
+// load reads one expert into its slot (one request when its tensors form
+// one run, as in the released checkpoint).
 func (s *StreamExperts) load(ctx context.Context, key cache.Key, slot []byte) ([]byte, error) {
-	loc := s.plan.experts.locs[key.Layer][key.Expert]
-	if loc.irr != nil {
-		for _, x := range loc.irr.extents {
-			if err := s.read(ctx, x, slot); err != nil {
-				return nil, fmt.Errorf("layer %d expert %d: %w", key.Layer, key.Expert, err)
-			}
-			s.bytesRead.Add(x.Size)
-		}
-		return slot[:loc.irr.bytes], nil
+	payload, err := s.plan.experts.Load(ctx, s.read, int(key.Layer), int(key.Expert), slot)
+	if err == nil {
+		s.bytesRead.Add(int64(len(payload)))
 	}
-	x, n := singleExtent(loc.File, loc.Off, loc.Size)
-	if n > int64(len(slot)) {
-		return nil, fmt.Errorf("layer %d expert %d: %d-byte read window exceeds the %d-byte slot", key.Layer, key.Expert, n, len(slot))
-	}
-	if err := s.read(ctx, x, slot); err != nil {
-		return nil, fmt.Errorf("layer %d expert %d: %w", key.Layer, key.Expert, err)
-	}
-	s.bytesRead.Add(loc.Size)
-	return slot[x.BufOff : x.BufOff+loc.Size], nil
+	return payload, err
 }
 
 func (s *StreamExperts) batch(b *ExpertBatch) *streamBatch {
@@ -169,12 +155,7 @@ func (s *StreamExperts) Get(ctx context.Context, b *ExpertBatch, i int) (*Expert
 		}
 		return nil, err
 	}
-	loc := s.plan.experts.locs[b.Layer][b.IDs[i]]
-	mats := &s.plan.experts.template
-	if loc.irr != nil {
-		mats = &loc.irr.mats
-	}
-	bindExpert(payload, mats, &sb.experts[i].W)
+	s.plan.experts.Layout(b.Layer, int(b.IDs[i])).Bind(payload, &sb.experts[i].W)
 	return &sb.experts[i], nil
 }
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/k3go/k3/iox"
-	"github.com/k3go/k3/quant"
 	"github.com/k3go/k3/tensor"
 )
 
@@ -88,46 +87,6 @@ type partPlan struct {
 // unit returns the streaming unit index of (layer, part).
 func unit(layer int, part Part) int { return layer*int(NumParts) + int(part) }
 
-// expertMat locates one of an expert's three matrices (w1, w2, w3) inside
-// the expert's bytes.
-type expertMat struct {
-	isMX       bool
-	dtype      tensor.DType // dense form
-	rows, cols int
-	off        int64 // packed bytes, or the dense matrix
-	scaleOff   int64 // MXFP4 scales
-	size       int64
-	scaleSize  int64
-}
-
-// ExpertLoc locates one routed expert in the checkpoint. A regular expert
-// (the released layout) is one contiguous run whose internal layout is the
-// model-wide template; an irregular one carries its own extents and
-// matrices.
-type ExpertLoc struct {
-	File int
-	Off  int64
-	Size int64
-	irr  *irregularExpert
-}
-
-type irregularExpert struct {
-	extents []Extent
-	bytes   int64
-	mats    [3]expertMat
-}
-
-// Contiguous reports whether the expert is read with a single request.
-func (e ExpertLoc) Contiguous() bool { return e.irr == nil }
-
-// expertPlan indexes every routed expert of every MoE layer.
-type expertPlan struct {
-	template [3]expertMat // offsets relative to the run start
-	runBytes int64        // payload bytes of one regular expert
-	slot     int64        // buffer bytes any expert needs (aligned window or extents)
-	locs     [][]ExpertLoc
-}
-
 // LayerMats are the matrix views of one layer, bound to the buffer that
 // holds the layer's bytes. Fields unused by the layer's type stay zero.
 type LayerMats struct {
@@ -160,18 +119,5 @@ func bind(buf []byte, specs []matSpec, m *LayerMats) {
 	for _, s := range specs {
 		size := int64(s.rows * s.cols * s.dtype.Size())
 		*s.field(m) = Linear{Dense: tensor.Mat{DType: s.dtype, Rows: s.rows, Cols: s.cols, Data: buf[s.off : s.off+size : s.off+size]}}
-	}
-}
-
-// bindExpert builds the three matrices of an expert from its bytes.
-func bindExpert(buf []byte, mats *[3]expertMat, out *[3]Linear) {
-	for i := range mats {
-		m := &mats[i]
-		if m.isMX {
-			out[i] = Linear{IsMX: true, MX: quant.Matrix{Rows: m.rows, Cols: m.cols,
-				Packed: buf[m.off : m.off+m.size : m.off+m.size], Scales: buf[m.scaleOff : m.scaleOff+m.scaleSize : m.scaleOff+m.scaleSize]}}
-		} else {
-			out[i] = Linear{Dense: tensor.Mat{DType: m.dtype, Rows: m.rows, Cols: m.cols, Data: buf[m.off : m.off+m.size : m.off+m.size]}}
-		}
 	}
 }

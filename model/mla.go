@@ -73,8 +73,8 @@ func (j *mlaJob) Range(lo, hi int) {
 	kvb := &j.mats.KVBProj
 	for h := lo; h < hi; h++ {
 		hs := &sc.heads[h]
-		wk := kvb.rowsView(h*(n+vh), h*(n+vh)+n)
-		wv := kvb.rowsView(h*(n+vh)+n, (h+1)*(n+vh))
+		wk := kvb.RowsView(h*(n+vh), h*(n+vh)+n)
+		wv := kvb.RowsView(h*(n+vh)+n, (h+1)*(n+vh))
 		for t := 0; t < j.T; t++ {
 			q := sc.qm[(t*H+h)*dh : (t*H+h+1)*dh]
 			absorb(hs.qabs, wk, q[:n])

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/k3go/k3/expert"
 	"github.com/k3go/k3/iox"
-	"github.com/k3go/k3/quant"
 	"github.com/k3go/k3/tensor"
 )
 
@@ -20,7 +20,7 @@ type Plan struct {
 
 	parts   []partPlan // by unit(layer, part)
 	vecs    []LayerVecs
-	experts expertPlan
+	experts *expert.Index
 
 	embed, lmHead    iox.Entry
 	finalNorm        []float32
@@ -271,141 +271,19 @@ func isMatName(mats []matSpec, name string) bool {
 	return false
 }
 
-// expertNames returns the stored names of expert e's matrix w (1, 2 or 3).
-func expertName(l, e, w int, suffix string) string {
-	return fmt.Sprintf("%sblock_sparse_moe.experts.%d.w%d.%s", layerPrefix(l), e, w, suffix)
-}
-
 // planExperts locates every routed expert and checks its six (or three)
 // tensors. An expert that cannot be bound fails the load: a silently dropped
 // expert would still give plausible tokens.
 func (p *Plan) planExperts(pr *problems) {
 	c := p.Cfg
-	I, Lt := c.MoEIntermediate, c.LatentDim
-	shapes := [3][2]int{{I, Lt}, {Lt, I}, {I, Lt}} // w1 gate, w2 down, w3 up
-	ep := &p.experts
-	ep.locs = make([][]ExpertLoc, c.Layers)
-	haveTemplate := false
+	layers := make([]bool, c.Layers)
 	for l := c.FirstKDense; l < c.Layers; l++ {
-		ep.locs[l] = make([]ExpertLoc, c.Experts)
-		for e := 0; e < c.Experts; e++ {
-			var locs []iox.Entry
-			var mats [3]expertMat
-			okAll := true
-			for w := 0; w < 3; w++ {
-				rows, cols := shapes[w][0], shapes[w][1]
-				m := &mats[w]
-				m.rows, m.cols = rows, cols
-				if dense, ok := p.Ckpt.Lookup(expertName(l, e, w+1, "weight")); ok {
-					if (dense.DType != tensor.F32 && dense.DType != tensor.BF16) || len(dense.Shape) != 2 || dense.Shape[0] != rows || dense.Shape[1] != cols {
-						pr.add("expert tensor %s is %s %v, want F32/BF16 [%d %d]", dense.Name, dense.Stored, dense.Shape, rows, cols)
-						okAll = false
-						continue
-					}
-					m.dtype, m.size = dense.DType, dense.Size
-					locs = append(locs, dense)
-					continue
-				}
-				packed, ok1 := p.lookup(pr, expertName(l, e, w+1, "weight_packed"))
-				scale, ok2 := p.lookup(pr, expertName(l, e, w+1, "weight_scale"))
-				if !ok1 || !ok2 {
-					okAll = false
-					continue
-				}
-				if cols%quant.GroupSize != 0 {
-					pr.add("expert %d of layer %d: width %d is not a multiple of the MXFP4 group size %d", e, l, cols, quant.GroupSize)
-					okAll = false
-					continue
-				}
-				if packed.DType != tensor.U8 || scale.DType != tensor.U8 || len(packed.Shape) != 2 || len(scale.Shape) != 2 ||
-					packed.Shape[0] != rows || packed.Shape[1]*2 != cols || scale.Shape[0] != rows || scale.Shape[1]*quant.GroupSize != cols {
-					pr.add("expert %d of layer %d w%d: packed %s %v and scale %s %v do not describe MXFP4 [%d %d] with groups of %d",
-						e, l, w+1, packed.Stored, packed.Shape, scale.Stored, scale.Shape, rows, cols, quant.GroupSize)
-					okAll = false
-					continue
-				}
-				if packed.Shard != scale.Shard {
-					pr.add("expert %d of layer %d w%d: packed and scale tensors are in different shards", e, l, w+1)
-					okAll = false
-					continue
-				}
-				m.isMX, m.size, m.scaleSize = true, packed.Size, scale.Size
-				locs = append(locs, packed, scale)
-			}
-			if !okAll {
-				continue
-			}
-			loc, tmpl := expertLocation(locs, mats)
-			if loc.irr == nil {
-				if !haveTemplate {
-					ep.template, ep.runBytes, haveTemplate = tmpl, loc.Size, true
-				} else if tmpl != ep.template {
-					loc = irregular(locs, mats)
-				}
-			}
-			ep.locs[l][e] = loc
-		}
+		layers[l] = true
 	}
-	for l := c.FirstKDense; l < c.Layers; l++ {
-		for e := range ep.locs[l] {
-			loc := ep.locs[l][e]
-			var need int64
-			if loc.irr != nil {
-				need = loc.irr.bytes
-			} else {
-				_, need = Extent{Off: loc.Off, Size: loc.Size}.Window()
-				// The window of a run that starts mid-page needs the slack
-				// of any alignment: size it for the worst case.
-				need = (loc.Size+Align-1)&^(Align-1) + Align
-			}
-			ep.slot = max(ep.slot, need)
-		}
+	x, err := expert.Build(p.Ckpt, layers, c.Experts, expert.KimiShapes(c.MoEIntermediate, c.LatentDim))
+	if err != nil {
+		pr.add("%v", err)
+		return
 	}
-}
-
-// expertLocation decides whether an expert's tensors form one contiguous run
-// and, if so, returns the run and its internal layout (offsets relative to
-// the run start).
-func expertLocation(locs []iox.Entry, mats [3]expertMat) (ExpertLoc, [3]expertMat) {
-	lo, hi, sum := locs[0].Offset, locs[0].Offset+locs[0].Size, int64(0)
-	for _, e := range locs {
-		if e.Shard != locs[0].Shard {
-			return irregular(locs, mats), mats
-		}
-		lo, hi = min(lo, e.Offset), max(hi, e.Offset+e.Size)
-		sum += e.Size
-	}
-	if hi-lo != sum {
-		return irregular(locs, mats), mats
-	}
-	k := 0
-	for w := range mats {
-		mats[w].off = locs[k].Offset - lo
-		k++
-		if mats[w].isMX {
-			mats[w].scaleOff = locs[k].Offset - lo
-			k++
-		}
-	}
-	return ExpertLoc{File: locs[0].Shard, Off: lo, Size: sum}, mats
-}
-
-// irregular builds the several-request layout of an expert whose tensors
-// are not one run.
-func irregular(locs []iox.Entry, mats [3]expertMat) ExpertLoc {
-	exts, offs, total := planExtents(locs, 0)
-	k := 0
-	for w := range mats {
-		mats[w].off = offs[k]
-		k++
-		if mats[w].isMX {
-			mats[w].scaleOff = offs[k]
-			k++
-		}
-	}
-	var size int64
-	for _, e := range locs {
-		size += e.Size
-	}
-	return ExpertLoc{File: locs[0].Shard, Off: locs[0].Offset, Size: size, irr: &irregularExpert{extents: exts, bytes: total, mats: mats}}
+	p.experts = x
 }

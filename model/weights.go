@@ -82,39 +82,29 @@ type residentExperts struct {
 }
 
 func loadResidentExperts(ctx context.Context, p *Plan, read ReadFunc, alloc Alloc) (*residentExperts, error) {
-	ep := &p.experts
-	r := &residentExperts{experts: make([][]Expert, len(ep.locs))}
-	for l, locs := range ep.locs {
-		if len(locs) == 0 {
+	x := p.experts
+	r := &residentExperts{experts: make([][]Expert, x.Layers())}
+	slot := x.SlotBytes()
+	for l := range r.experts {
+		n := x.Experts(l)
+		if n == 0 {
 			continue
 		}
-		r.experts[l] = make([]Expert, len(locs))
-		// One arena per layer, in slots of the plan's expert slot size.
-		arena, err := alloc(int64(len(locs)) * ep.slot)
+		r.experts[l] = make([]Expert, n)
+		// One arena per layer, in slots of the index's slot size.
+		arena, err := alloc(int64(n) * slot)
 		if err != nil {
 			return nil, fmt.Errorf("layer %d experts: %w", l, err)
 		}
-		for e, loc := range locs {
-			slot := arena[int64(e)*ep.slot : int64(e+1)*ep.slot]
+		for e := 0; e < n; e++ {
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			if loc.irr != nil {
-				buf := slot[:loc.irr.bytes]
-				for _, x := range loc.irr.extents {
-					if err := read(ctx, x, buf); err != nil {
-						return nil, fmt.Errorf("layer %d expert %d: %w", l, e, err)
-					}
-				}
-				bindExpert(buf, &loc.irr.mats, &r.experts[l][e].W)
-				continue
+			payload, err := x.Load(ctx, read, l, e, arena[int64(e)*slot:int64(e+1)*slot])
+			if err != nil {
+				return nil, err
 			}
-			x, n := singleExtent(loc.File, loc.Off, loc.Size)
-			buf := slot[:n]
-			if err := read(ctx, x, buf); err != nil {
-				return nil, fmt.Errorf("layer %d expert %d: %w", l, e, err)
-			}
-			bindExpert(buf[x.BufOff:x.BufOff+loc.Size], &ep.template, &r.experts[l][e].W)
+			x.Layout(l, e).Bind(payload, &r.experts[l][e].W)
 		}
 	}
 	return r, nil
