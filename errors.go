@@ -32,6 +32,9 @@ var (
 	// which means corrupt weights (NaN/Inf in a matrix the loader does not
 	// scan) or an overflow; the output would be garbage, so it is refused.
 	ErrNonFinite = errors.New("non-finite logits")
+	// ErrExpertLoad: a routed expert could not be read during a step; the
+	// step fails instead of running without it.
+	ErrExpertLoad = model.ErrExpertLoad
 	// ErrBadOptions: an option value is invalid.
 	ErrBadOptions = errors.New("invalid options")
 )

@@ -35,6 +35,8 @@ func TestInjectedReadFaults(t *testing.T) {
 		fails bool
 	}{
 		{"EIO once", ioxtest.Fault{Kind: ioxtest.Fail, Off: 400_000, End: 3_000_000, Times: 1}, true},
+		// Layer 1's routed experts lie in [400416, 452640) of the shard.
+		{"EIO on an expert", ioxtest.Fault{Kind: ioxtest.Fail, Off: 400_416, End: 452_640, Times: 1}, true},
 		{"short reads", ioxtest.Fault{Kind: ioxtest.Short, Off: 0, End: 1 << 40, Times: 50}, false},
 		{"EINTR", ioxtest.Fault{Kind: ioxtest.Fail, Err: syscall.EINTR, Off: 0, End: 1 << 40, Times: 20}, false},
 		{"slow", ioxtest.Fault{Kind: ioxtest.Delay, Delay: 2e6, Off: 0, End: 1 << 40, Times: 20}, false},
@@ -57,6 +59,9 @@ func TestInjectedReadFaults(t *testing.T) {
 			if c.fails {
 				if err == nil || !strings.Contains(err.Error(), "model.safetensors") || !errors.Is(err, syscall.EIO) {
 					t.Fatalf("got %v, want an EIO naming the file", err)
+				}
+				if strings.Contains(c.name, "expert") && !errors.Is(err, ErrExpertLoad) {
+					t.Fatalf("an expert read failed without ErrExpertLoad: %v", err)
 				}
 				// The fault fired once: a new session works and is exact.
 				if got, err = m.NewSession().Logits(ctx, []int{1, 2, 3, 4}); err != nil {

@@ -11,6 +11,11 @@ import (
 	"github.com/k3go/k3/cache"
 )
 
+// ErrExpertLoad reports a routed expert that could not be read: the step
+// fails rather than run without it (a dropped expert still yields plausible
+// tokens).
+var ErrExpertLoad = errors.New("expert load failed")
+
 // StreamExperts reads routed experts on demand into a byte-budgeted cache
 // (package cache) and multiplies them in place, packed: an expert is never
 // dequantised and never copied after its read. A pass keeps a window of
@@ -150,8 +155,11 @@ func (s *StreamExperts) Get(ctx context.Context, b *ExpertBatch, i int) (*Expert
 	payload, err := h.Wait(ctx)
 	s.waitNanos.Add(int64(time.Since(start)))
 	if err != nil {
-		if errors.Is(err, context.Canceled) && s.ctx.Err() != nil {
+		switch {
+		case errors.Is(err, context.Canceled) && s.ctx.Err() != nil:
 			err = ErrClosed
+		case ctx.Err() == nil:
+			err = fmt.Errorf("%w: %w", ErrExpertLoad, err)
 		}
 		return nil, err
 	}

@@ -102,6 +102,8 @@ func exitCode(err error) int {
 	switch {
 	case errors.As(err, &ue), errors.Is(err, k3.ErrBadOptions), errors.Is(err, k3.ErrTokenOutOfRange), errors.Is(err, k3.ErrContextFull):
 		return exitUsage
+	case errors.Is(err, k3.ErrExpertLoad):
+		return exitExpert
 	case errors.Is(err, k3.ErrBadCheckpoint), errors.Is(err, k3.ErrBadConfig):
 		return exitCheckpoint
 	case errors.Is(err, k3.ErrBudget):
