@@ -35,8 +35,9 @@ func TestInjectedReadFaults(t *testing.T) {
 		fails bool
 	}{
 		{"EIO once", ioxtest.Fault{Kind: ioxtest.Fail, Off: 400_000, End: 3_000_000, Times: 1}, true},
-		// Layer 1's routed experts lie in [400416, 452640) of the shard.
-		{"EIO on an expert", ioxtest.Fault{Kind: ioxtest.Fail, Off: 400_416, End: 452_640, Times: 1}, true},
+		// Layer 1's routed experts lie in [531776, 584000) of the shard
+		// (data offsets 400416..452640 after a 131,360-byte header).
+		{"EIO on an expert", ioxtest.Fault{Kind: ioxtest.Fail, Off: 531_776, End: 584_000, Times: 1}, true},
 		{"short reads", ioxtest.Fault{Kind: ioxtest.Short, Off: 0, End: 1 << 40, Times: 50}, false},
 		{"EINTR", ioxtest.Fault{Kind: ioxtest.Fail, Err: syscall.EINTR, Off: 0, End: 1 << 40, Times: 20}, false},
 		{"slow", ioxtest.Fault{Kind: ioxtest.Delay, Delay: 2e6, Off: 0, End: 1 << 40, Times: 20}, false},
