@@ -3,6 +3,7 @@ package k3_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -173,5 +174,42 @@ func TestBudgetInvarianceWide(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestSessionsWithinBudget checks that under a budget only Options.Sessions
+// sessions hold state at once: one more fails with ErrBudget until one is
+// closed; Model.Generate releases its session when it ends.
+func TestSessionsWithinBudget(t *testing.T) {
+	m, exp := openOracle(t, "tiny-mxfp4", k3.Options{RAMBudget: 60e6, MaxContext: 64, Sessions: 2})
+	ctx := context.Background()
+	a, b, c := m.NewSession(), m.NewSession(), m.NewSession()
+	for _, s := range []*k3.Session{a, b} {
+		if _, err := s.Step(ctx, exp.PromptIDs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.Step(ctx, exp.PromptIDs); !errors.Is(err, k3.ErrBudget) {
+		t.Fatalf("a third session under Sessions=2: %v, want ErrBudget", err)
+	}
+	a.Close()
+	if _, err := c.Step(ctx, exp.PromptIDs); err != nil {
+		t.Fatalf("after closing one: %v", err)
+	}
+	b.Close()
+	for i := 0; i < 3; i++ { // each Generate takes and returns a place
+		for _, err := range m.Generate(ctx, exp.PromptIDs, k3.GenerateOptions{MaxTokens: 2}) {
+			if err != nil {
+				t.Fatalf("Generate %d: %v", i, err)
+			}
+		}
+	}
+	// A closed session is empty and can be used again.
+	if a.Len() != 0 {
+		t.Fatalf("closed session holds %d tokens", a.Len())
+	}
+	c.Close()
+	if _, err := a.Step(ctx, exp.PromptIDs); err != nil {
+		t.Fatalf("reusing a closed session: %v", err)
 	}
 }

@@ -104,6 +104,10 @@ func (c *Conversation) lastFedOrPending() int {
 	return -1
 }
 
+// Close releases the conversation's state and its place in the RAM budget;
+// see Session.Close.
+func (c *Conversation) Close() { c.s.Close() }
+
 // Session returns the conversation's session (its tokens and state).
 func (c *Conversation) Session() *Session { return c.s }
 

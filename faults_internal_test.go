@@ -56,7 +56,8 @@ func TestInjectedReadFaults(t *testing.T) {
 			defer m.Close()
 			idx := faulty.Add(c.fault) // armed after Open: only streamed reads see it
 			ctx := context.Background()
-			got, err := m.NewSession().Logits(ctx, []int{1, 2, 3, 4})
+			s := m.NewSession()
+			got, err := s.Logits(ctx, []int{1, 2, 3, 4})
 			if c.fails {
 				if err == nil || !strings.Contains(err.Error(), "model.safetensors") || !errors.Is(err, syscall.EIO) {
 					t.Fatalf("got %v, want an EIO naming the file", err)
@@ -64,7 +65,9 @@ func TestInjectedReadFaults(t *testing.T) {
 				if strings.Contains(c.name, "expert") && !errors.Is(err, ErrExpertLoad) {
 					t.Fatalf("an expert read failed without ErrExpertLoad: %v", err)
 				}
-				// The fault fired once: a new session works and is exact.
+				// The fault fired once: once the failed session is closed,
+				// a new one works and is exact.
+				s.Close()
 				if got, err = m.NewSession().Logits(ctx, []int{1, 2, 3, 4}); err != nil {
 					t.Fatalf("after the fault: %v", err)
 				}

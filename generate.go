@@ -205,7 +205,15 @@ func (ts *textStream) add(id int, stopTok, last bool) (string, bool) {
 // see Session.Generate. Concurrent calls are safe: each has its own
 // session.
 func (m *Model) Generate(ctx context.Context, prompt []int, opts GenerateOptions) iter.Seq2[Token, error] {
-	return m.NewSession().Generate(ctx, prompt, opts)
+	return func(yield func(Token, error) bool) {
+		s := m.NewSession()
+		defer s.Close()
+		for t, err := range s.Generate(ctx, prompt, opts) {
+			if !yield(t, err) {
+				return
+			}
+		}
+	}
 }
 
 // GenerateText encodes prompt with the model's tokenizer, generates, and

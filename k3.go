@@ -68,6 +68,30 @@ type Model struct {
 	active sync.WaitGroup // running forward passes
 	mu     sync.Mutex
 	def    *Session
+
+	// slots holds one token per session holding state, under a budget
+	// (nil without one: sessions are then unlimited).
+	slots chan struct{}
+}
+
+// takeSessionSlot reserves room in the budget for one more session's
+// state, or fails with ErrBudget.
+func (m *Model) takeSessionSlot() error {
+	if m.slots == nil {
+		return nil
+	}
+	select {
+	case m.slots <- struct{}{}:
+		return nil
+	default:
+		return fmt.Errorf("k3: %w: %d sessions already hold state, as many as the budget reserves (Options.Sessions); close one", ErrBudget, cap(m.slots))
+	}
+}
+
+func (m *Model) releaseSessionSlot() {
+	if m.slots != nil {
+		<-m.slots
+	}
 }
 
 // Open loads the checkpoint in dir (config.json plus safetensors shards,
@@ -121,7 +145,11 @@ func OpenContext(ctx context.Context, dir string, opts Options) (*Model, error) 
 	}
 	log.Info("k3: model loaded", "dir", dir, "layers", cfg.Layers, "experts", cfg.Experts, "vocab", cfg.Vocab)
 	ok = true
-	return &Model{m: e.m, e: e, tok: tok, opts: opts, log: log}, nil
+	mod := &Model{m: e.m, e: e, tok: tok, opts: opts, log: log}
+	if opts.RAMBudget > 0 {
+		mod.slots = make(chan struct{}, max(opts.Sessions, 1))
+	}
+	return mod, nil
 }
 
 // loadTokenizer loads the tokenizer from dir (or the checkpoint directory).

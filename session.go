@@ -15,8 +15,8 @@ import (
 // one Session is not safe for concurrent use.
 type Session struct {
 	m      *Model
-	s      *model.Session
-	tokens []int // fed to the model
+	s      *model.Session // nil until the session first needs state
+	tokens []int          // fed to the model
 	// pending are tokens that belong to the sequence but have not been fed
 	// yet: the last token Generate produced. The next Step, Logits or
 	// Generate feeds them first.
@@ -27,9 +27,36 @@ type Session struct {
 }
 
 // NewSession starts an empty sequence with room for Options.MaxContext
-// positions.
+// positions. Its state (KDA state, conv histories, MLA cache) is allocated
+// when it is first used and released by Close. Under a RAM budget, at most
+// Options.Sessions sessions hold state at once: a step of one more fails
+// with ErrBudget until another is closed.
 func (m *Model) NewSession() *Session {
-	return &Session{m: m, s: m.m.NewSession(m.opts.MaxContext)}
+	return &Session{m: m}
+}
+
+// state returns the session's model state, taking a place in the budget
+// and allocating it on first use.
+func (s *Session) state() (*model.Session, error) {
+	if s.s != nil {
+		return s.s, nil
+	}
+	if err := s.m.takeSessionSlot(); err != nil {
+		return nil, err
+	}
+	s.s = s.m.m.NewSession(s.m.opts.MaxContext)
+	return s.s, nil
+}
+
+// Close releases the session's state and its place in the RAM budget. The
+// session is then empty and may be used again (it takes a place again).
+func (s *Session) Close() {
+	if s.s != nil {
+		s.s = nil
+		s.m.releaseSessionSlot()
+	}
+	s.tokens, s.pending = s.tokens[:0], s.pending[:0]
+	s.broken = false
 }
 
 // Len returns the length of the sequence: tokens fed plus pending ones.
@@ -42,7 +69,9 @@ func (s *Session) Tokens() []int {
 
 // Reset empties the session, keeping its allocations.
 func (s *Session) Reset() {
-	s.s.St.Reset()
+	if s.s != nil {
+		s.s.St.Reset()
+	}
 	s.tokens = s.tokens[:0]
 	s.pending = s.pending[:0]
 	s.broken = false
@@ -96,8 +125,8 @@ func (s *Session) forward(ctx context.Context, tokens []int, out []float32, all 
 			return fmt.Errorf("k3: %w: token %d at index %d is outside [0, %d)", ErrTokenOutOfRange, t, i, s.m.m.Cfg.Vocab)
 		}
 	}
-	if len(s.tokens)+len(tokens) > s.s.St.Cap() {
-		return fmt.Errorf("k3: %w: %d + %d tokens exceed MaxContext %d", ErrContextFull, len(s.tokens), len(tokens), s.s.St.Cap())
+	if len(s.tokens)+len(tokens) > s.m.opts.MaxContext {
+		return fmt.Errorf("k3: %w: %d + %d tokens exceed MaxContext %d", ErrContextFull, len(s.tokens), len(tokens), s.m.opts.MaxContext)
 	}
 	if err := s.m.enter(); err != nil {
 		return err
@@ -107,7 +136,11 @@ func (s *Session) forward(ctx context.Context, tokens []int, out []float32, all 
 		return err
 	}
 	s.m.log.LogAttrs(ctx, slog.LevelDebug, "k3: forward", slog.Int("position", len(s.tokens)), slog.Int("tokens", len(tokens)))
-	if err := s.s.Forward(ctx, tokens, out, all); err != nil {
+	ms, err := s.state()
+	if err != nil {
+		return err
+	}
+	if err := ms.Forward(ctx, tokens, out, all); err != nil {
 		s.broken = true
 		if errors.Is(err, model.ErrClosed) {
 			return fmt.Errorf("k3: %w", ErrClosed)

@@ -20,7 +20,11 @@ func (s *Session) Save(w io.Writer) error {
 	if s.broken {
 		return fmt.Errorf("k3: Save: session unusable after a failed step; call Reset")
 	}
-	if err := s.s.St.Save(w, s.tokens, s.pending); err != nil {
+	ms, err := s.state()
+	if err != nil {
+		return err
+	}
+	if err := ms.St.Save(w, s.tokens, s.pending); err != nil {
 		return fmt.Errorf("k3: saving session: %w", err)
 	}
 	return nil
@@ -63,7 +67,11 @@ func (s *Session) SaveFile(path string) (err error) {
 // stream's length if known (it is checked exactly), or -1. On error the
 // session is empty and usable.
 func (s *Session) Load(r io.Reader, size int64) error {
-	tokens, pending, err := s.s.St.Load(r, size)
+	ms, err := s.state()
+	if err != nil {
+		return fmt.Errorf("k3: loading session: %w", err)
+	}
+	tokens, pending, err := ms.St.Load(r, size)
 	s.tokens, s.pending = s.tokens[:0], s.pending[:0]
 	s.broken = false
 	if err != nil {

@@ -193,8 +193,10 @@ func (o *runOpts) open(ctx context.Context, stderr io.Writer) (*k3.Model, error)
 	if err != nil {
 		return nil, err
 	}
+	// Two sessions: the chat's /load reads into a new conversation before
+	// it replaces the current one.
 	m, err := k3.OpenContext(ctx, dir, k3.Options{Threads: o.mf.threads, MaxContext: o.mf.maxContext,
-		RAMBudget: budget, TrunkDir: o.mf.trunk, TokenizerDir: o.tokenizer})
+		RAMBudget: budget, TrunkDir: o.mf.trunk, TokenizerDir: o.tokenizer, Sessions: 2})
 	if err != nil {
 		return nil, err
 	}
@@ -396,6 +398,7 @@ func (o *runOpts) chatLoop(ctx context.Context, m *k3.Model, stdout, stderr io.W
 			case "/help":
 				fmt.Fprintln(stderr, chatHelp)
 			case "/reset":
+				c.Close()
 				if c, err = m.NewConversation(o.system); err != nil {
 					return err
 				}
@@ -416,7 +419,10 @@ func (o *runOpts) chatLoop(ctx context.Context, m *k3.Model, stdout, stderr io.W
 					var nc *k3.Conversation
 					if nc, err = m.NewConversation(o.system); err == nil {
 						if err = nc.LoadFile(arg); err == nil {
+							c.Close()
 							c = nc
+						} else {
+							nc.Close()
 						}
 					}
 				}
@@ -442,6 +448,7 @@ func (o *runOpts) chatLoop(ctx context.Context, m *k3.Model, stdout, stderr io.W
 		if err != nil {
 			if broken {
 				fmt.Fprintln(stderr, "reply abandoned; the conversation restarts")
+				c.Close()
 				if c, err = m.NewConversation(o.system); err != nil {
 					return err
 				}

@@ -339,7 +339,7 @@ func (s *Server) generate(ctx context.Context, prompt []int, opts k3.GenerateOpt
 	res := &result{promptTokens: len(prompt), finish: "length"}
 	var ids []int
 	stoppedByToken := false
-	for t, err := range s.m.NewSession().Generate(ctx, prompt, opts) {
+	for t, err := range s.m.Generate(ctx, prompt, opts) { // a session of its own, closed at the end
 		if err != nil {
 			if ctx.Err() != nil {
 				s.cancelled.Add(1)
