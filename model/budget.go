@@ -313,10 +313,6 @@ func (p *Plan) FullBudget(req BudgetRequest) int64 {
 	if err != nil {
 		return 0
 	}
-	mp.CacheSlots = int(p.Sizes().Experts)
-	if mp.CacheSlots < p.Cfg.TopK+1 {
-		mp.CacheSlots = p.Cfg.TopK + 1
-	}
-	mp.CacheSlotBytes = iox.AlignUp(p.experts.SlotBytes())
+	// PlanMemory's unlimited plan already counts every expert in the cache.
 	return mp.Total()
 }

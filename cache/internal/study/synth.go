@@ -128,14 +128,11 @@ func Incremental(trace []cache.Key, topK int) []cache.Key {
 	}
 	out := append([]cache.Key(nil), ps[0]...)
 	for _, p := range ps[1:] {
-		start := 0
 		for i := 1; i <= len(p); i++ {
 			if i == len(p) || p[i].Layer != p[i-1].Layer {
 				out = append(out, p[i-topK:i]...)
-				start = i
 			}
 		}
-		_ = start
 	}
 	return out
 }
