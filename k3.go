@@ -43,8 +43,15 @@ type Options struct {
 	// layer part. Empty means: read the trunk from the shards.
 	TrunkDir string
 	// Sessions is the number of sessions the budget reserves state for
-	// (KDA state, MLA cache of MaxContext positions, scratch); zero means 1.
+	// (KDA state and an MLA cache of MaxContext positions each); zero
+	// means 1. Sessions stepping at the same time share passes over the
+	// weights.
 	Sessions int
+	// MaxBatch is the most token rows one pass over the weights carries,
+	// summed over every session in it (each session's new tokens are its
+	// rows). The scratch of one pass is sized for it. Zero means
+	// PrefillChunk. It changes speed and scratch memory, never results.
+	MaxBatch int
 	// IOQueueDepth is the number of reads kept in flight; zero means 8.
 	IOQueueDepth int
 	// Logger receives load decisions at Info and per-step events at Debug.

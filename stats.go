@@ -24,6 +24,14 @@ type Stats struct {
 
 	CacheHits, CacheMisses int64
 
+	// Passes counts forward passes over the weights, Rows the token rows
+	// they carried (every sequence's new tokens, summed), so Rows/Passes
+	// is the mean batch. ExpertUnion sums, over every MoE layer of every
+	// pass, the distinct routed experts the pass needed; ExpertUnion over
+	// MoELayerPasses is the mean union per MoE layer per pass.
+	Passes, Rows                int64
+	ExpertUnion, MoELayerPasses int64
+
 	// IOTime is the wall time during which at least one read was in
 	// flight; ComputeTime the time forward passes ran minus the time they
 	// waited for weights; WaitTime that waiting; ForwardTime the passes'
@@ -51,6 +59,10 @@ func (s Stats) Sub(prev Stats) Stats {
 	d.ExpertBytesRead -= prev.ExpertBytesRead
 	d.CacheHits -= prev.CacheHits
 	d.CacheMisses -= prev.CacheMisses
+	d.Passes -= prev.Passes
+	d.Rows -= prev.Rows
+	d.ExpertUnion -= prev.ExpertUnion
+	d.MoELayerPasses -= prev.MoELayerPasses
 	d.IOTime -= prev.IOTime
 	d.ComputeTime -= prev.ComputeTime
 	d.WaitTime -= prev.WaitTime
@@ -74,6 +86,8 @@ func (m *Model) Stats() Stats {
 	s.TrunkBytesRead = ms.TrunkBytesRead
 	s.ExpertBytesRead = ms.ExpertBytesRead
 	s.CacheHits, s.CacheMisses = ms.CacheHits, ms.CacheMisses
+	s.Passes, s.Rows = ms.Passes, ms.Rows
+	s.ExpertUnion, s.MoELayerPasses = ms.ExpertUnion, ms.MoELayerPasses
 	s.ForwardTime, s.WaitTime = ms.ForwardTime, ms.WaitTime
 	s.ComputeTime = ms.ForwardTime - ms.WaitTime
 	s.PeakRSSBytes = rss.Peak()

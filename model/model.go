@@ -60,6 +60,9 @@ type Model struct {
 
 	forwardNanos atomic.Int64
 	waitNanos    atomic.Int64 // expert waits (the trunk counts its own)
+
+	passes, rows                atomic.Int64
+	expertUnion, moeLayerPasses atomic.Int64
 }
 
 // Stats are a Model's cumulative counters.
@@ -67,6 +70,11 @@ type Stats struct {
 	TrunkBytesRead, ExpertBytesRead int64
 	CacheHits, CacheMisses          int64
 	ForwardTime, WaitTime           time.Duration
+	// Passes and Rows count forward passes and the token rows they
+	// carried; ExpertUnion sums the distinct experts of every MoE layer
+	// of every pass, MoELayerPasses counts those layer executions.
+	Passes, Rows                int64
+	ExpertUnion, MoELayerPasses int64
 }
 
 // ExpertStats is implemented by expert sources that count their work.
@@ -76,7 +84,8 @@ type ExpertStats interface {
 
 // Stats returns the counters since Load.
 func (m *Model) Stats() Stats {
-	s := Stats{ForwardTime: time.Duration(m.forwardNanos.Load()), WaitTime: time.Duration(m.waitNanos.Load())}
+	s := Stats{ForwardTime: time.Duration(m.forwardNanos.Load()), WaitTime: time.Duration(m.waitNanos.Load()),
+		Passes: m.passes.Load(), Rows: m.rows.Load(), ExpertUnion: m.expertUnion.Load(), MoELayerPasses: m.moeLayerPasses.Load()}
 	if t := m.Trunk(); t != nil {
 		ts := t.Stats()
 		s.TrunkBytesRead = ts.StreamedBytes
