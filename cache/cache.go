@@ -244,6 +244,35 @@ func (c *Cache) Prefetch(ctx context.Context, keys []Key, hs []*Handle, submit f
 	return nil
 }
 
+// Resident reports whether key's expert is loaded and ready. It counts no
+// request and pins nothing: a pass uses it to take the experts it already
+// has first, while the reads of the others run.
+func (c *Cache) Resident(key Key) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, ok := c.index.get(key)
+	return ok && c.slots[s].state == stateReady
+}
+
+// Touch tells the policy of n more requests for key, beyond the one its
+// Start counted: a batched pass fetches an expert once for every row that
+// chose it, and the policy should see the demand of every row. It neither
+// pins nor loads, and leaves Stats unchanged.
+func (c *Cache) Touch(key Key, n int) {
+	if n <= 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	slot := -1
+	if s, ok := c.index.get(key); ok {
+		slot = int(s)
+	}
+	for range n {
+		c.policy.Access(key, slot)
+	}
+}
+
 func (c *Cache) start(ctx context.Context, key Key, count bool) (*Handle, Fill, error) {
 	c.mu.Lock()
 	accessed := !count

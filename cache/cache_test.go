@@ -688,3 +688,46 @@ func BenchmarkGet(b *testing.B) {
 		})
 	}
 }
+
+// TestResidentAndTouch checks that Resident reports only ready entries and
+// counts nothing, and that Touch feeds the policy without touching Stats.
+func TestResidentAndTouch(t *testing.T) {
+	ctx := context.Background()
+	p := &countingPolicy{Policy: cache.NewLRU()}
+	c, err := cache.New(cache.Options{SlotSize: 4096, Budget: 4 * 4096, Policy: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := cache.Key{Layer: 1, Expert: 2}
+	if c.Resident(k) {
+		t.Fatal("empty cache reports a resident key")
+	}
+	h, err := c.Get(ctx, k, func(_ context.Context, _ cache.Key, slot []byte) ([]byte, error) { return slot[:8], nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Release()
+	if !c.Resident(k) {
+		t.Fatal("loaded key not resident")
+	}
+	before := c.Stats()
+	n0 := p.accesses
+	c.Touch(k, 3)
+	c.Touch(cache.Key{Layer: 9, Expert: 9}, 2)
+	if got := p.accesses - n0; got != 5 {
+		t.Fatalf("Touch made %d policy accesses, want 5", got)
+	}
+	if c.Stats() != before {
+		t.Fatalf("Touch changed Stats: %+v -> %+v", before, c.Stats())
+	}
+	if c.Resident(cache.Key{Layer: 9, Expert: 9}) {
+		t.Fatal("touched key became resident")
+	}
+}
+
+type countingPolicy struct {
+	cache.Policy
+	accesses int
+}
+
+func (p *countingPolicy) Access(k cache.Key, slot int) { p.accesses++; p.Policy.Access(k, slot) }

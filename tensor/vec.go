@@ -47,18 +47,41 @@ func MatVecF64Acc(r Runner, dst []float32, w Mat, x []float32) {
 		panic(fmt.Sprintf("tensor.MatVecF64Acc: shape mismatch: %dx%d %s (%d bytes), len(dst)=%d, len(x)=%d",
 			w.Rows, w.Cols, w.DType, len(w.Data), len(dst), len(x)))
 	}
+	matMulF64Acc(r, dst, w, x, 1)
+}
+
+// MatMulF64Acc is MatVecF64Acc over n input rows: dst[t][r] = float32(Σ_c
+// W[r][c]·x[t][c]), x and dst row-major. Each output is computed exactly as
+// MatVecF64Acc computes it, so the result of a row never depends on n or on
+// the other rows; the weights are read once for all n rows (each block of
+// rows stays in cache while every input row passes over it).
+func MatMulF64Acc(r Runner, dst []float32, w Mat, x []float32, n int) {
+	if w.Rows == 0 || n <= 0 {
+		return
+	}
+	if w.DType != F32 && w.DType != BF16 {
+		panic(fmt.Sprintf("tensor.MatMulF64Acc: unsupported weight dtype %s", w.DType))
+	}
+	if len(w.Data) != w.Rows*w.Cols*w.DType.Size() || len(dst) < n*w.Rows || len(x) < n*w.Cols {
+		panic(fmt.Sprintf("tensor.MatMulF64Acc: shape mismatch: %dx%d %s (%d bytes), n=%d, len(dst)=%d, len(x)=%d",
+			w.Rows, w.Cols, w.DType, len(w.Data), n, len(dst), len(x)))
+	}
+	matMulF64Acc(r, dst, w, x, n)
+}
+
+func matMulF64Acc(r Runner, dst []float32, w Mat, x []float32, n int) {
 	o := active().ops()
 	j := f64Jobs.Get().(*f64Job)
-	*j = f64Job{dst: dst, w: w, x: x[:w.Cols], ops: o}
+	*j = f64Job{dst: dst, w: w, x: x[:n*w.Cols], n: n, ops: o}
 	var xb *[]float64
 	if o.rowsF64 != nil {
-		xb = getF64(w.Cols)
+		xb = getF64(n * w.Cols)
 		for i, v := range j.x {
 			(*xb)[i] = float64(v)
 		}
 		j.x64 = *xb
 	}
-	run(r, w.Rows, RowGrain(w.RowBytes(), 1), j)
+	run(r, w.Rows, RowGrain(w.RowBytes(), n), j)
 	if xb != nil {
 		f64Bufs.Put(xb)
 	}
@@ -99,34 +122,52 @@ func getF64(n int) *[]float64 {
 }
 
 type f64Job struct {
-	dst []float32
+	dst []float32 // [n][w.Rows]
 	w   Mat
-	x   []float32
-	x64 []float64
+	x   []float32 // [n][w.Cols]
+	x64 []float64 // x widened, when ops.rowsF64 is set
+	n   int
 	ops *vecOps
 }
 
+// f64Block is the number of weight rows one input row passes over before
+// the next input row does: small enough to stay in L2 (7168 BF16 columns:
+// 448 KiB), so the weights come from memory once for every input row.
+const f64Block = 32
+
 func (j *f64Job) Range(lo, hi int) {
+	for b := lo; b < hi; b += f64Block {
+		e := min(b+f64Block, hi)
+		for t := 0; t < j.n; t++ {
+			j.rows(b, e, t)
+		}
+	}
+}
+
+// rows computes dst[t][lo:hi].
+func (j *f64Job) rows(lo, hi, t int) {
 	rb := j.w.RowBytes()
 	bf16 := j.w.DType == BF16
 	cols := j.w.Cols
 	blocks := cols / 16
+	x := j.x[t*cols : (t+1)*cols]
+	dst := j.dst[t*j.w.Rows : (t+1)*j.w.Rows]
 	if j.ops.rowsF64 == nil || blocks == 0 {
 		for r := lo; r < hi; r++ {
-			j.dst[r] = float32(dotF64Generic(j.w.Data[r*rb:(r+1)*rb], bf16, j.x))
+			dst[r] = float32(dotF64Generic(j.w.Data[r*rb:(r+1)*rb], bf16, x))
 		}
 		return
 	}
 	sb := getF64(hi - lo)
 	sums := *sb
-	j.ops.rowsF64(sums, j.w.Data[lo*rb:hi*rb], bf16, rb, hi-lo, blocks, j.x64)
+	j.ops.rowsF64(sums, j.w.Data[lo*rb:hi*rb], bf16, rb, hi-lo, blocks, j.x64[t*cols:(t+1)*cols])
 	for r := lo; r < hi; r++ {
 		s := sums[r-lo]
 		row := j.w.Data[r*rb : (r+1)*rb]
 		for c := blocks * 16; c < cols; c++ {
-			s += float64(elemAt(row, c, bf16)) * float64(j.x[c])
+			s += float64(elemAt(row, c, bf16)) * float64(x[c])
 		}
-		j.dst[r] = float32(s)
+		dst[r] = float32(s)
 	}
 	f64Bufs.Put(sb)
 }
