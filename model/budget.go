@@ -20,8 +20,12 @@ type BudgetRequest struct {
 	Sessions int
 	// MaxContext is the positions each session may hold.
 	MaxContext int
-	// Chunk is the prefill chunk (tokens per pass over the weights).
+	// Chunk is the prefill chunk (tokens of one sequence per pass).
 	Chunk int
+	// MaxBatch is the most token rows of one pass, summed over its
+	// sequences; zero means Chunk. The scratch of the pass is sized for it
+	// and counted once, not per session.
+	MaxBatch int
 }
 
 // MemoryPlan says where every byte of the budget goes. The plan decides
@@ -30,9 +34,11 @@ type BudgetRequest struct {
 type MemoryPlan struct {
 	Budget int64 // 0 = unlimited
 
-	// Fixed floor.
+	// Fixed floor. State and KV are for Sessions sessions; Scratch is one
+	// pass of Rows rows.
 	LMHead, Embed, Vectors, State, KV, Scratch, Overhead int64
 	EmbedResident                                        bool
+	Sessions, Rows                                       int
 
 	// Trunk: pinned parts stay resident; the rest stream through a ring.
 	Pinned        []bool // by unit(layer, part)
@@ -76,7 +82,8 @@ func (p *MemoryPlan) String() string {
 		emb = gb(p.Embed)
 	}
 	fmt.Fprintf(&b, "  lm_head %s, embeddings %s, vectors %s\n", gb(p.LMHead), emb, gb(p.Vectors))
-	fmt.Fprintf(&b, "  state %s, KV cache %s, scratch %s, overhead %s\n", gb(p.State), gb(p.KV), gb(p.Scratch), gb(p.Overhead))
+	fmt.Fprintf(&b, "  %d sessions: state %s, KV cache %s; scratch %s for %d rows per pass; overhead %s\n",
+		p.Sessions, gb(p.State), gb(p.KV), gb(p.Scratch), p.Rows, gb(p.Overhead))
 	n := 0
 	for _, x := range p.Pinned {
 		if x {
@@ -112,7 +119,12 @@ func (p *Plan) PlanMemory(req BudgetRequest) (*MemoryPlan, error) {
 	if req.Chunk <= 0 {
 		req.Chunk = 64
 	}
-	mp := &MemoryPlan{Budget: req.Budget, Pinned: make([]bool, len(p.parts))}
+	if req.MaxBatch <= 0 {
+		req.MaxBatch = req.Chunk
+	}
+	mp := &MemoryPlan{Budget: req.Budget, Pinned: make([]bool, len(p.parts)), Sessions: req.Sessions}
+	// A pass never carries more rows than the sessions can feed.
+	mp.Rows = min(req.MaxBatch, max(req.Sessions*req.MaxContext, 1))
 	mp.LMHead = p.lmHead.Size
 	mp.Embed = p.embed.Size
 	for l := range p.vecs {
@@ -123,7 +135,7 @@ func (p *Plan) PlanMemory(req BudgetRequest) (*MemoryPlan, error) {
 	s := int64(req.Sessions)
 	mp.State = s * fixed
 	mp.KV = s * perPos * int64(req.MaxContext)
-	mp.Scratch = s * scratchBytes(c, min(req.Chunk, max(req.MaxContext, 1)), req.MaxContext)
+	mp.Scratch = scratchBytes(c, mp.Rows, req.MaxContext)
 	mp.Overhead = runtimeOverhead + int64(p.Ckpt.Len())*perTensorOverhead
 	mp.CacheSlotBytes = iox.AlignUp(p.experts.SlotBytes())
 	minCache := int64(c.TopK+1) * mp.CacheSlotBytes
@@ -241,7 +253,7 @@ func vecBytes(v *LayerVecs) int64 {
 	return int64(n) * 4
 }
 
-// scratchBytes returns the bytes newScratch allocates for tc tokens, plus
+// scratchBytes returns the bytes NewScratch allocates for tc rows, plus
 // the per-head score buffers for maxContext positions.
 func scratchBytes(c *Config, tc, maxContext int) int64 {
 	sizes := scratchSizes(c, tc)

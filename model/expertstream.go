@@ -130,6 +130,10 @@ func (s *StreamExperts) topUp(ctx context.Context, b *ExpertBatch, sb *streamBat
 		}
 		sb.handles[k] = h
 		sb.started++
+		if k < len(b.Uses) {
+			// The policy sees one request per row that chose the expert.
+			s.cache.Touch(cache.Key{Layer: int32(b.Layer), Expert: b.IDs[k]}, int(b.Uses[k])-1)
+		}
 		if f.Pending() {
 			select {
 			case s.fills <- f:
@@ -188,6 +192,12 @@ func (s *StreamExperts) End(b *ExpertBatch) {
 		}
 	}
 	s.phase.Unlock()
+}
+
+// Resident implements ExpertResidency: whether the expert is in the cache
+// already (no request is counted).
+func (s *StreamExperts) Resident(layer int, id int32) bool {
+	return s.cache.Resident(cache.Key{Layer: int32(layer), Expert: id})
 }
 
 // ExpertStats implements the model's counters.

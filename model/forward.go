@@ -6,10 +6,12 @@ import (
 	"time"
 )
 
-// scratch holds every intermediate buffer of a forward pass over up to tc
-// tokens. It is allocated once per State and reused, so decoding allocates
-// nothing per token.
-type scratch struct {
+// Scratch holds every intermediate buffer of a forward pass over up to
+// Rows token rows, summed over the sequences in the pass. It belongs to
+// the caller that runs passes (one per concurrent pass, not one per
+// sequence) and is reused, so decoding allocates nothing per token. A
+// Scratch is not safe for concurrent use.
+type Scratch struct {
 	tc int
 
 	pref, x, xn, attn, ffn []float32 // [tc][E]
@@ -46,20 +48,29 @@ type scratch struct {
 	seen    []int32   // [Ne] position+1 in first, 0 if unseen
 	sg, su  []float32 // [tc][max(Ns·I, Id)]
 
+	uses   []int32 // per union index: the rows that chose it
+	ustart []int32 // per union index: where its run of users starts
+	cursor []int32 // bucketing scratch
+
 	batch  ExpertBatch
-	rowBuf []byte // one embedding row read from disk, with alignment slack
-	logits []float32
+	rowBuf []byte    // one embedding row read from disk, with alignment slack
+	segs   []segment // the sequences of the current pass
+	pass   pass      // the current pass (kept here so it is not allocated)
 	kdaJob kdaJob
 	mlaJob mlaJob
 }
+
+// Rows returns the number of token rows the scratch holds.
+func (s *Scratch) Rows() int { return s.tc }
 
 type mlaHeadScratch struct {
 	qabs, ctx []float32 // [Ckv]
 	p         []float32 // [positions]
 }
 
-func newScratch(c *Config, tc int) *scratch {
-	return buildScratch(c, tc, func(n int) []float32 { return make([]float32, n) })
+// NewScratch allocates the buffers of a pass over up to rows token rows.
+func NewScratch(c *Config, rows int) *Scratch {
+	return buildScratch(c, max(rows, 1), func(n int) []float32 { return make([]float32, n) })
 }
 
 // scratchSizes returns the length of every buffer newScratch allocates, in
@@ -72,14 +83,14 @@ func scratchSizes(c *Config, tc int) []int {
 
 // buildScratch lays out the scratch buffers through alloc, so that the
 // memory planner counts exactly what a session allocates.
-func buildScratch(c *Config, tc int, f func(n int) []float32) *scratch {
+func buildScratch(c *Config, tc int, f func(n int) []float32) *Scratch {
 	E, P, D, Hk := c.Hidden, c.KDAWidth(), c.KDAHeadDim, c.KDAHeads
 	nb := c.NumBoundaries()
 	i32 := func(n int) []int32 {
 		f(n)
 		return make([]int32, 0, n)
 	}
-	s := &scratch{tc: tc,
+	s := &Scratch{tc: tc,
 		pref: f(tc * E), x: f(tc * E), xn: f(tc * E), attn: f(tc * E), ffn: f(tc * E),
 		blocks: f(tc * nb * E), sources: make([][]float32, 0, nb+1), arScore: f(nb + 1),
 		q: f(tc * P), k: f(tc * P), v: f(tc * P), g: f(tc * P), z: f(tc * P), o: f(tc * P),
@@ -91,11 +102,15 @@ func buildScratch(c *Config, tc int, f func(n int) []float32) *scratch {
 		zl: f(tc * c.LatentDim), contrib: f(tc * c.TopK * c.LatentDim), accL: f(tc * c.LatentDim),
 		xg: f(tc * c.LatentDim), a1: f(tc * c.MoEIntermediate), a3: f(tc * c.MoEIntermediate), eo: f(tc * c.LatentDim),
 		users: i32(tc * c.TopK), first: i32(tc * c.TopK),
+		uses: i32(tc * c.TopK), ustart: i32(tc*c.TopK + 1), cursor: i32(tc * c.TopK),
+		segs: make([]segment, 0, tc),
 	}
 	s.rowBuf = make([]byte, 0, c.Hidden*4+2*Align)
 	f((c.Hidden*4 + 2*Align) / 4)
 	s.rowBuf = s.rowBuf[:cap(s.rowBuf)]
 	s.idx = i32(tc * c.TopK)[:tc*c.TopK]
+	s.users = s.users[:cap(s.users)]
+	s.uses, s.ustart = s.uses[:cap(s.uses)], s.ustart[:cap(s.ustart)]
 	s.seen = i32(c.Experts)[:c.Experts]
 	wide := c.SharedExperts * c.MoEIntermediate
 	if c.FirstKDense > 0 {
@@ -115,12 +130,42 @@ type passLocker interface {
 	EndPass()
 }
 
-// Session couples a State with its scratch so a caller can run forward
-// passes. It is not safe for concurrent use.
+// Group is one sequence's share of a batched forward pass: its state, the
+// tokens it feeds at its current position, and where its logits go.
+type Group struct {
+	// St is the sequence's state; the pass appends Tokens to it. A State
+	// appears in at most one Group of a pass.
+	St *State
+	// Tokens are the new tokens, in order (at least one).
+	Tokens []int
+	// All asks for the logits of every new token (len(Tokens)·V values in
+	// Out, position-major) instead of only the last one's (V values).
+	All bool
+	// Out receives the logits; nil computes none (a prefill chunk whose
+	// logits nobody reads).
+	Out []float32
+}
+
+// segment is the part of one Group that a sub-pass carries: rows
+// [lo, lo+n) of the sub-pass are tokens[off:off+n] of the group.
+type segment struct {
+	st     *State
+	lo, n  int
+	p0     int // the position of the segment's first row
+	tokens []int
+	// out receives the logits of the segment's selected rows: every row
+	// (all) or only the group's last token (last); nil: none.
+	out       []float32
+	all, last bool
+}
+
+// Session couples a State with its own scratch so a caller can run forward
+// passes for one sequence. It is not safe for concurrent use.
 type Session struct {
 	m  *Model
 	St *State
-	sc *scratch
+	sc *Scratch
+	g  [1]Group
 }
 
 // NewSession creates a sequence state of up to capacity positions.
@@ -132,30 +177,68 @@ func (m *Model) NewSession(capacity int) *Session {
 // the last position's V logits, or every position's (len(tokens)·V) when
 // all is set. It carries the KDA, conv and MLA state forward; call
 // St.Reset first for a fresh sequence. On error the state is undefined and
-// must be reset before reuse.
+// must be reset before reuse. It is ForwardBatch with one group.
 func (s *Session) Forward(ctx context.Context, tokens []int, out []float32, all bool) error {
-	m, c := s.m, s.m.Cfg
-	if len(tokens) == 0 {
-		return fmt.Errorf("forward: no tokens")
+	if len(out) == 0 {
+		return fmt.Errorf("forward: no logits buffer")
 	}
-	need := c.Vocab
-	if all {
-		need *= len(tokens)
+	tc := min(len(tokens), s.m.chunk)
+	if s.sc == nil || s.sc.tc < tc {
+		s.sc = NewScratch(s.m.Cfg, tc)
 	}
-	if len(out) < need {
-		return fmt.Errorf("forward: logits buffer holds %d values, need %d", len(out), need)
+	s.g[0] = Group{St: s.St, Tokens: tokens, All: all, Out: out}
+	err := s.m.ForwardBatch(ctx, s.sc, s.g[:])
+	s.g[0] = Group{}
+	return err
+}
+
+// ForwardBatch runs one pass over the weights for several sequences: the
+// new tokens of every group are rows of the same weight products, so the
+// trunk is read once for all of them and each routed expert once for every
+// row that chose it. When the rows exceed sc.Rows(), the pass is split
+// into sub-passes of at most that many rows (a group may span two), all
+// under one turn of the streaming trunk.
+//
+// A row's arithmetic never depends on the other rows: every group's logits
+// are bit-identical to running it alone, in any batch and at any split.
+// The groups are checked (token range, context capacity, logits buffers)
+// before anything runs; on a failure after that every group's state is
+// undefined and must be reset before reuse.
+func (m *Model) ForwardBatch(ctx context.Context, sc *Scratch, gs []Group) error {
+	c := m.Cfg
+	if len(gs) == 0 {
+		return fmt.Errorf("forward: no sequences")
 	}
-	for i, t := range tokens {
-		if t < 0 || t >= c.Vocab {
-			return fmt.Errorf("%w: token %d at index %d is outside [0, %d)", ErrTokenOutOfRange, t, i, c.Vocab)
+	for gi := range gs {
+		g := &gs[gi]
+		if len(g.Tokens) == 0 {
+			return fmt.Errorf("forward: sequence %d: no tokens", gi)
+		}
+		if g.St == nil || g.St.cfg != c {
+			return fmt.Errorf("forward: sequence %d: no state of this model", gi)
+		}
+		need := c.Vocab
+		if g.All {
+			need *= len(g.Tokens)
+		}
+		if g.Out != nil && len(g.Out) < need {
+			return fmt.Errorf("forward: sequence %d: logits buffer holds %d values, need %d", gi, len(g.Out), need)
+		}
+		for i, t := range g.Tokens {
+			if t < 0 || t >= c.Vocab {
+				return fmt.Errorf("%w: token %d at index %d is outside [0, %d)", ErrTokenOutOfRange, t, i, c.Vocab)
+			}
+		}
+		for _, h := range gs[:gi] {
+			if h.St == g.St {
+				return fmt.Errorf("forward: sequences %d and %d share one state", slicesIndex(gs, h.St), gi)
+			}
 		}
 	}
-	if err := s.St.reserve(len(tokens)); err != nil {
-		return err
-	}
-	tc := min(len(tokens), m.chunk)
-	if s.sc == nil || s.sc.tc < tc {
-		s.sc = newScratch(c, tc)
+	for gi := range gs {
+		if err := gs[gi].St.reserve(len(gs[gi].Tokens)); err != nil {
+			return err
+		}
 	}
 	if pl, ok := m.layers.(passLocker); ok {
 		pl.BeginPass()
@@ -163,32 +246,77 @@ func (s *Session) Forward(ctx context.Context, tokens []int, out []float32, all 
 	}
 	start := time.Now()
 	defer func() { m.forwardNanos.Add(int64(time.Since(start))) }()
-	for done := 0; done < len(tokens); {
-		n := min(m.chunk, len(tokens)-done)
-		var dst []float32
-		switch {
-		case all:
-			dst = out[done*c.Vocab : (done+n)*c.Vocab]
-		case done+n == len(tokens):
-			dst = out[:c.Vocab]
+
+	p := &sc.pass
+	*p = pass{m: m, c: c, sc: sc}
+	defer func() { *p = pass{} }()
+	gi, off := 0, 0 // the next row to place: group gi, token off
+	for gi < len(gs) {
+		segs := sc.segs[:0]
+		rows := 0
+		for gi < len(gs) && rows < sc.tc {
+			g := &gs[gi]
+			n := min(len(g.Tokens)-off, sc.tc-rows)
+			sg := segment{st: g.St, lo: rows, n: n, p0: g.St.pos, tokens: g.Tokens[off : off+n]}
+			sg.last = off+n == len(g.Tokens)
+			switch {
+			case g.Out == nil:
+			case g.All:
+				sg.out, sg.all = g.Out[off*c.Vocab:(off+n)*c.Vocab], true
+			case sg.last:
+				sg.out = g.Out[:c.Vocab]
+			}
+			segs = append(segs, sg)
+			rows += n
+			if off += n; off == len(g.Tokens) {
+				gi, off = gi+1, 0
+			}
 		}
-		if err := s.forwardChunk(ctx, tokens[done:done+n], dst, all); err != nil {
+		p.segs, p.T = segs, rows
+		err := p.run(ctx)
+		clear(segs)
+		sc.segs = segs[:0]
+		if err != nil {
 			return err
 		}
-		done += n
+		m.passes.Add(1)
+		m.rows.Add(int64(rows))
 	}
 	return nil
 }
 
-// forwardChunk runs every layer over T tokens. dst receives the logits of
-// every position (all) or of the last one; nil skips the head.
-func (s *Session) forwardChunk(ctx context.Context, tokens []int, dst []float32, all bool) error {
-	m, c, sc, st := s.m, s.m.Cfg, s.sc, s.St
-	T, E := len(tokens), c.Hidden
+// slicesIndex returns the index of the group holding st.
+func slicesIndex(gs []Group, st *State) int {
+	for i := range gs {
+		if gs[i].St == st {
+			return i
+		}
+	}
+	return -1
+}
+
+// pass is one sub-pass: T rows over the segments of its sequences, each
+// segment's rows contiguous and in order.
+type pass struct {
+	m    *Model
+	c    *Config
+	sc   *Scratch
+	segs []segment
+	T    int
+}
+
+// run runs every layer over the pass's rows, advances each sequence's
+// position, and computes the logits its segments ask for.
+func (p *pass) run(ctx context.Context) error {
+	m, c, sc := p.m, p.c, p.sc
+	E := c.Hidden
 	nbMax := c.NumBoundaries()
-	for t, id := range tokens {
-		if err := m.embedRow(ctx, sc.pref[t*E:(t+1)*E], id, sc.rowBuf); err != nil {
-			return err
+	for _, sg := range p.segs {
+		for t, id := range sg.tokens {
+			r := sg.lo + t
+			if err := m.embedRow(ctx, sc.pref[r*E:(r+1)*E], id, sc.rowBuf); err != nil {
+				return err
+			}
 		}
 	}
 	nb := 0
@@ -199,48 +327,96 @@ func (s *Session) forwardChunk(ctx context.Context, tokens []int, dst []float32,
 		if m.closed.Load() {
 			return ErrClosed
 		}
-		if err := s.layer(ctx, l, T, &nb, nbMax); err != nil {
+		if err := p.layer(ctx, l, &nb, nbMax); err != nil {
 			return fmt.Errorf("layer %d: %w", l, err)
 		}
 	}
-	st.pos += T
-	if dst == nil {
+	for _, sg := range p.segs {
+		sg.st.pos += sg.n
+	}
+	return p.logits(nb, nbMax)
+}
+
+// logits runs the model-level aggregator, the final norm and lm_head over
+// the selected rows. One sequence's rows go straight to its buffer; rows
+// of several sequences share one product over blocks of the vocabulary.
+func (p *pass) logits(nb, nbMax int) error {
+	m, c, sc := p.m, p.c, p.sc
+	E, V := c.Hidden, c.Vocab
+	n := 0 // selected rows, gathered into xn in pass order
+	var single []float32
+	dsts := 0
+	for _, sg := range p.segs {
+		if sg.out == nil {
+			continue
+		}
+		first := sg.lo + sg.n - 1
+		if sg.all {
+			first = sg.lo
+		}
+		for r := first; r < sg.lo+sg.n; r++ {
+			p.aggregate(sc.x[r*E:(r+1)*E], r, nb, nbMax, sc.pref[r*E:(r+1)*E], m.Plan.foldO)
+			rmsNorm(sc.xn[n*E:(n+1)*E], sc.x[r*E:(r+1)*E], m.Plan.finalNorm, c.RMSNormEps)
+			n++
+		}
+		single = sg.out
+		dsts++
+	}
+	if n == 0 {
 		return nil
 	}
-	// Model-level aggregator, final norm, lm_head.
-	first := T - 1
-	if all {
-		first = 0
+	head := Linear{Dense: m.lmHead}
+	if dsts == 1 {
+		head.MatMul(m.pool, single[:n*V], sc.xn[:n*E], n)
+		return nil
 	}
-	for t := first; t < T; t++ {
-		s.aggregate(sc.x[t*E:(t+1)*E], t, nb, nbMax, sc.pref[t*E:(t+1)*E], m.Plan.foldO)
-		rmsNorm(sc.xn[(t-first)*E:(t-first+1)*E], sc.x[t*E:(t+1)*E], m.Plan.finalNorm, c.RMSNormEps)
+	// Several destinations: blocks of vocabulary rows, every selected row
+	// at once, so the head is read once per pass whatever the batch; each
+	// block goes through the expert-output buffer (free after the last
+	// layer) to the sequences' buffers.
+	buf := sc.contrib
+	vb := max(1, min(V, len(buf)/n))
+	for v0 := 0; v0 < V; v0 += vb {
+		v1 := min(v0+vb, V)
+		w := v1 - v0
+		part := Linear{Dense: head.RowsView(v0, v1)}
+		part.MatMul(m.pool, buf[:n*w], sc.xn[:n*E], n)
+		k := 0
+		for _, sg := range p.segs {
+			if sg.out == nil {
+				continue
+			}
+			rows := 1
+			if sg.all {
+				rows = sg.n
+			}
+			for i := 0; i < rows; i++ {
+				copy(sg.out[i*V+v0:i*V+v1], buf[k*w:(k+1)*w])
+				k++
+			}
+		}
 	}
-	n := T - first
-	mlm := m.lmHead
-	mlmLinear := Linear{Dense: mlm}
-	mlmLinear.MatMul(m.pool, dst[:n*c.Vocab], sc.xn[:n*E], n)
 	return nil
 }
 
-// aggregate runs the Attention-Residual aggregator for token t over its nb
+// aggregate runs the Attention-Residual aggregator for row t over its nb
 // block snapshots and the running prefix.
-func (s *Session) aggregate(out []float32, t, nb, nbMax int, pref, fold []float32) {
-	E := s.m.Cfg.Hidden
-	src := s.sc.sources[:0]
+func (p *pass) aggregate(out []float32, t, nb, nbMax int, pref, fold []float32) {
+	E := p.c.Hidden
+	src := p.sc.sources[:0]
 	for b := 0; b < nb; b++ {
 		off := (t*nbMax + b) * E
-		src = append(src, s.sc.blocks[off:off+E])
+		src = append(src, p.sc.blocks[off:off+E])
 	}
 	src = append(src, pref)
-	attnRes(out, src, fold, s.m.Cfg.RMSNormEps, s.sc.arScore)
-	s.sc.sources = src[:0]
+	attnRes(out, src, fold, p.c.RMSNormEps, p.sc.arScore)
+	p.sc.sources = src[:0]
 }
 
-// layer runs decoder layer l over T tokens (§6.7 of the model spec),
-// acquiring each part of its weights only while it computes.
-func (s *Session) layer(ctx context.Context, l int, T int, nb *int, nbMax int) error {
-	m, c, sc := s.m, s.m.Cfg, s.sc
+// layer runs decoder layer l over the pass's rows (§6.7 of the model
+// spec), acquiring each part of its weights only while it computes.
+func (p *pass) layer(ctx context.Context, l int, nb *int, nbMax int) error {
+	m, c, sc, T := p.m, p.c, p.sc, p.T
 	E := c.Hidden
 	vec := &m.Plan.vecs[l]
 	// Pre-attention aggregation (layer 0 has no blocks yet and uses pref).
@@ -248,7 +424,7 @@ func (s *Session) layer(ctx context.Context, l int, T int, nb *int, nbMax int) e
 		pref := sc.pref[t*E : (t+1)*E]
 		x := sc.x[t*E : (t+1)*E]
 		if *nb > 0 {
-			s.aggregate(x, t, *nb, nbMax, pref, vec.FoldA)
+			p.aggregate(x, t, *nb, nbMax, pref, vec.FoldA)
 		} else {
 			copy(x, pref)
 		}
@@ -270,9 +446,9 @@ func (s *Session) layer(ctx context.Context, l int, T int, nb *int, nbMax int) e
 		return err
 	}
 	if c.IsMLA(l) {
-		s.mla(l, mats, vec, T)
+		p.mla(l, mats, vec)
 	} else {
-		s.kda(l, mats, vec, T)
+		p.kda(l, mats, vec)
 	}
 	m.layers.Release(l, PartAttn)
 	for i := 0; i < T*E; i++ {
@@ -283,16 +459,16 @@ func (s *Session) layer(ctx context.Context, l int, T int, nb *int, nbMax int) e
 		}
 	}
 	for t := 0; t < T; t++ {
-		s.aggregate(sc.x[t*E:(t+1)*E], t, *nb, nbMax, sc.pref[t*E:(t+1)*E], vec.FoldM)
+		p.aggregate(sc.x[t*E:(t+1)*E], t, *nb, nbMax, sc.pref[t*E:(t+1)*E], vec.FoldM)
 		rmsNorm(sc.xn[t*E:(t+1)*E], sc.x[t*E:(t+1)*E], vec.PostNorm, c.RMSNormEps)
 	}
 	if mats, err = m.layers.Acquire(ctx, l, PartFFN); err != nil {
 		return err
 	}
 	if c.IsDense(l) {
-		s.denseFFN(mats, T)
+		p.denseFFN(mats)
 	} else {
-		err = s.moe(ctx, l, mats, vec, T)
+		err = p.moe(ctx, l, mats, vec)
 	}
 	m.layers.Release(l, PartFFN)
 	if err != nil {
@@ -305,8 +481,8 @@ func (s *Session) layer(ctx context.Context, l int, T int, nb *int, nbMax int) e
 }
 
 // denseFFN computes ffn = down(SiTU(gate(xn), up(xn))).
-func (s *Session) denseFFN(mats *LayerMats, T int) {
-	m, c, sc := s.m, s.m.Cfg, s.sc
+func (p *pass) denseFFN(mats *LayerMats) {
+	m, c, sc, T := p.m, p.c, p.sc, p.T
 	Id := c.DenseIntermediate
 	g, u := sc.sg[:T*Id], sc.su[:T*Id]
 	mats.GateProj.MatMul(m.pool, g, sc.xn[:T*c.Hidden], T)

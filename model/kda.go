@@ -2,12 +2,14 @@ package model
 
 import "math"
 
-// kda runs Kimi Delta Attention over T tokens (§6.5): projections, short
-// convolutions with carried state, L2-normalised q and k, per-head β,
+// kda runs Kimi Delta Attention over the pass's rows (§6.5): projections,
+// short convolutions with carried state, L2-normalised q and k, per-head β,
 // per-channel decay with a per-head A, the delta-rule recurrence, head-wise
-// RMSNorm, the full-rank output gate and the output projection.
-func (s *Session) kda(l int, mats *LayerMats, vec *LayerVecs, T int) {
-	m, c, sc := s.m, s.m.Cfg, s.sc
+// RMSNorm, the full-rank output gate and the output projection. The
+// projections run over every row at once; the convolutions and the
+// recurrence run each sequence's rows in order on its own state.
+func (p *pass) kda(l int, mats *LayerMats, vec *LayerVecs) {
+	m, c, sc, T := p.m, p.c, p.sc, p.T
 	E, P, D, Hk, kc := c.Hidden, c.KDAWidth(), c.KDAHeadDim, c.KDAHeads, c.ConvKernel
 	xn := sc.xn[:T*E]
 	q, k, v, g, z := sc.q[:T*P], sc.k[:T*P], sc.v[:T*P], sc.g[:T*P], sc.z[:T*P]
@@ -19,14 +21,19 @@ func (s *Session) kda(l int, mats *LayerMats, vec *LayerVecs, T int) {
 	mats.FAProj.MatMul(m.pool, sc.fa[:T*D], xn, T)
 	mats.FBProj.MatMul(m.pool, z, sc.fa[:T*D], T)
 
-	st := &s.St.kda[l]
+	for _, sg := range p.segs {
+		st := &sg.st.kda[l]
+		for t := sg.lo; t < sg.lo+sg.n; t++ {
+			qt, kt, vt := q[t*P:(t+1)*P], k[t*P:(t+1)*P], v[t*P:(t+1)*P]
+			shortConv(qt, qt, vec.QConv, st.qh, kc)
+			shortConv(kt, kt, vec.KConv, st.kh, kc)
+			shortConv(vt, vt, vec.VConv, st.vh, kc)
+		}
+	}
 	qScale := float32(1 / math.Sqrt(float64(D)))
 	glb := c.GateLowerBound
 	for t := 0; t < T; t++ {
-		qt, kt, vt, zt := q[t*P:(t+1)*P], k[t*P:(t+1)*P], v[t*P:(t+1)*P], z[t*P:(t+1)*P]
-		shortConv(qt, qt, vec.QConv, st.qh, kc)
-		shortConv(kt, kt, vec.KConv, st.kh, kc)
-		shortConv(vt, vt, vec.VConv, st.vh, kc)
+		qt, kt, zt := q[t*P:(t+1)*P], k[t*P:(t+1)*P], z[t*P:(t+1)*P]
 		for h := 0; h < Hk; h++ {
 			qh := qt[h*D : (h+1)*D]
 			l2Norm(qh)
@@ -40,8 +47,8 @@ func (s *Session) kda(l int, mats *LayerMats, vec *LayerVecs, T int) {
 		}
 	}
 	j := &sc.kdaJob
-	*j = kdaJob{s: s, st: st, T: T}
-	m.pool.Run(Hk, 1, j)
+	*j = kdaJob{p: p, l: l}
+	m.pool.Run(len(p.segs)*Hk, 1, j)
 	*j = kdaJob{}
 
 	o := sc.o[:T*P]
@@ -70,19 +77,20 @@ func kdaDecay(g, alpha, z, dtBias []float32, aLog, glb float32) {
 	}
 }
 
-// kdaJob runs the delta-rule recurrence, one head per index.
+// kdaJob runs the delta-rule recurrence of layer l, one (sequence, head)
+// per index: index i is head i mod Hk of segment i / Hk.
 type kdaJob struct {
-	s  *Session
-	st *kdaState
-	T  int
+	p *pass
+	l int
 }
 
 func (j *kdaJob) Range(lo, hi int) {
-	c, sc := j.s.m.Cfg, j.s.sc
+	c, sc := j.p.c, j.p.sc
 	P, D, Hk := c.KDAWidth(), c.KDAHeadDim, c.KDAHeads
-	for h := lo; h < hi; h++ {
-		S := j.st.S[h*D*D : (h+1)*D*D]
-		for t := 0; t < j.T; t++ {
+	for i := lo; i < hi; i++ {
+		sg, h := &j.p.segs[i/Hk], i%Hk
+		S := sg.st.kda[j.l].S[h*D*D : (h+1)*D*D]
+		for t := sg.lo; t < sg.lo+sg.n; t++ {
 			base := t*P + h*D
 			kdaStep(S, sc.q[base:base+D], sc.k[base:base+D], sc.v[base:base+D], sc.z[base:base+D],
 				sc.beta[t*Hk+h], sc.o[base:base+D])

@@ -6,7 +6,8 @@ import (
 	"github.com/k3go/k3/tensor"
 )
 
-// mla runs gated Multi-head Latent Attention over T new tokens (§6.6). The
+// mla runs gated Multi-head Latent Attention over the pass's rows (§6.6),
+// each sequence's rows against its own cache at its own positions. The
 // cache holds, per position, the RMS-normalised latent (Ckv floats) and the
 // raw rope key (r floats, shared by all heads, never rotated). Attention
 // works in the latent space: the query's nope part is absorbed through the
@@ -14,8 +15,8 @@ import (
 // value half of kv_b is applied once to the probability-weighted latent sum.
 // This is the same mathematics as expanding every cached position, 43×
 // smaller in memory, and identical in every decoding mode.
-func (s *Session) mla(l int, mats *LayerMats, vec *LayerVecs, T int) {
-	m, c, sc := s.m, s.m.Cfg, s.sc
+func (p *pass) mla(l int, mats *LayerMats, vec *LayerVecs) {
+	m, c, sc, T := p.m, p.c, p.sc, p.T
 	E, Cq, Ckv, r := c.Hidden, c.QLoraRank, c.KVLoraRank, c.QKRopeDim
 	H, dh, vh := c.MLAHeads, c.MLAHeadDim(), c.VHeadDim
 	xn := sc.xn[:T*E]
@@ -28,21 +29,24 @@ func (s *Session) mla(l int, mats *LayerMats, vec *LayerVecs, T int) {
 	ckv := sc.ckv[:T*(Ckv+r)]
 	mats.KVAProj.MatMul(m.pool, ckv, xn, T)
 
-	st := &s.St.mla[l]
-	p0 := s.St.pos
-	for t := 0; t < T; t++ {
-		row := ckv[t*(Ckv+r) : (t+1)*(Ckv+r)]
-		rmsNorm(row[:Ckv], row[:Ckv], vec.KVANorm, c.RMSNormEps)
-		st.lat = append(st.lat, row[:Ckv]...)
-		st.kr = append(st.kr, row[Ckv:]...)
+	longest := 0
+	for _, sg := range p.segs {
+		st := &sg.st.mla[l]
+		for t := sg.lo; t < sg.lo+sg.n; t++ {
+			row := ckv[t*(Ckv+r) : (t+1)*(Ckv+r)]
+			rmsNorm(row[:Ckv], row[:Ckv], vec.KVANorm, c.RMSNormEps)
+			st.lat = append(st.lat, row[:Ckv]...)
+			st.kr = append(st.kr, row[Ckv:]...)
+		}
+		longest = max(longest, sg.p0+sg.n)
 	}
 	for h := range sc.heads {
-		if cap(sc.heads[h].p) < p0+T {
-			sc.heads[h].p = make([]float32, p0+T, max(p0+T, 2*cap(sc.heads[h].p)))
+		if cap(sc.heads[h].p) < longest {
+			sc.heads[h].p = make([]float32, longest, max(longest, 2*cap(sc.heads[h].p)))
 		}
 	}
 	j := &sc.mlaJob
-	*j = mlaJob{s: s, mats: mats, st: st, T: T, p0: p0}
+	*j = mlaJob{p: p, mats: mats, l: l}
 	m.pool.Run(H, 1, j)
 	*j = mlaJob{}
 
@@ -57,52 +61,62 @@ func (s *Session) mla(l int, mats *LayerMats, vec *LayerVecs, T int) {
 	mats.MLAOProj.MatMul(m.pool, sc.attn[:T*E], o, T)
 }
 
-// mlaJob computes attention for one head per index over the T new tokens.
+// mlaJob computes attention for one head per index over every row of the
+// pass, each sequence against its own cache.
 type mlaJob struct {
-	s     *Session
-	mats  *LayerMats
-	st    *mlaState
-	T, p0 int
+	p    *pass
+	mats *LayerMats
+	l    int
 }
 
 func (j *mlaJob) Range(lo, hi int) {
-	c, sc := j.s.m.Cfg, j.s.sc
-	Ckv, r, n, vh := c.KVLoraRank, c.QKRopeDim, c.QKNopeDim, c.VHeadDim
-	H, dh := c.MLAHeads, c.MLAHeadDim()
+	c, sc := j.p.c, j.p.sc
+	r, n, vh := c.QKRopeDim, c.QKNopeDim, c.VHeadDim
 	scale := float32(1 / math.Sqrt(float64(n+r)))
 	kvb := &j.mats.KVBProj
 	for h := lo; h < hi; h++ {
 		hs := &sc.heads[h]
 		wk := kvb.RowsView(h*(n+vh), h*(n+vh)+n)
 		wv := kvb.RowsView(h*(n+vh)+n, (h+1)*(n+vh))
-		for t := 0; t < j.T; t++ {
-			q := sc.qm[(t*H+h)*dh : (t*H+h+1)*dh]
-			absorb(hs.qabs, wk, q[:n])
-			npos := j.p0 + t + 1
-			p := hs.p[:npos]
-			for sIdx := 0; sIdx < npos; sIdx++ {
-				lat := j.st.lat[sIdx*Ckv : (sIdx+1)*Ckv]
-				kr := j.st.kr[sIdx*r : (sIdx+1)*r]
-				var d float64
-				for i, v := range hs.qabs {
-					d += float64(v) * float64(lat[i])
-				}
-				for i, v := range q[n:] {
-					d += float64(v) * float64(kr[i])
-				}
-				p[sIdx] = float32(d) * scale
-			}
-			softmaxInPlace(p)
-			ctx := hs.ctx
-			clear(ctx)
-			for sIdx, ps := range p {
-				lat := j.st.lat[sIdx*Ckv : (sIdx+1)*Ckv]
-				for i, v := range lat {
-					ctx[i] += float32(ps * v)
-				}
-			}
-			tensor.MatVec(nil, sc.mo[(t*H+h)*vh:(t*H+h+1)*vh], wv, ctx)
+		for si := range j.p.segs {
+			sg := &j.p.segs[si]
+			j.head(hs, sg, &sg.st.mla[j.l], h, wk, wv, scale)
 		}
+	}
+}
+
+// head computes one head's attention for the rows of one segment.
+func (j *mlaJob) head(hs *mlaHeadScratch, sg *segment, st *mlaState, h int, wk, wv tensor.Mat, scale float32) {
+	c, sc := j.p.c, j.p.sc
+	Ckv, r, n, vh := c.KVLoraRank, c.QKRopeDim, c.QKNopeDim, c.VHeadDim
+	H, dh := c.MLAHeads, c.MLAHeadDim()
+	for t := sg.lo; t < sg.lo+sg.n; t++ {
+		q := sc.qm[(t*H+h)*dh : (t*H+h+1)*dh]
+		absorb(hs.qabs, wk, q[:n])
+		npos := sg.p0 + (t - sg.lo) + 1
+		p := hs.p[:npos]
+		for sIdx := 0; sIdx < npos; sIdx++ {
+			lat := st.lat[sIdx*Ckv : (sIdx+1)*Ckv]
+			kr := st.kr[sIdx*r : (sIdx+1)*r]
+			var d float64
+			for i, v := range hs.qabs {
+				d += float64(v) * float64(lat[i])
+			}
+			for i, v := range q[n:] {
+				d += float64(v) * float64(kr[i])
+			}
+			p[sIdx] = float32(d) * scale
+		}
+		softmaxInPlace(p)
+		ctx := hs.ctx
+		clear(ctx)
+		for sIdx, ps := range p {
+			lat := st.lat[sIdx*Ckv : (sIdx+1)*Ckv]
+			for i, v := range lat {
+				ctx[i] += float32(ps * v)
+			}
+		}
+		tensor.MatVec(nil, sc.mo[(t*H+h)*vh:(t*H+h+1)*vh], wv, ctx)
 	}
 }
 

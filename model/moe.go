@@ -7,39 +7,41 @@ import (
 	"github.com/k3go/k3/tensor"
 )
 
-// moe runs the latent mixture of experts over T tokens (§6.8, §6.9): route
-// on the full-width input, project into the latent, run each selected
-// expert, mix in selection order, normalise the aggregate, project back,
-// and add the shared experts computed on the original input.
+// ExpertResidency is implemented by expert sources that can tell, without
+// counting a request, whether an expert is in memory already: a pass then
+// computes those first while the reads of the others run.
+type ExpertResidency interface {
+	Resident(layer int, id int32) bool
+}
+
+// moe runs the latent mixture of experts over the pass's rows (§6.8,
+// §6.9): route on the full-width input, project into the latent, run each
+// selected expert, mix in selection order, normalise the aggregate,
+// project back, and add the shared experts computed on the original input.
 //
-// Experts are processed as the union over the T tokens: each expert is
-// fetched once and multiplied by every token that chose it in one pass
-// (batched prefill); every token still gets exactly the one-token
-// arithmetic, and contributions are summed per token in selection order.
-func (s *Session) moe(ctx context.Context, l int, mats *LayerMats, vec *LayerVecs, T int) error {
-	m, c, sc := s.m, s.m.Cfg, s.sc
+// Experts are processed as the union over the rows (of every sequence in
+// the pass): each expert is fetched once and multiplied by every row that
+// chose it in one product; every row still gets exactly the one-row
+// arithmetic, and contributions are summed per row in selection order, so
+// the order in which experts arrive never changes the bits.
+func (p *pass) moe(ctx context.Context, l int, mats *LayerMats, vec *LayerVecs) error {
+	m, c, sc, T := p.m, p.c, p.sc, p.T
 	E, K, Ne, Lt, I := c.Hidden, c.TopK, c.Experts, c.LatentDim, c.MoEIntermediate
 	xn := sc.xn[:T*E]
 
-	// 1. Route.
-	s.routerScores(&mats.Router, T)
+	// 1. Route: one product over every row, then top-k per row.
+	p.routerScores(&mats.Router)
 	for t := 0; t < T; t++ {
 		topK(sc.idx[t*K:(t+1)*K], sc.wts[t*K:(t+1)*K], sc.scores[t*Ne:(t+1)*Ne], vec.Bias, sc.choice, c.MoERenormalize, c.RoutedScale)
 	}
-	// The union of selected experts, in first-seen order.
-	first := sc.first[:0]
-	for i := 0; i < T*K; i++ {
-		e := sc.idx[i]
-		if sc.seen[e] == 0 {
-			first = append(first, e)
-			sc.seen[e] = int32(len(first))
-		}
-	}
+	first := p.bucket(l)
+	m.expertUnion.Add(int64(len(first)))
+	m.moeLayerPasses.Add(1)
 	b := &sc.batch
-	b.Layer, b.IDs = l, first
+	b.Layer, b.IDs, b.Uses = l, first, sc.uses[:len(first)]
 	if err := m.experts.Begin(ctx, b); err != nil {
 		m.experts.End(b)
-		s.clearSeen(first)
+		p.clearSeen(first)
 		return fmt.Errorf("experts: %w", err)
 	}
 
@@ -56,15 +58,15 @@ func (s *Session) moe(ctx context.Context, l int, mats *LayerMats, vec *LayerVec
 		clear(sc.ffn[:T*E])
 	}
 
-	// 3. Experts, in first-seen order, each released as soon as it is done.
+	// 3. Experts, resident ones first, each released as soon as it is done.
 	var err error
 	for i := range first {
-		if err = s.runExpert(ctx, b, i, T); err != nil {
+		if err = p.runExpert(ctx, b, i); err != nil {
 			break
 		}
 	}
 	m.experts.End(b)
-	s.clearSeen(first)
+	p.clearSeen(first)
 	if err != nil {
 		return err
 	}
@@ -94,26 +96,90 @@ func (s *Session) moe(ctx context.Context, l int, mats *LayerMats, vec *LayerVec
 	return nil
 }
 
-// clearSeen resets the first-seen marks of a pass.
-func (s *Session) clearSeen(first []int32) {
-	for _, e := range first {
-		s.sc.seen[e] = 0
-	}
-	s.sc.first = first[:0]
-}
-
-// runExpert multiplies the batch's i-th expert by every token that
-// selected it and scatters the outputs to contrib[token][slot].
-func (s *Session) runExpert(ctx context.Context, b *ExpertBatch, i, T int) error {
-	m, c, sc := s.m, s.m.Cfg, s.sc
-	e := int(b.IDs[i])
-	K, Lt, I := c.TopK, c.LatentDim, c.MoEIntermediate
-	users := sc.users[:0]
-	for i := 0; i < T*K; i++ {
-		if int(sc.idx[i]) == e {
-			users = append(users, int32(i))
+// bucket builds the pass's expert union from the routing in sc.idx: the
+// distinct experts (those the source holds already first, then the rest,
+// each group in first-seen order), how many rows chose each (sc.uses), and
+// every expert's choices (row·K + slot, ascending) as one contiguous run of
+// sc.users from sc.ustart[i] to sc.ustart[i+1]. Bucketing once per layer
+// replaces a scan of all T·K choices per expert.
+func (p *pass) bucket(l int) []int32 {
+	c, sc := p.c, p.sc
+	n := p.T * c.TopK
+	first := sc.first[:0]
+	for i := 0; i < n; i++ {
+		e := sc.idx[i]
+		if sc.seen[e] == 0 {
+			first = append(first, e)
+			sc.seen[e] = int32(len(first))
 		}
 	}
+	if res, ok := p.m.experts.(ExpertResidency); ok {
+		// Stable partition, resident experts to the front.
+		k, rest := 0, sc.cursor[:0]
+		for _, e := range first {
+			if res.Resident(l, e) {
+				first[k] = e
+				k++
+			} else {
+				rest = append(rest, e)
+			}
+		}
+		copy(first[k:], rest)
+		for i, e := range first {
+			sc.seen[e] = int32(i + 1)
+		}
+	}
+	uses := sc.uses[:len(first)]
+	clear(uses)
+	for i := 0; i < n; i++ {
+		uses[sc.seen[sc.idx[i]]-1]++
+	}
+	start := sc.ustart[:len(first)+1]
+	start[0] = 0
+	for i, u := range uses {
+		start[i+1] = start[i] + u
+	}
+	cursor := sc.cursor[:len(first)]
+	copy(cursor, start)
+	users := sc.users[:n]
+	for i := 0; i < n; i++ {
+		u := sc.seen[sc.idx[i]] - 1
+		users[cursor[u]] = int32(i)
+		cursor[u]++
+	}
+	sc.first = first
+	return first
+}
+
+// routerScores computes score[t][e] = sigmoid(f32(Σ_i W[e][i]·x[t][i]))
+// for every row with the sum in float64 (tensor.MatMulF64Acc: exact
+// products, one fixed order on every kernel implementation, the gate read
+// once for all rows), so that a BF16 gate and its F32 widening give
+// identical scores and routing never depends on the kernels or the batch.
+func (p *pass) routerScores(w *Linear) {
+	c, sc, T := p.c, p.sc, p.T
+	sco := sc.scores[:T*c.Experts]
+	tensor.MatMulF64Acc(p.m.pool, sco, w.Dense, sc.xn[:T*c.Hidden], T)
+	for e, v := range sco {
+		sco[e] = sigmoid(v)
+	}
+}
+
+// clearSeen resets the first-seen marks of a pass.
+func (p *pass) clearSeen(first []int32) {
+	for _, e := range first {
+		p.sc.seen[e] = 0
+	}
+	p.sc.first = first[:0]
+}
+
+// runExpert multiplies the batch's i-th expert by every row that selected
+// it and scatters the outputs to contrib[row][slot].
+func (p *pass) runExpert(ctx context.Context, b *ExpertBatch, i int) error {
+	m, c, sc := p.m, p.c, p.sc
+	e := int(b.IDs[i])
+	K, Lt, I := c.TopK, c.LatentDim, c.MoEIntermediate
+	users := sc.users[sc.ustart[i]:sc.ustart[i+1]]
 	n := len(users)
 	for u, i := range users {
 		t := int(i) / K
@@ -132,22 +198,5 @@ func (s *Session) runExpert(ctx context.Context, b *ExpertBatch, i, T int) error
 	for u, i := range users {
 		copy(sc.contrib[int(i)*Lt:(int(i)+1)*Lt], sc.eo[u*Lt:(u+1)*Lt])
 	}
-	sc.users = users[:0]
 	return nil
-}
-
-// routerScores computes score[t][e] = sigmoid(f32(Σ_i W[e][i]·x[t][i]))
-// with the sum in float64 (tensor.MatVecF64Acc: exact products, one fixed
-// order on every kernel implementation), so that a BF16 gate and its F32
-// widening give identical scores and routing never depends on the kernels.
-func (s *Session) routerScores(w *Linear, T int) {
-	c, sc := s.m.Cfg, s.sc
-	E, Ne := c.Hidden, c.Experts
-	for t := 0; t < T; t++ {
-		sco := sc.scores[t*Ne : (t+1)*Ne]
-		tensor.MatVecF64Acc(s.m.pool, sco, w.Dense, sc.xn[t*E:(t+1)*E])
-		for e, v := range sco {
-			sco[e] = sigmoid(v)
-		}
-	}
 }

@@ -352,7 +352,7 @@ func newOpSession(t *testing.T, c *Config, vecs []LayerVecs, experts ExpertSourc
 		vecs = make([]LayerVecs, c.Layers)
 	}
 	m := &Model{Cfg: c, Plan: &Plan{Cfg: c, vecs: vecs}, experts: experts, pool: pool, chunk: 64}
-	s := &Session{m: m, St: NewState(c, 64), sc: newScratch(c, T)}
+	s := &Session{m: m, St: NewState(c, 64), sc: NewScratch(c, T)}
 	if err := s.St.reserve(T); err != nil {
 		t.Fatal(err)
 	}

@@ -41,6 +41,9 @@ type ExpertSource interface {
 type ExpertBatch struct {
 	Layer int
 	IDs   []int32
+	// Uses[i] is the number of rows of the pass that chose IDs[i], so that
+	// a cache can count the demand of every row, not one request per pass.
+	Uses  []int32
 	State any
 }
 

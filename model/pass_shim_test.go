@@ -1,0 +1,29 @@
+package model
+
+import "context"
+
+// The op tests drive single layers of one sequence; these shims run them
+// as a pass of one segment over the session's state.
+
+func (s *Session) onePass(T int) *pass {
+	s.sc.segs = append(s.sc.segs[:0], segment{st: s.St, lo: 0, n: T, p0: s.St.pos})
+	return &pass{m: s.m, c: s.m.Cfg, sc: s.sc, segs: s.sc.segs, T: T}
+}
+
+func (s *Session) kda(l int, mats *LayerMats, vec *LayerVecs, T int) {
+	s.onePass(T).kda(l, mats, vec)
+}
+
+func (s *Session) mla(l int, mats *LayerMats, vec *LayerVecs, T int) {
+	s.onePass(T).mla(l, mats, vec)
+}
+
+func (s *Session) moe(ctx context.Context, l int, mats *LayerMats, vec *LayerVecs, T int) error {
+	return s.onePass(T).moe(ctx, l, mats, vec)
+}
+
+func (s *Session) layer(ctx context.Context, l, T int, nb *int, nbMax int) error {
+	return s.onePass(T).layer(ctx, l, nb, nbMax)
+}
+
+func (s *Session) routerScores(w *Linear, T int) { s.onePass(T).routerScores(w) }
