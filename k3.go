@@ -62,9 +62,12 @@ type Options struct {
 const defaultMaxContext = 4096
 
 // Model is a loaded Kimi K3 checkpoint. It is safe for concurrent use:
-// every Session created from it runs independently. Model.Step and
-// Model.Generate use one default session and must not be called
-// concurrently with each other.
+// every Session created from it is its own sequence, and the steps of
+// sessions used from different goroutines at the same time share passes
+// over the weights (continuous batching), each with exactly the results it
+// would get alone. Model.Generate runs a fresh session per call.
+// Model.Step continues one default session; it must not be called from
+// several goroutines at once.
 type Model struct {
 	m      *model.Model
 	e      *engine
@@ -75,6 +78,7 @@ type Model struct {
 	active sync.WaitGroup // running forward passes
 	mu     sync.Mutex
 	def    *Session
+	b      *batcher
 
 	// slots holds one token per session holding state, under a budget
 	// (nil without one: sessions are then unlimited).
@@ -82,11 +86,25 @@ type Model struct {
 }
 
 // takeSessionSlot reserves room in the budget for one more session's
-// state, or fails with ErrBudget.
-func (m *Model) takeSessionSlot() error {
+// state, or fails with ErrBudget. When every place is taken and one is
+// the default session's (Model.Step), that session gives its place up if
+// it is idle: its sequence is dropped, and Model.Step starts a new one.
+func (m *Model) takeSessionSlot(for_ *Session) error {
 	if m.slots == nil {
 		return nil
 	}
+	select {
+	case m.slots <- struct{}{}:
+		return nil
+	default:
+	}
+	m.mu.Lock()
+	def := m.def
+	if def != nil && def != for_ && def.st != nil && def.idle.CompareAndSwap(true, false) {
+		def.Close() // gives its slot back
+		def.idle.Store(true)
+	}
+	m.mu.Unlock()
 	select {
 	case m.slots <- struct{}{}:
 		return nil
@@ -109,7 +127,7 @@ func Open(dir string, opts Options) (*Model, error) {
 
 // OpenContext is Open with a context that can cancel loading.
 func OpenContext(ctx context.Context, dir string, opts Options) (*Model, error) {
-	if opts.RAMBudget < 0 || opts.Threads < 0 || opts.MaxContext < 0 || opts.PrefillChunk < 0 || opts.Sessions < 0 || opts.IOQueueDepth < 0 {
+	if opts.RAMBudget < 0 || opts.Threads < 0 || opts.MaxContext < 0 || opts.PrefillChunk < 0 || opts.Sessions < 0 || opts.MaxBatch < 0 || opts.IOQueueDepth < 0 {
 		return nil, fmt.Errorf("k3: %w: negative value in %+v", ErrBadOptions, opts)
 	}
 	if opts.MaxContext == 0 {
@@ -156,6 +174,11 @@ func OpenContext(ctx context.Context, dir string, opts Options) (*Model, error) 
 	if opts.RAMBudget > 0 {
 		mod.slots = make(chan struct{}, max(opts.Sessions, 1))
 	}
+	chunk := opts.PrefillChunk
+	if chunk <= 0 {
+		chunk = 64
+	}
+	mod.b = newBatcher(e.m, e.mem.Rows, chunk)
 	return mod, nil
 }
 
@@ -191,6 +214,7 @@ func (m *Model) Close() error {
 		return nil
 	}
 	m.m.Interrupt()
+	m.b.close()
 	m.active.Wait()
 	return m.e.close()
 }
@@ -214,12 +238,33 @@ func (m *Model) defaultSession() *Session {
 	defer m.mu.Unlock()
 	if m.def == nil {
 		m.def = m.NewSession()
+		m.def.idle.Store(true)
 	}
 	return m.def
 }
 
-// Step appends tokens to the default session and returns the logits of the
-// last position. See Session.Step.
+// Step appends tokens to the model's default session and returns the
+// logits of the last position. See Session.Step. Under a budget the
+// default session holds one of the Options.Sessions places while it has
+// state; when another session needs that place and the default session is
+// idle, it gives the place up and its sequence starts over at the next
+// Step (Model.Reset does the same at once).
 func (m *Model) Step(ctx context.Context, tokens []int) ([]float32, error) {
-	return m.defaultSession().Step(ctx, tokens)
+	s := m.defaultSession()
+	if !s.idle.CompareAndSwap(true, false) {
+		return nil, fmt.Errorf("k3: Model.Step: %w: called from several goroutines at once; use a Session each", ErrBadOptions)
+	}
+	defer s.idle.Store(true)
+	return s.Step(ctx, tokens)
+}
+
+// Reset drops the default session's sequence (Model.Step) and gives its
+// place in the budget back.
+func (m *Model) Reset() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.def != nil && m.def.idle.CompareAndSwap(true, false) {
+		m.def.Close()
+		m.def.idle.Store(true)
+	}
 }

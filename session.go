@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 
 	"github.com/k3go/k3/model"
 )
@@ -15,15 +16,19 @@ import (
 // one Session is not safe for concurrent use.
 type Session struct {
 	m      *Model
-	s      *model.Session // nil until the session first needs state
-	tokens []int          // fed to the model
+	st     *model.State // nil until the session first needs state
+	tokens []int        // fed to the model
 	// pending are tokens that belong to the sequence but have not been fed
 	// yet: the last token Generate produced. The next Step, Logits or
 	// Generate feeds them first.
 	pending []int
 	feed    []int // scratch for pending + new tokens
 	logits  []float32
-	broken  bool // a failed step left the state undefined
+	broken  bool    // a failed step left the state undefined
+	req     request // its step, as the batcher sees it
+	// idle is used by the default session (Model.Step) only: true while no
+	// Step runs on it, so that it can give its budget place away.
+	idle atomic.Bool
 }
 
 // NewSession starts an empty sequence with room for Options.MaxContext
@@ -37,22 +42,22 @@ func (m *Model) NewSession() *Session {
 
 // state returns the session's model state, taking a place in the budget
 // and allocating it on first use.
-func (s *Session) state() (*model.Session, error) {
-	if s.s != nil {
-		return s.s, nil
+func (s *Session) state() (*model.State, error) {
+	if s.st != nil {
+		return s.st, nil
 	}
-	if err := s.m.takeSessionSlot(); err != nil {
+	if err := s.m.takeSessionSlot(s); err != nil {
 		return nil, err
 	}
-	s.s = s.m.m.NewSession(s.m.opts.MaxContext)
-	return s.s, nil
+	s.st = model.NewState(s.m.m.Cfg, s.m.opts.MaxContext)
+	return s.st, nil
 }
 
 // Close releases the session's state and its place in the RAM budget. The
 // session is then empty and may be used again (it takes a place again).
 func (s *Session) Close() {
-	if s.s != nil {
-		s.s = nil
+	if s.st != nil {
+		s.st = nil
 		s.m.releaseSessionSlot()
 	}
 	s.tokens, s.pending = s.tokens[:0], s.pending[:0]
@@ -69,8 +74,8 @@ func (s *Session) Tokens() []int {
 
 // Reset empties the session, keeping its allocations.
 func (s *Session) Reset() {
-	if s.s != nil {
-		s.s.St.Reset()
+	if s.st != nil {
+		s.st.Reset()
 	}
 	s.tokens = s.tokens[:0]
 	s.pending = s.pending[:0]
@@ -136,13 +141,25 @@ func (s *Session) forward(ctx context.Context, tokens []int, out []float32, all 
 		return err
 	}
 	s.m.log.LogAttrs(ctx, slog.LevelDebug, "k3: forward", slog.Int("position", len(s.tokens)), slog.Int("tokens", len(tokens)))
-	ms, err := s.state()
+	st, err := s.state()
 	if err != nil {
 		return err
 	}
-	if err := ms.Forward(ctx, tokens, out, all); err != nil {
-		s.broken = true
-		if errors.Is(err, model.ErrClosed) {
+	// Other sessions' steps share the pass (the batcher); a step whose
+	// context ends between passes leaves with what was fed so far.
+	r := &s.req
+	r.ctx, r.st, r.tokens, r.out, r.all = ctx, st, tokens, out, all
+	err = s.m.b.do(r)
+	if err != nil {
+		if r.broken {
+			s.broken = true
+			if errors.Is(err, model.ErrClosed) {
+				return fmt.Errorf("k3: %w", ErrClosed)
+			}
+			return fmt.Errorf("k3: step at position %d: %w", len(s.tokens), err)
+		}
+		s.keepFed(tokens[:r.fed])
+		if errors.Is(err, ErrClosed) {
 			return fmt.Errorf("k3: %w", ErrClosed)
 		}
 		return fmt.Errorf("k3: step at position %d: %w", len(s.tokens), err)
@@ -156,4 +173,16 @@ func (s *Session) forward(ctx context.Context, tokens []int, out []float32, all 
 	s.tokens = append(s.tokens, tokens...)
 	s.pending = s.pending[:0]
 	return nil
+}
+
+// keepFed records the tokens a step fed before its context ended: the
+// state holds them, so the sequence does too (pending tokens are fed
+// first, so they are the first to go).
+func (s *Session) keepFed(fed []int) {
+	if len(fed) == 0 {
+		return
+	}
+	s.tokens = append(s.tokens, fed...)
+	n := min(len(fed), len(s.pending))
+	s.pending = s.pending[:copy(s.pending, s.pending[n:])]
 }

@@ -24,7 +24,7 @@ func (s *Session) Save(w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := ms.St.Save(w, s.tokens, s.pending); err != nil {
+	if err := ms.Save(w, s.tokens, s.pending); err != nil {
 		return fmt.Errorf("k3: saving session: %w", err)
 	}
 	return nil
@@ -71,7 +71,7 @@ func (s *Session) Load(r io.Reader, size int64) error {
 	if err != nil {
 		return fmt.Errorf("k3: loading session: %w", err)
 	}
-	tokens, pending, err := ms.St.Load(r, size)
+	tokens, pending, err := ms.Load(r, size)
 	s.tokens, s.pending = s.tokens[:0], s.pending[:0]
 	s.broken = false
 	if err != nil {

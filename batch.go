@@ -1,0 +1,272 @@
+package k3
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/k3go/k3/internal/sched"
+	"github.com/k3go/k3/model"
+)
+
+// request is one session's step waiting for, or riding in, passes: the
+// tokens to feed, where the logits go, and how far it got. A session owns
+// one and reuses it, so a step allocates nothing.
+type request struct {
+	ctx    context.Context
+	st     *model.State
+	tokens []int
+	out    []float32
+	all    bool
+
+	fed    int   // tokens fed by completed passes
+	err    error // set with done
+	broken bool  // a pass that carried it failed: its state is undefined
+	done   chan struct{}
+}
+
+// batcher coalesces the steps of every session of a Model into shared
+// passes over the weights: one goroutine that takes the waiting steps,
+// asks the policy (internal/sched) for the next pass, runs it and wakes
+// the steps it finished. Callers block in do; sampling stays on their
+// goroutines.
+type batcher struct {
+	m     *model.Model
+	sc    *model.Scratch
+	rows  int // most rows per pass
+	chunk int // most rows of one prompt per pass
+
+	mu     sync.Mutex
+	queue  []*request // in arrival order
+	closed bool
+	wake   chan struct{}
+	exited chan struct{}
+
+	// Loop state, touched only by the batcher goroutine.
+	start  int
+	reqs   []sched.Request
+	takes  []sched.Take
+	groups []model.Group
+	inPass []*request
+	last   time.Duration // the last pass's wall time
+	size   int           // requests in the last pass
+
+	multi atomic.Int64 // passes that carried more than one sequence
+}
+
+func newBatcher(m *model.Model, rows, chunk int) *batcher {
+	b := &batcher{m: m, sc: model.NewScratch(m.Cfg, rows), rows: rows, chunk: chunk,
+		wake: make(chan struct{}, 1), exited: make(chan struct{})}
+	go b.loop()
+	return b
+}
+
+// do runs r's step through shared passes and returns when it is done: all
+// its tokens fed, or its context ended between passes (r.fed tells how
+// many were fed), or a pass carrying it failed (r.broken).
+func (b *batcher) do(r *request) error {
+	if r.done == nil {
+		r.done = make(chan struct{}, 1)
+	}
+	r.fed, r.err, r.broken = 0, nil, false
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return ErrClosed
+	}
+	b.queue = append(b.queue, r)
+	b.mu.Unlock()
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+	<-r.done
+	err := r.err
+	r.ctx, r.st, r.tokens, r.out, r.err = nil, nil, nil, nil, nil
+	return err
+}
+
+// close fails every waiting step with ErrClosed and stops the goroutine
+// after its pass in flight (Model.Interrupt ends that one early).
+func (b *batcher) close() {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+	<-b.exited
+}
+
+func (b *batcher) finish(r *request, err error) {
+	r.err = err
+	r.done <- struct{}{}
+}
+
+// maxGrace bounds how long the batcher waits for the sequences of the last
+// pass to come back (they sample their next token in between) before it
+// starts a pass without them.
+const maxGrace = 2 * time.Millisecond
+
+func (b *batcher) loop() {
+	defer close(b.exited)
+	for {
+		b.mu.Lock()
+		for len(b.queue) == 0 && !b.closed {
+			b.mu.Unlock()
+			<-b.wake
+			b.mu.Lock()
+		}
+		if b.closed {
+			for _, r := range b.queue {
+				b.finish(r, ErrClosed)
+			}
+			b.queue = nil
+			b.mu.Unlock()
+			return
+		}
+		// Continuous batching: the sequences of the last pass are sampling
+		// their next token; give them a moment (a small fraction of a
+		// pass) to join this one.
+		if len(b.queue) < b.size {
+			grace := min(maxGrace, b.last/16)
+			deadline := time.Now().Add(grace)
+			for len(b.queue) < b.size && !b.closed {
+				left := time.Until(deadline)
+				if left <= 0 {
+					break
+				}
+				b.mu.Unlock()
+				select {
+				case <-b.wake:
+				case <-time.After(left):
+				}
+				b.mu.Lock()
+			}
+		}
+		// Steps whose context ended leave now, their state intact.
+		k := 0
+		for _, r := range b.queue {
+			if err := r.ctx.Err(); err != nil {
+				b.finish(r, err)
+				continue
+			}
+			b.queue[k] = r
+			k++
+		}
+		clear(b.queue[k:])
+		b.queue = b.queue[:k]
+		if len(b.queue) == 0 {
+			b.mu.Unlock()
+			continue
+		}
+		b.reqs = b.reqs[:0]
+		for _, r := range b.queue {
+			b.reqs = append(b.reqs, sched.Request{Left: len(r.tokens) - r.fed})
+		}
+		b.takes = sched.Next(b.takes[:0], b.reqs, b.rows, b.chunk, b.start)
+		b.start++
+		b.inPass = b.inPass[:0]
+		for _, t := range b.takes {
+			b.inPass = append(b.inPass, b.queue[t.Index])
+		}
+		b.mu.Unlock()
+
+		b.run()
+	}
+}
+
+// run runs one pass over b.takes / b.inPass and settles its requests.
+func (b *batcher) run() {
+	V := b.m.Cfg.Vocab
+	b.groups = b.groups[:0]
+	for i, t := range b.takes {
+		r := b.inPass[i]
+		g := model.Group{St: r.st, Tokens: r.tokens[r.fed : r.fed+t.Rows], All: r.all}
+		switch {
+		case r.all:
+			g.Out = r.out[r.fed*V : (r.fed+t.Rows)*V]
+		case r.fed+t.Rows == len(r.tokens):
+			g.Out = r.out[:V]
+		}
+		b.groups = append(b.groups, g)
+	}
+	ctx, cancel := b.passContext()
+	start := time.Now()
+	err := b.m.ForwardBatch(ctx, b.sc, b.groups)
+	b.last, b.size = time.Since(start), len(b.inPass)
+	if cancel != nil {
+		cancel()
+	}
+	if len(b.inPass) > 1 {
+		b.multi.Add(1)
+	}
+	clear(b.groups)
+
+	b.mu.Lock()
+	for i, t := range b.takes {
+		r := b.inPass[i]
+		if err != nil {
+			r.broken = true
+		} else {
+			r.fed += t.Rows
+		}
+	}
+	k := 0
+	for _, r := range b.queue {
+		switch {
+		case r.broken:
+			b.finish(r, err)
+		case r.fed == len(r.tokens):
+			b.finish(r, nil)
+		default:
+			b.queue[k] = r
+			k++
+			continue
+		}
+	}
+	clear(b.queue[k:])
+	b.queue = b.queue[:k]
+	b.mu.Unlock()
+	clear(b.inPass)
+}
+
+// passContext returns the context a pass runs under. The pass serves
+// several callers, so one caller's cancellation must not stop it; it stops
+// early only when every caller in it has gone (a lone caller's own context
+// is used as it is), or when the Model closes (Model.Interrupt).
+func (b *batcher) passContext() (context.Context, context.CancelFunc) {
+	if len(b.inPass) == 1 {
+		return b.inPass[0].ctx, nil
+	}
+	for _, r := range b.inPass {
+		if r.ctx.Done() == nil {
+			return context.Background(), nil // this caller never cancels
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var left atomic.Int64
+	left.Store(int64(len(b.inPass)))
+	stops := make([]func() bool, 0, len(b.inPass))
+	for _, r := range b.inPass {
+		stops = append(stops, context.AfterFunc(r.ctx, func() {
+			if left.Add(-1) == 0 {
+				cancel()
+			}
+		}))
+	}
+	return ctx, func() {
+		for _, stop := range stops {
+			stop()
+		}
+		cancel()
+	}
+}
+
+// isCancel reports whether err is a context's end.
+func isCancel(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
