@@ -1,0 +1,153 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/k3go/k3/internal/fixtures"
+)
+
+type batchOut struct {
+	Results []struct {
+		PromptIDs    []int `json:"prompt_ids"`
+		GeneratedIDs []int `json:"generated_ids"`
+	} `json:"results"`
+}
+
+func writeFile(t *testing.T, text string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "prompts.txt")
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestGenerateBatchFileOracles: both oracles' prompts, decoded in one batch
+// with prompts of other lengths, give the oracle's greedy continuation; the
+// other prompts give what they give alone.
+func TestGenerateBatchFileOracles(t *testing.T) {
+	var exps []expected
+	var dirs []string
+	for _, name := range []string{"tiny-f32", "tiny-mxfp4"} {
+		dir := fixtures.Path(t, "oracle/"+name)
+		raw, err := os.ReadFile(filepath.Join(dir, "expected.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var exp expected
+		if err := json.Unmarshal(raw, &exp); err != nil {
+			t.Fatal(err)
+		}
+		if len(exp.FullIDs)-len(exp.PromptIDs) != 20 {
+			t.Fatalf("%s: oracle continues for %d tokens, the test expects 20", name, len(exp.FullIDs)-len(exp.PromptIDs))
+		}
+		exps, dirs = append(exps, exp), append(dirs, dir)
+	}
+	long := make([]int, 37)
+	for i := range long {
+		long[i] = (i*53 + 11) % 250
+	}
+	others := [][]int{{5}, {9, 8, 7}, long}
+	file := "# oracle prompts among others\n" + joinIDs(exps[0].PromptIDs) + "\n\n" + joinIDs(others[0]) + "\n" +
+		joinIDs(others[1]) + "\n  " + strings.ReplaceAll(joinIDs(exps[1].PromptIDs), ",", ", ") + "  \n# long\n" + joinIDs(others[2]) + "\n"
+	path := writeFile(t, file)
+	prompts := [][]int{exps[0].PromptIDs, others[0], others[1], exps[1].PromptIDs, others[2]}
+
+	for k, dir := range dirs {
+		exp := exps[k]
+		code, out, stderr := runCmd(t, "generate", "--model", dir, "--batch-file", path, "--max-tokens", "20", "--temperature", "0", "--json")
+		if code != 0 {
+			t.Fatalf("%s: exit %d: %s", dir, code, stderr)
+		}
+		var got batchOut
+		if err := json.Unmarshal([]byte(out), &got); err != nil {
+			t.Fatalf("output is not one JSON object: %v\n%s", err, out)
+		}
+		if len(got.Results) != len(prompts) {
+			t.Fatalf("%d results, want %d", len(got.Results), len(prompts))
+		}
+		for i, r := range got.Results {
+			if joinIDs(r.PromptIDs) != joinIDs(prompts[i]) {
+				t.Errorf("result %d: prompt %v, want %v (file order)", i, r.PromptIDs, prompts[i])
+			}
+		}
+		want := joinIDs(exp.FullIDs[len(exp.PromptIDs):])
+		for _, i := range []int{0, 3} {
+			if g := joinIDs(got.Results[i].GeneratedIDs); g != want {
+				t.Errorf("%s: oracle prompt %d in a batch generated %s, want %s", filepath.Base(dir), i, g, want)
+			}
+		}
+		// Every prompt equals its solo run; the plain output is one line per prompt.
+		code, plain, stderr := runCmd(t, "generate", "--model", dir, "--batch-file", path, "--max-tokens", "20", "--sessions", "2")
+		if code != 0 {
+			t.Fatalf("plain: exit %d: %s", code, stderr)
+		}
+		lines := strings.Split(strings.TrimSuffix(plain, "\n"), "\n")
+		if len(lines) != len(prompts) {
+			t.Fatalf("plain output has %d lines, want %d:\n%s", len(lines), len(prompts), plain)
+		}
+		for i, p := range prompts {
+			code, solo, stderr := runCmd(t, "generate", "--model", dir, "--ids", joinIDs(p), "--max-tokens", "20", "--json")
+			if code != 0 {
+				t.Fatalf("solo: exit %d: %s", code, stderr)
+			}
+			var s struct {
+				GeneratedIDs []int `json:"generated_ids"`
+			}
+			if err := json.Unmarshal([]byte(solo), &s); err != nil {
+				t.Fatal(err)
+			}
+			if g, w := joinIDs(got.Results[i].GeneratedIDs), joinIDs(s.GeneratedIDs); g != w {
+				t.Errorf("prompt %d: batch %s, solo %s", i, g, w)
+			}
+			if lines[i] != joinIDs(s.GeneratedIDs) {
+				t.Errorf("plain line %d: %q, want %q", i, lines[i], joinIDs(s.GeneratedIDs))
+			}
+		}
+	}
+}
+
+// TestGenerateBatchFileErrors: a malformed file is a usage error naming the
+// line; so is a token outside the vocabulary.
+func TestGenerateBatchFileErrors(t *testing.T) {
+	dir := fixtures.Path(t, "oracle/tiny-mxfp4")
+	cases := []struct {
+		text string
+		args []string
+		code int
+		want string
+	}{
+		{"1,2,3\n# fine\n4,x,6\n", nil, exitUsage, "line 3: bad token id \"x\""},
+		{"1,2\n\n1,-4\n", nil, exitUsage, "line 3"},
+		{"# nothing\n\n", nil, exitUsage, "no prompts"},
+		{"1,2\n3,9999\n", nil, exitUsage, "line 2"},
+		{"1,2\n", []string{"--ids", "1"}, exitUsage, "not both"},
+		{"1,2\n", []string{"--sessions", "-1"}, exitUsage, "negative"},
+	}
+	for _, c := range cases {
+		path := writeFile(t, c.text)
+		args := append([]string{"generate", "--model", dir, "--batch-file", path}, c.args...)
+		code, _, stderr := runCmd(t, args...)
+		if code != c.code || !strings.Contains(stderr, c.want) {
+			t.Errorf("%q %v: exit %d, stderr %q; want exit %d and %q", c.text, c.args, code, stderr, c.code, c.want)
+		}
+		if strings.Count(strings.TrimSpace(stderr), "\n") > 0 {
+			t.Errorf("%q: error is not one line: %q", c.text, stderr)
+		}
+	}
+	code, _, stderr := runCmd(t, "generate", "--model", dir, "--batch-file", filepath.Join(t.TempDir(), "absent"))
+	if code != exitIO {
+		t.Errorf("absent file: exit %d (%s), want %d", code, stderr, exitIO)
+	}
+	// A prompt that fails while decoding (its context is full) fails the
+	// command, naming its line.
+	path := writeFile(t, "1,2\n"+joinIDs(make([]int, 30))+"\n")
+	code, _, stderr = runCmd(t, "generate", "--model", dir, "--batch-file", path, "--max-context", "32", "--max-tokens", "8")
+	if code != exitUsage || !strings.Contains(stderr, "line 2") || !strings.Contains(stderr, "MaxContext") {
+		t.Errorf("full context: exit %d, stderr %q", code, stderr)
+	}
+}
