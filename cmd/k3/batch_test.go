@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -81,6 +82,31 @@ func TestGenerateBatchFileOracles(t *testing.T) {
 				t.Errorf("%s: oracle prompt %d in a batch generated %s, want %s", filepath.Base(dir), i, g, want)
 			}
 		}
+		// Again with the weights streamed: a budget just above the floor.
+		if floor := budgetFloor(t, dir, path); floor > 0 {
+			budget := strconv.FormatInt(floor+1<<20, 10)
+			code, out, stderr := runCmd(t, "generate", "--model", dir, "--batch-file", path, "--max-tokens", "20", "--json", "--stats", "--budget", budget)
+			if code != 0 {
+				t.Fatalf("budget %s: exit %d: %s", budget, code, stderr)
+			}
+			var st struct {
+				batchOut
+				Stats struct {
+					BytesRead int64 `json:"bytes_read"`
+				} `json:"stats"`
+			}
+			if err := json.Unmarshal([]byte(out), &st); err != nil {
+				t.Fatal(err)
+			}
+			if st.Stats.BytesRead == 0 {
+				t.Errorf("budget %s: nothing streamed", budget)
+			}
+			for _, i := range []int{0, 3} {
+				if g := joinIDs(st.Results[i].GeneratedIDs); g != want {
+					t.Errorf("%s at %s: oracle prompt %d generated %s, want %s", filepath.Base(dir), budget, i, g, want)
+				}
+			}
+		}
 		// Every prompt equals its solo run; the plain output is one line per prompt.
 		code, plain, stderr := runCmd(t, "generate", "--model", dir, "--batch-file", path, "--max-tokens", "20", "--sessions", "2")
 		if code != 0 {
@@ -109,6 +135,29 @@ func TestGenerateBatchFileOracles(t *testing.T) {
 			}
 		}
 	}
+}
+
+// budgetFloor reads the floor of a batch run from the ErrBudget message of
+// a 1-byte budget, or returns 0 (and logs) if the message has no figure.
+func budgetFloor(t *testing.T, dir, path string) int64 {
+	t.Helper()
+	code, _, stderr := runCmd(t, "generate", "--model", dir, "--batch-file", path, "--max-tokens", "20", "--budget", "1")
+	const mark = "the floor needs "
+	i := strings.Index(stderr, mark)
+	if code != exitBudget || i < 0 {
+		t.Logf("no floor in %q (exit %d); skipping the streamed run", stderr, code)
+		return 0
+	}
+	f := strings.Fields(stderr[i+len(mark):])
+	if len(f) < 2 {
+		return 0
+	}
+	n, err := parseSize(f[0] + f[1])
+	if err != nil {
+		t.Logf("floor %q: %v", f[0]+f[1], err)
+		return 0
+	}
+	return n
 }
 
 // TestGenerateBatchFileErrors: a malformed file is a usage error naming the

@@ -85,7 +85,7 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 	mode := fs.String("mode", "incremental", "decoding `mode`: incremental (carried state) or full (re-forward per token)")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	stats := fs.Bool("stats", false, "print I/O, cache, time and memory statistics (a \"stats\" object with --json)")
-	batchFile := fs.String("batch-file", "", "decode many prompts together in shared passes: one comma-separated prompt of ids per `file` line (blank lines and # comments skipped)")
+	batchFile := fs.String("batch-file", "", "decode many prompts together in shared passes: one comma-separated prompt of ids per `file` line (blank lines and # comments skipped); without --max-context each session holds the longest prompt plus --max-tokens")
 	sessions := fs.Int("sessions", 0, "with --batch-file: at most `N` prompts decoded at once, each holding a session's state (0 = all of them)")
 	maxBatch := fs.Int("max-batch", 0, "most token `rows` one pass over the weights carries, summed over the sessions in it (0 = max(sessions, 64) with --batch-file, else the prefill chunk)")
 	if err := parse(fs, args); err != nil {
@@ -280,7 +280,18 @@ func generateBatch(ctx context.Context, mf *modelFlags, path string, ps []batchP
 	if rows == 0 {
 		rows = max(n, 64)
 	}
-	m, err := mf.openWith(ctx, func(o *k3.Options) { o.Sessions, o.MaxBatch = n, rows })
+	// Without --max-context, every session gets room for the longest
+	// sequence of the batch, not 4096 positions each.
+	longest := 0
+	for _, p := range ps {
+		longest = max(longest, len(p.ids)+br.opts.MaxTokens)
+	}
+	m, err := mf.openWith(ctx, func(o *k3.Options) {
+		o.Sessions, o.MaxBatch = n, rows
+		if o.MaxContext == 0 {
+			o.MaxContext = longest
+		}
+	})
 	if err != nil {
 		if errors.Is(err, k3.ErrBudget) {
 			return fmt.Errorf("%w (decoding %d prompts at once holds %d sessions' state; lower --sessions or raise --budget)", err, n, n)
