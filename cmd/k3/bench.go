@@ -57,7 +57,7 @@ type benchResult struct {
 }
 
 func runBench(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("bench", "--model DIR [--budget SIZE | --preset NAME] [--tokens N] [--prompt-len P] [--cold] [--json]", stderr)
+	fs := newFlags("bench", "--model DIR [--budget SIZE | --preset NAME] [--tokens N] [--prompt-len P] [--cold] [--batch 1,4,8,16 [--check]] [--json]", stderr)
 	var mf modelFlags
 	mf.register(fs)
 	tokens := fs.Int("tokens", 8, "tokens to decode")
@@ -66,6 +66,9 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	probeBytes := fs.String("probe", "2GiB", "bytes of the checkpoint read with O_DIRECT to measure the device bandwidth (0 to skip)")
 	seed := fs.Uint64("seed", 1, "seed of the random prompt")
 	asJSON := fs.Bool("json", false, "print one JSON object")
+	batchSizes := fs.String("batch", "", "batch `sizes`, e.g. 1,4,8,16: decode that many sessions at once for each and print a table of aggregate speed, bytes per token and passes (skips the device probe and roofline)")
+	check := fs.Bool("check", false, "with --batch: fail unless every sequence of every batch generates the same tokens as when it runs alone")
+	maxBatch := fs.Int("max-batch", 0, "with --batch: most token `rows` per pass (0 = the largest batch plus 64, one prefill chunk)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -74,6 +77,23 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	}
 	if *tokens < 1 || *promptLen < 1 {
 		return usagef("--tokens and --prompt-len must be at least 1")
+	}
+	if *batchSizes != "" {
+		bs, err := parseBatchSizes(*batchSizes)
+		if err != nil {
+			return err
+		}
+		if *maxBatch < 0 {
+			return usagef("--max-batch must not be negative")
+		}
+		if *cold {
+			fmt.Fprintln(stderr, "bench: --cold applies before the first batch only")
+		}
+		return benchBatches(&mf, benchBatchRun{sizes: bs, tokens: *tokens, promptLen: *promptLen, seed: *seed,
+			check: *check, maxBatch: *maxBatch, cold: *cold, json: *asJSON}, stdout, stderr)
+	}
+	if *check || *maxBatch != 0 {
+		return usagef("--check and --max-batch apply to --batch only")
 	}
 	pb, err := parseSize(*probeBytes)
 	if err != nil {

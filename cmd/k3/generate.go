@@ -3,10 +3,14 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
 
 	"github.com/k3go/k3"
 )
@@ -32,6 +36,12 @@ func (m *modelFlags) register(fs interface {
 }
 
 func (m *modelFlags) open(ctx context.Context) (*k3.Model, error) {
+	return m.openWith(ctx, nil)
+}
+
+// openWith opens the model with the flags' options, changed by edit when
+// it is not nil (sessions, rows per pass).
+func (m *modelFlags) openWith(ctx context.Context, edit func(*k3.Options)) (*k3.Model, error) {
 	if m.dir == "" {
 		return nil, usagef("--model is required")
 	}
@@ -39,7 +49,11 @@ func (m *modelFlags) open(ctx context.Context) (*k3.Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	return k3.OpenContext(ctx, m.dir, k3.Options{Threads: m.threads, MaxContext: m.maxContext, RAMBudget: budget, TrunkDir: m.trunk})
+	opts := k3.Options{Threads: m.threads, MaxContext: m.maxContext, RAMBudget: budget, TrunkDir: m.trunk}
+	if edit != nil {
+		edit(&opts)
+	}
+	return k3.OpenContext(ctx, m.dir, opts)
 }
 
 func parseMode(s string) (k3.Mode, error) {
@@ -58,7 +72,7 @@ func signalContext() (context.Context, context.CancelFunc) {
 }
 
 func runGenerate(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("generate", "--model DIR --ids 1,2,3 [flags]", stderr)
+	fs := newFlags("generate", "--model DIR (--ids 1,2,3 | --batch-file FILE) [flags]", stderr)
 	var mf modelFlags
 	mf.register(fs)
 	ids := fs.String("ids", "", "prompt token `ids`, comma separated")
@@ -71,11 +85,23 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 	mode := fs.String("mode", "incremental", "decoding `mode`: incremental (carried state) or full (re-forward per token)")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	stats := fs.Bool("stats", false, "print I/O, cache, time and memory statistics (a \"stats\" object with --json)")
+	batchFile := fs.String("batch-file", "", "decode many prompts together in shared passes: one comma-separated prompt of ids per `file` line (blank lines and # comments skipped); without --max-context each session holds the longest prompt plus --max-tokens")
+	sessions := fs.Int("sessions", 0, "with --batch-file: at most `N` prompts decoded at once, each holding a session's state (0 = all of them)")
+	maxBatch := fs.Int("max-batch", 0, "most token `rows` one pass over the weights carries, summed over the sessions in it (0 = max(sessions, 64) with --batch-file, else the prefill chunk)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	prompt, err := parseIDs(*ids)
-	if err != nil {
+	if *batchFile != "" && *ids != "" {
+		return usagef("give --ids or --batch-file, not both")
+	}
+	var prompt []int
+	var batch []batchPrompt
+	var err error
+	if *batchFile != "" {
+		if batch, err = readBatchFile(*batchFile); err != nil {
+			return err
+		}
+	} else if prompt, err = parseIDs(*ids); err != nil {
 		return err
 	}
 	md, err := parseMode(*mode)
@@ -85,15 +111,22 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 	if *maxTokens < 0 {
 		return usagef("--max-tokens must not be negative")
 	}
+	if *sessions < 0 || *maxBatch < 0 {
+		return usagef("--sessions and --max-batch must not be negative")
+	}
+	opts := k3.GenerateOptions{MaxTokens: *maxTokens, Mode: md, Sampling: k3.SamplingOptions{
+		Temperature: float32(*temperature), TopK: *topK, TopP: float32(*topP), MinP: float32(*minP), Seed: *seed}}
 	ctx, cancel := signalContext()
 	defer cancel()
-	m, err := mf.open(ctx)
+	if batch != nil {
+		return generateBatch(ctx, &mf, *batchFile, batch, batchRun{opts: opts, sessions: *sessions, maxBatch: *maxBatch,
+			json: *asJSON, stats: *stats}, stdout, stderr)
+	}
+	m, err := mf.openWith(ctx, func(o *k3.Options) { o.MaxBatch = *maxBatch })
 	if err != nil {
 		return err
 	}
 	defer m.Close()
-	opts := k3.GenerateOptions{MaxTokens: *maxTokens, Mode: md, Sampling: k3.SamplingOptions{
-		Temperature: float32(*temperature), TopK: *topK, TopP: float32(*topP), MinP: float32(*minP), Seed: *seed}}
 	var gen []int
 	if *maxTokens > 0 {
 		for tok, err := range m.Generate(ctx, prompt, opts) {
@@ -191,4 +224,200 @@ func runLogits(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "%d\ttoken %d\targmax %d\t%v\n", i, tokens[i], p.Argmax, p.LogitsHead)
 	}
 	return nil
+}
+
+// batchPrompt is one prompt of a --batch-file and the line it came from.
+type batchPrompt struct {
+	line int
+	ids  []int
+}
+
+// readBatchFile reads one comma-separated prompt of token ids per line,
+// skipping blank lines and lines starting with #. A bad line is a usage
+// error naming it.
+func readBatchFile(path string) ([]batchPrompt, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--batch-file: %w", err)
+	}
+	var ps []batchPrompt
+	for i, line := range strings.Split(string(raw), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		ids, err := parseIDs(line)
+		if err != nil {
+			return nil, usagef("%s line %d: %v", path, i+1, err)
+		}
+		ps = append(ps, batchPrompt{line: i + 1, ids: ids})
+	}
+	if len(ps) == 0 {
+		return nil, usagef("%s: no prompts", path)
+	}
+	return ps, nil
+}
+
+// batchRun is what generateBatch needs from the command line.
+type batchRun struct {
+	opts        k3.GenerateOptions
+	sessions    int // at most this many prompts at once; 0: all
+	maxBatch    int // 0: max(sessions, 64)
+	json, stats bool
+}
+
+// generateBatch decodes every prompt of a batch file at once, one
+// goroutine and one Session each, so the Model can carry them in shared
+// passes over the weights. Results come out in file order. The first
+// failing prompt fails the command (its line is named) and cancels the
+// others.
+func generateBatch(ctx context.Context, mf *modelFlags, path string, ps []batchPrompt, br batchRun, stdout, stderr io.Writer) error {
+	n := len(ps)
+	if br.sessions > 0 {
+		n = min(n, br.sessions)
+	}
+	rows := br.maxBatch
+	if rows == 0 {
+		rows = max(n, 64)
+	}
+	// Without --max-context, every session gets room for the longest
+	// sequence of the batch, not 4096 positions each.
+	longest := 0
+	for _, p := range ps {
+		longest = max(longest, len(p.ids)+br.opts.MaxTokens)
+	}
+	m, err := mf.openWith(ctx, func(o *k3.Options) {
+		o.Sessions, o.MaxBatch = n, rows
+		if o.MaxContext == 0 {
+			o.MaxContext = longest
+		}
+	})
+	if err != nil {
+		if errors.Is(err, k3.ErrBudget) {
+			return fmt.Errorf("%w (decoding %d prompts at once holds %d sessions' state; lower --sessions or raise --budget)", err, n, n)
+		}
+		return err
+	}
+	defer m.Close()
+	V := m.Config().Vocab
+	for _, p := range ps {
+		for _, id := range p.ids {
+			if id >= V {
+				return fmt.Errorf("%s line %d: %w: token %d is outside [0, %d)", path, p.line, k3.ErrTokenOutOfRange, id, V)
+			}
+		}
+	}
+
+	gen := make([][]int, len(ps))
+	if br.opts.MaxTokens > 0 {
+		parent := ctx
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		var (
+			mu       sync.Mutex
+			firstErr error
+			wg       sync.WaitGroup
+		)
+		slots := make(chan struct{}, n)
+		for i := range ps {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				select {
+				case slots <- struct{}{}:
+				case <-ctx.Done():
+					return
+				}
+				defer func() { <-slots }()
+				s := m.NewSession()
+				defer s.Close()
+				out := make([]int, 0, br.opts.MaxTokens)
+				for tok, err := range s.Generate(ctx, ps[i].ids, br.opts) {
+					if err != nil {
+						mu.Lock()
+						if firstErr == nil {
+							firstErr = fmt.Errorf("%s line %d: %w", path, ps[i].line, err)
+							cancel()
+						}
+						mu.Unlock()
+						return
+					}
+					out = append(out, tok.ID)
+				}
+				gen[i] = out
+			}()
+		}
+		wg.Wait()
+		if err := parent.Err(); err != nil && (firstErr == nil || errors.Is(firstErr, err)) {
+			return fmt.Errorf("interrupted: %w", err) // Ctrl-C, not a prompt, stopped the batch
+		}
+		if firstErr != nil {
+			return firstErr
+		}
+	}
+
+	if br.json {
+		type result struct {
+			PromptIDs    []int `json:"prompt_ids"`
+			GeneratedIDs []int `json:"generated_ids"`
+		}
+		out := struct {
+			Results []result        `json:"results"`
+			Stats   *batchStatsJSON `json:"stats,omitempty"`
+		}{Results: make([]result, len(ps))}
+		for i, p := range ps {
+			out.Results[i] = result{PromptIDs: p.ids, GeneratedIDs: append([]int{}, gen[i]...)}
+		}
+		if br.stats {
+			out.Stats = toBatchStatsJSON(m.Stats())
+		}
+		return json.NewEncoder(stdout).Encode(out)
+	}
+	for _, g := range gen {
+		fmt.Fprintln(stdout, joinInts(g))
+	}
+	if br.stats {
+		st := m.Stats()
+		fmt.Fprintln(stderr, formatStats(st))
+		b := toBatchStatsJSON(st)
+		fmt.Fprintf(stderr, "passes %d carrying %d rows (%.2f rows per pass), %.1f distinct experts per MoE layer per pass\n",
+			b.Passes, b.Rows, b.RowsPerPass, b.ExpertUnionPerLayer)
+	}
+	return nil
+}
+
+// batchStatsJSON is the "stats" object of --batch-file --json: the usual
+// one plus how the prompts shared passes (zero where the library does not
+// count passes).
+type batchStatsJSON struct {
+	*statsJSON
+	Passes              int64   `json:"passes"`
+	Rows                int64   `json:"rows"`
+	RowsPerPass         float64 `json:"rows_per_pass"`
+	ExpertUnionPerLayer float64 `json:"expert_union_per_layer"`
+}
+
+func toBatchStatsJSON(s k3.Stats) *batchStatsJSON {
+	return &batchStatsJSON{statsJSON: toStatsJSON(s), Passes: s.Passes, Rows: s.Rows,
+		RowsPerPass: ratio(s.Rows, s.Passes), ExpertUnionPerLayer: ratio(s.ExpertUnion, s.MoELayerPasses)}
+}
+
+// ratio is a/b, or 0 when b is 0.
+func ratio(a, b int64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
+// joinInts writes ids comma separated, the format of --ids and batch files.
+func joinInts(ids []int) string {
+	var b strings.Builder
+	for i, id := range ids {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(id))
+	}
+	return b.String()
 }

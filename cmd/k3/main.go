@@ -41,13 +41,13 @@ var commands []command
 func init() {
 	commands = []command{
 		{"run", "generate text from a prompt, or chat (default model: the quickstart checkpoint)", runRun},
-		{"generate", "generate token ids from a prompt of ids", runGenerate},
+		{"generate", "generate token ids from a prompt of ids, or from many at once (--batch-file)", runGenerate},
 		{"logits", "print the logits of a teacher-forced forward pass", runLogits},
 		{"pack", "rewrite the dense weights into one aligned file for streaming", runPack},
 		{"tokenize", "print the token ids of a text", runTokenize},
 		{"detokenize", "print the text of token ids", runDetokenize},
 		{"synth", "write a synthetic checkpoint (tiny, medium, quickstart or custom)", runSynth},
-		{"bench", "measure prefill and decode speed against the disk and compute roofline", runBench},
+		{"bench", "measure prefill and decode speed against the roofline, or batches of sessions (--batch)", runBench},
 		{"doctor", "check this machine: CPU, kernels, RAM, disk bandwidth, advice for a checkpoint", runDoctor},
 	}
 }
