@@ -5,6 +5,7 @@ import (
 	"errors"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -131,4 +132,81 @@ func TestHungReadCancelled(t *testing.T) {
 	if n := runtime.NumGoroutine(); n > before {
 		t.Fatalf("%d goroutines after Close, %d before Open", n, before)
 	}
+}
+
+// TestExpertFaultInBatch fails one expert read while several sessions share
+// passes: exactly the sessions whose pass failed get ErrExpertLoad, the
+// others are exact, nothing hangs, and the model stays usable.
+func TestExpertFaultInBatch(t *testing.T) {
+	dir := fixtures.Path(t, "oracle/tiny-mxfp4")
+	ids := []int{1, 2, 3, 4}
+	ref, err := Open(dir, Options{MaxContext: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := ref.NewSession().Logits(context.Background(), ids)
+	ref.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var faulty *ioxtest.FaultySource
+	wrapSourceForTest = func(path string, f *iox.File) iox.Source {
+		faulty = ioxtest.NewFaultySource(f)
+		return faulty
+	}
+	defer func() { wrapSourceForTest = nil }()
+	m, err := Open(dir, Options{RAMBudget: 60e6, MaxContext: 64, Sessions: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	faulty.Add(ioxtest.Fault{Kind: ioxtest.Fail, Off: 531_776, End: 584_000, Times: 1})
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	outs := make([][]float32, 4)
+	gate := make(chan struct{})
+	for g := range 4 {
+		wg.Go(func() {
+			<-gate
+			s := m.NewSession()
+			defer s.Close()
+			outs[g], errs[g] = s.Logits(context.Background(), ids)
+		})
+	}
+	close(gate)
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-time.After(20 * time.Second):
+		t.Fatal("sessions hung after an expert read failed")
+	}
+	failed := 0
+	for g, err := range errs {
+		if err != nil {
+			if !errors.Is(err, ErrExpertLoad) {
+				t.Fatalf("session %d: %v, want ErrExpertLoad", g, err)
+			}
+			failed++
+			continue
+		}
+		for i := range want {
+			if outs[g][i] != want[i] {
+				t.Fatalf("session %d logit %d = %v, want %v", g, i, outs[g][i], want[i])
+			}
+		}
+	}
+	if failed == 0 {
+		t.Fatal("the fault fired in no session")
+	}
+	got, err := m.NewSession().Logits(context.Background(), ids)
+	if err != nil {
+		t.Fatalf("after the fault: %v", err)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("after the fault: logit %d = %v, want %v", i, got[i], want[i])
+		}
+	}
+	t.Logf("%d of 4 sessions were in the failed pass", failed)
 }

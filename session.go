@@ -83,9 +83,17 @@ func (s *Session) Reset() {
 }
 
 // Step appends tokens to the sequence (after any pending ones) and returns
-// the logits of the last position (vocab values). The slice is owned by the session and valid
-// until its next call; copy it to keep it. A failed step (cancellation, an
-// I/O error, a closed model) leaves the session unusable until Reset.
+// the logits of the last position (vocab values). The slice is owned by the
+// session and valid until its next call; copy it to keep it.
+//
+// Steps of sessions used from different goroutines at the same time share
+// passes over the weights; the results are exactly those of the session
+// alone. A step whose context ends while it waits for a pass, or while
+// other sessions' steps share its passes, leaves at the next pass
+// boundary: the tokens fed so far stay in the sequence (Len counts them)
+// and the session stays usable. A step alone in its pass stops at once
+// instead, and like any other failed step (an I/O error, a closed model)
+// leaves the session unusable until Reset.
 func (s *Session) Step(ctx context.Context, tokens []int) ([]float32, error) {
 	if len(tokens) == 0 && len(s.pending) == 0 {
 		return nil, fmt.Errorf("k3: Step: %w: no tokens", ErrBadOptions)
