@@ -108,8 +108,9 @@ func (b *batcher) finish(r *request, err error) {
 
 // maxGrace bounds how long the batcher waits for the sequences of the last
 // pass to come back (they sample their next token in between) before it
-// starts a pass without them.
-const maxGrace = 2 * time.Millisecond
+// starts a pass without them; the wait is also at most a 32nd of the last
+// pass, so it costs at most 3% when a sequence does not come back.
+const maxGrace = 25 * time.Millisecond
 
 func (b *batcher) loop() {
 	defer close(b.exited)
@@ -132,7 +133,7 @@ func (b *batcher) loop() {
 		// their next token; give them a moment (a small fraction of a
 		// pass) to join this one.
 		if len(b.queue) < b.size {
-			grace := min(maxGrace, b.last/16)
+			grace := min(maxGrace, b.last/32)
 			deadline := time.Now().Add(grace)
 			for len(b.queue) < b.size && !b.closed {
 				left := time.Until(deadline)

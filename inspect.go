@@ -29,7 +29,7 @@ type Inspection struct {
 }
 
 // Inspect reads a checkpoint's config and headers and plans its memory.
-// Only opts.MaxContext, Sessions and PrefillChunk matter.
+// Only opts.MaxContext, Sessions, PrefillChunk and MaxBatch matter.
 func Inspect(dir string, opts Options) (*Inspection, error) {
 	raw, err := os.ReadFile(filepath.Join(dir, "config.json"))
 	if err != nil {
@@ -51,7 +51,7 @@ func Inspect(dir string, opts Options) (*Inspection, error) {
 	if opts.MaxContext == 0 {
 		opts.MaxContext = defaultMaxContext
 	}
-	req := model.BudgetRequest{Sessions: opts.Sessions, MaxContext: opts.MaxContext, Chunk: opts.PrefillChunk}
+	req := model.BudgetRequest{Sessions: opts.Sessions, MaxContext: opts.MaxContext, Chunk: opts.PrefillChunk, MaxBatch: opts.MaxBatch}
 	in := &Inspection{Config: *cfg, Tensors: ck.Len(), Sizes: plan.Sizes(), plan: plan, req: req}
 	in.FloorBytes = plan.FloorBudget(req)
 	in.FullBytes = plan.FullBudget(req)
@@ -82,4 +82,36 @@ func (in *Inspection) BytesPerToken(budget int64) (int64, error) {
 		return mp.TrunkBytesPerPass, nil
 	}
 	return mp.TrunkBytesPerPass + in.Sizes.ExpertsPerTok*in.Sizes.ExpertBytes, nil
+}
+
+// SessionsFit returns how many sessions (each with its KDA state and an MLA
+// cache of the inspected MaxContext) a budget can hold at once, with one
+// pass's scratch for maxBatch rows (0: the inspected MaxBatch), the trunk
+// and experts streaming past the rest; 0 if not even one fits. Every
+// session is a row of every decoding pass, so this bounds the batch.
+func (in *Inspection) SessionsFit(budget int64, maxBatch int) int {
+	r := in.req
+	if maxBatch > 0 {
+		r.MaxBatch = maxBatch
+	}
+	fits := func(n int) bool {
+		r.Sessions = n
+		return in.plan.FloorBudget(r) <= budget
+	}
+	if !fits(1) {
+		return 0
+	}
+	lo, hi := 1, 2
+	for fits(hi) && hi < 1<<20 {
+		lo, hi = hi, hi*2
+	}
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		if fits(mid) {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo
 }

@@ -103,6 +103,10 @@ const (
 	runtimeOverhead = 48 << 20
 	// perTensorOverhead is the checkpoint index's memory per tensor.
 	perTensorOverhead = 320
+	// perSessionVocabBytes is what a session holds per vocabulary entry
+	// outside its state: its logits (4 bytes) and its sampler's logits,
+	// order and probabilities (4 + 4 + 8).
+	perSessionVocabBytes = 20
 )
 
 // PlanMemory splits the budget: the fixed floor first (lm_head, vectors,
@@ -136,7 +140,8 @@ func (p *Plan) PlanMemory(req BudgetRequest) (*MemoryPlan, error) {
 	mp.State = s * fixed
 	mp.KV = s * perPos * int64(req.MaxContext)
 	mp.Scratch = scratchBytes(c, mp.Rows, req.MaxContext)
-	mp.Overhead = runtimeOverhead + int64(p.Ckpt.Len())*perTensorOverhead
+	mp.Overhead = runtimeOverhead + int64(p.Ckpt.Len())*perTensorOverhead +
+		s*perSessionVocabBytes*int64(c.Vocab)
 	mp.CacheSlotBytes = iox.AlignUp(p.experts.SlotBytes())
 	minCache := int64(c.TopK+1) * mp.CacheSlotBytes
 
@@ -262,6 +267,8 @@ func scratchBytes(c *Config, tc, maxContext int) int64 {
 		n += int64(s)
 	}
 	n += int64(c.MLAHeads) * int64(2*c.KVLoraRank+maxContext)
+	// The router's rows widened to float64 (tensor.MatMulF64Acc).
+	n += 2 * int64(tc) * int64(c.Hidden)
 	return n * 4
 }
 

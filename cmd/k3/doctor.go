@@ -46,6 +46,7 @@ type doctorReport struct {
 	RecommendedPreset string   `json:"recommended_preset,omitempty"`
 	BytesPerToken     int64    `json:"bytes_per_token,omitempty"`
 	ExpectedSPerToken float64  `json:"expected_s_per_token,omitempty"`
+	SessionsAtBudget  int      `json:"sessions_at_budget,omitempty"`
 	CanRun            bool     `json:"can_run"`
 	Problems          []string `json:"problems,omitempty"`
 }
@@ -154,6 +155,9 @@ func planFor(r *doctorReport, dir string) error {
 		return err
 	}
 	r.BytesPerToken = bpt
+	// Batching: how many sessions share a pass at this budget (one row
+	// each), at the default context.
+	r.SessionsAtBudget = in.SessionsFit(budget, 64)
 	if bw := max(r.ODirectSeqGBps, r.ODirectRndGBps); bw > 0 {
 		r.ExpectedSPerToken = float64(bpt) / (bw * 1e9)
 	}
@@ -183,6 +187,7 @@ func printDoctor(w io.Writer, r *doctorReport) {
 		if r.RecommendedBudget > 0 {
 			fmt.Fprintf(w, "advice:   --budget %s (%s): about %s read per token, roofline %.3f s/token at %.2f GB/s\n",
 				human(r.RecommendedBudget), r.RecommendedPreset, human(r.BytesPerToken), r.ExpectedSPerToken, max(r.ODirectSeqGBps, r.ODirectRndGBps))
+			fmt.Fprintf(w, "batching: that budget holds at most %d sessions of 4096 positions (every one takes room from the pinned trunk and the expert cache); passes carry up to 64 rows (--sessions, --max-batch)\n", r.SessionsAtBudget)
 		}
 	}
 	for _, p := range r.Problems {

@@ -11,9 +11,15 @@ import (
 	"syscall"
 )
 
-// Peak returns the peak resident set size of the process in bytes, from
-// getrusage (maxrss, kilobytes on Linux), or 0 where unavailable.
+// Peak returns the peak resident set size of the process in bytes: VmHWM
+// of /proc/self/status, or getrusage's maxrss where /proc is not mounted,
+// or 0. VmHWM first, because maxrss survives execve on Linux: a process
+// started by a large parent (a test binary that runs itself as a child)
+// would report the parent's peak at the time of the fork.
 func Peak() int64 {
+	if n := PeakStatus(); n > 0 {
+		return n
+	}
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0
