@@ -3,6 +3,7 @@ package k3
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,6 +26,9 @@ type request struct {
 	err    error // set with done
 	broken bool  // a pass that carried it failed: its state is undefined
 	done   chan struct{}
+
+	queued bool      // in the queue (under batcher.mu)
+	doneAt time.Time // when its last step finished (under batcher.mu)
 }
 
 // batcher coalesces the steps of every session of a Model into shared
@@ -40,6 +44,7 @@ type batcher struct {
 
 	mu     sync.Mutex
 	queue  []*request // in arrival order
+	recent []*request // finished lately: likely to come back for the next pass
 	closed bool
 	wake   chan struct{}
 	exited chan struct{}
@@ -51,7 +56,6 @@ type batcher struct {
 	groups []model.Group
 	inPass []*request
 	last   time.Duration // the last pass's wall time
-	size   int           // requests in the last pass
 
 	multi atomic.Int64 // passes that carried more than one sequence
 }
@@ -77,6 +81,7 @@ func (b *batcher) do(r *request) error {
 		return ErrClosed
 	}
 	b.queue = append(b.queue, r)
+	r.queued = true
 	b.mu.Unlock()
 	select {
 	case b.wake <- struct{}{}:
@@ -101,9 +106,34 @@ func (b *batcher) close() {
 	<-b.exited
 }
 
+// finish settles r (b.mu held) and remembers it as likely to come back.
 func (b *batcher) finish(r *request, err error) {
 	r.err = err
+	r.queued = false
+	r.doneAt = time.Now()
+	if !slices.Contains(b.recent, r) {
+		b.recent = append(b.recent, r)
+	}
 	r.done <- struct{}{}
+}
+
+// expected counts the recently finished steps that have not come back
+// yet, forgetting those that finished more than two passes ago (b.mu
+// held): a session that stopped stepping is waited for at most once.
+func (b *batcher) expected(now time.Time) int {
+	window := max(2*b.last, 10*time.Millisecond)
+	k, n := 0, 0
+	for _, r := range b.recent {
+		if r.queued || now.Sub(r.doneAt) > window {
+			continue
+		}
+		b.recent[k] = r
+		k++
+		n++
+	}
+	clear(b.recent[k:])
+	b.recent = b.recent[:k]
+	return n
 }
 
 // maxGrace bounds how long the batcher waits for the sequences of the last
@@ -132,10 +162,9 @@ func (b *batcher) loop() {
 		// Continuous batching: the sequences of the last pass are sampling
 		// their next token; give them a moment (a small fraction of a
 		// pass) to join this one.
-		if len(b.queue) < b.size {
-			grace := min(maxGrace, b.last/32)
-			deadline := time.Now().Add(grace)
-			for len(b.queue) < b.size && !b.closed {
+		if now := time.Now(); b.expected(now) > 0 {
+			deadline := now.Add(min(maxGrace, b.last/32))
+			for b.expected(time.Now()) > 0 && !b.closed {
 				left := time.Until(deadline)
 				if left <= 0 {
 					break
@@ -198,7 +227,7 @@ func (b *batcher) run() {
 	ctx, cancel := b.passContext()
 	start := time.Now()
 	err := b.m.ForwardBatch(ctx, b.sc, b.groups)
-	b.last, b.size = time.Since(start), len(b.inPass)
+	b.last = time.Since(start)
 	if cancel != nil {
 		cancel()
 	}

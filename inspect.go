@@ -115,3 +115,22 @@ func (in *Inspection) SessionsFit(budget int64, maxBatch int) int {
 	}
 	return lo
 }
+
+// PlanSessions returns the memory plan for a budget with room for sessions
+// sessions and passes of maxBatch rows (0: the inspected values), without
+// reading the checkpoint again.
+func (in *Inspection) PlanSessions(budget int64, sessions, maxBatch int) (*MemoryPlan, error) {
+	r := in.req
+	r.Budget = budget
+	if sessions > 0 {
+		r.Sessions = sessions
+	}
+	if maxBatch > 0 {
+		r.MaxBatch = maxBatch
+	}
+	mp, err := in.plan.PlanMemory(r)
+	if err != nil {
+		return nil, fmt.Errorf("k3: %w", err)
+	}
+	return mp, nil
+}

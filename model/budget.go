@@ -269,7 +269,25 @@ func scratchBytes(c *Config, tc, maxContext int) int64 {
 	n += int64(c.MLAHeads) * int64(2*c.KVLoraRank+maxContext)
 	// The router's rows widened to float64 (tensor.MatMulF64Acc).
 	n += 2 * int64(tc) * int64(c.Hidden)
+	// The kernels' packed copy of a product's input rows (pooled, its
+	// capacity rounded up to a power of two), for the widest input; twice,
+	// for the one the collector has not yet taken back.
+	if tc > 1 {
+		widest := max(c.Hidden, c.DenseIntermediate, c.SharedExperts*c.MoEIntermediate, c.KDAWidth(),
+			c.MLAHeads*c.VHeadDim, c.LatentDim, c.MoEIntermediate, c.QLoraRank)
+		n += 2 * int64(nextPow2(tc*widest))
+	}
 	return n * 4
+}
+
+// nextPow2 returns the smallest power of two ≥ n (at least 1024, as the
+// kernels' buffer pool rounds).
+func nextPow2(n int) int {
+	c := 1024
+	for c < n {
+		c *= 2
+	}
+	return c
 }
 
 // Sizes summarises the bytes of a plan's weights.

@@ -17,7 +17,7 @@ import (
 	"github.com/k3go/k3/internal/synth"
 )
 
-const synthUsage = `--out DIR --profile tiny|medium|quickstart|custom [flags]
+const synthUsage = `--out DIR --profile tiny|medium|quickstart|released|custom [flags]
 
 Writes a synthetic Kimi K3 checkpoint in the released format: nested
 config.json, sharded safetensors with an index, BF16 trunk, MXFP4 routed
@@ -56,6 +56,7 @@ func runSynth(args []string, stdout, stderr io.Writer) error {
 	tokenizer := fs.String("tokenizer", "", "copy tiktoken.model and tokenizer_config.json from `DIR`")
 	withTokenizer := fs.Bool("with-tokenizer", false, "write a generated tokenizer that fits the vocabulary")
 	dryRun := fs.Bool("dry-run", false, "print the plan without writing")
+	sparse := fs.Bool("sparse", false, "write the headers only, the tensor data as holes (no disk space; for k3 plan, k3 doctor and Inspect, e.g. --profile released)")
 	buffered := fs.Bool("buffered", false, "write through the page cache instead of O_DIRECT")
 	asJSON := fs.Bool("json", false, "print the summary as one JSON object")
 	if err := parse(fs, args); err != nil {
@@ -140,6 +141,15 @@ func runSynth(args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 
+	if *sparse {
+		L, err := synth.WriteSparse(*out, p, size)
+		if err != nil {
+			return synthError{err}
+		}
+		fmt.Fprintf(stdout, "wrote %s (sparse: headers only): profile %s, %d layers × %d experts, %d tensors in %d shards, %s described\n",
+			*out, p.Name, p.Config.Layers, p.Config.Experts, L.Tensors, len(L.Shards), synth.FormatBytes(L.FileBytes))
+		return nil
+	}
 	ctx, cancel := signalContext()
 	defer cancel()
 	opts := synth.WriteOptions{ShardSize: size, TokenizerDir: *tokenizer, Buffered: *buffered}

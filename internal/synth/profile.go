@@ -87,7 +87,7 @@ func Quickstart() Profile {
 	return p
 }
 
-// ByName returns the preset "tiny", "medium" or "quickstart".
+// ByName returns the preset "tiny", "medium", "quickstart" or "released".
 func ByName(name string) (Profile, error) {
 	switch name {
 	case "tiny":
@@ -96,8 +96,10 @@ func ByName(name string) (Profile, error) {
 		return Medium(), nil
 	case "quickstart":
 		return Quickstart(), nil
+	case "released":
+		return Released(), nil
 	}
-	return Profile{}, fmt.Errorf("synth: unknown profile %q (want tiny, medium or quickstart)", name)
+	return Profile{}, fmt.Errorf("synth: unknown profile %q (want tiny, medium, quickstart or released)", name)
 }
 
 // MLALayers returns the one-based full_attn_layers of an n-layer model laid
