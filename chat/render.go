@@ -436,3 +436,28 @@ func responseSchema(opts Options) (*value, error) {
 	}
 	return nil, nil
 }
+
+// RenderAnswer returns the segments a model generates for the assistant
+// message m after a prompt rendered with opts: what follows the
+// generation prompt, through the closing <|end_of_msg|>. [Parse] reads
+// them back into m's reasoning, content and tool calls.
+func RenderAnswer(m Message, opts Options) ([]Segment, error) {
+	m.Role, m.Name = RoleAssistant, ""
+	r := &renderer{opts: opts}
+	if err := r.assistant(m); err != nil {
+		return nil, err
+	}
+	// Drop what the generation prompt already holds: the message's
+	// opening and that of its first channel, up to their second <|sep|>.
+	skip, n := 0, 0
+	for k, s := range r.segs {
+		if s.Special && s.Text == TokSep {
+			n++
+			if n == 2 {
+				skip = k + 1
+				break
+			}
+		}
+	}
+	return r.segs[skip:], nil
+}
