@@ -213,7 +213,7 @@ func render(msgs []Message, opts Options) ([]Segment, []int, error) {
 			r.endMessage()
 		case RoleAssistant:
 			if err := r.assistant(m); err != nil {
-				return nil, nil, fmt.Errorf("message %d: %w", i, err)
+				return nil, nil, fmt.Errorf("%w: message %d: %v", ErrFormat, i, err)
 			}
 			calls = m.ToolCalls
 		case RoleTool:
@@ -294,17 +294,17 @@ func (r *renderer) assistant(m Message) error {
 }
 
 // arguments parses the arguments of a call: a JSON object (empty text is
-// no arguments).
+// no arguments). Its errors name no package.
 func arguments(s string) (*value, error) {
 	if strings.TrimSpace(s) == "" {
 		return &value{kind: 'o'}, nil
 	}
 	v, err := parseValue([]byte(s))
 	if err != nil {
-		return nil, fmt.Errorf("%w: arguments: %v", ErrFormat, err)
+		return nil, fmt.Errorf("arguments: %v", err)
 	}
 	if v.kind != 'o' {
-		return nil, fmt.Errorf("%w: arguments are a JSON %s, not an object", ErrFormat, v.typeName())
+		return nil, fmt.Errorf("arguments are a JSON %s, not an object", v.typeName())
 	}
 	return v, nil
 }
@@ -445,7 +445,7 @@ func RenderAnswer(m Message, opts Options) ([]Segment, error) {
 	m.Role, m.Name = RoleAssistant, ""
 	r := &renderer{opts: opts}
 	if err := r.assistant(m); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %v", ErrFormat, err)
 	}
 	// Drop what the generation prompt already holds: the message's
 	// opening and that of its first channel, up to their second <|sep|>.

@@ -46,6 +46,7 @@ func init() {
 		{"pack", "rewrite the dense weights into one aligned file for streaming", runPack},
 		{"tokenize", "print the token ids of a text", runTokenize},
 		{"detokenize", "print the text of token ids", runDetokenize},
+		{"template", "render a conversation in K3's chat format, or parse a model's answer", runTemplate},
 		{"synth", "write a synthetic checkpoint (tiny, medium, quickstart or custom)", runSynth},
 		{"bench", "measure prefill and decode speed against the disk and compute roofline", runBench},
 		{"doctor", "check this machine: CPU, kernels, RAM, disk bandwidth, advice for a checkpoint", runDoctor},
