@@ -28,6 +28,12 @@ const (
 	chanArgument
 )
 
+const (
+	endEOM = 1 + iota
+	endEOS
+	endClose
+)
+
 type tagMode uint8
 
 const (
@@ -49,10 +55,13 @@ type Parser struct {
 	special                    map[int]bool
 	dec                        *tokenizer.StreamDecoder
 
-	mode    tagMode
-	tag     strings.Builder
-	channel channel
-	done    bool
+	mode        tagMode
+	tag         strings.Builder
+	channel     channel
+	done        bool
+	end         int // what ended the answer: 0 (not ended), endEOM, endEOS, endClose
+	inTools     bool
+	sawResponse bool
 
 	msg      Message
 	inCall   bool
@@ -127,6 +136,12 @@ func (p *Parser) Write(id int) Delta {
 	case id == p.eom || id == p.eos:
 		d = p.flush()
 		p.done = true
+		if p.end == 0 {
+			p.end = endEOS
+			if id == p.eom {
+				p.end = endEOM
+			}
+		}
 	case id == p.open || id == p.close:
 		d = p.flush()
 		p.tag.Reset()
@@ -148,6 +163,49 @@ func (p *Parser) Write(id int) Delta {
 		p.text(s, &d)
 	}
 	return d
+}
+
+// Closing returns the segments that end the answer properly from where
+// it stands, as the format closes a message: an unfinished tag, then the
+// argument, call, tools and channel left open, the message's close and
+// <|end_of_msg|>. An answer that ended at [EOS] is closed as if the [EOS]
+// were not there. It is nil after <|end_of_msg|>. Closing finishes the
+// parser (see Finish).
+func (p *Parser) Closing() []Segment {
+	p.Finish()
+	r := &renderer{}
+	switch p.end {
+	case endEOM:
+		return nil
+	case endClose:
+		r.special(TokEndOfMsg)
+		return r.segs
+	}
+	if p.mode != inText {
+		r.special(TokSep)
+		p.endTag()
+	}
+	if p.channel == chanArgument {
+		r.close("argument")
+	}
+	if p.inCall {
+		r.close("call")
+	}
+	switch {
+	case p.inTools:
+		r.close("tools")
+	case p.channel == chanThink:
+		r.close("think")
+		r.open("response")
+		r.close("response")
+	case p.channel == chanResponse:
+		r.close("response")
+	case !p.sawResponse:
+		r.open("response")
+		r.close("response")
+	}
+	r.endMessage()
+	return r.segs
 }
 
 // Finish ends the answer and returns the text still held back (an
@@ -213,8 +271,11 @@ func (p *Parser) endTag() *ToolCall {
 			p.msg.ToolCalls = append(p.msg.ToolCalls, p.call)
 			c := p.call
 			return &c
+		case "tools":
+			p.inTools = false
 		case "message":
 			p.done = true
+			p.end = endClose
 		}
 		return nil
 	}
@@ -223,8 +284,10 @@ func (p *Parser) endTag() *ToolCall {
 		p.channel = chanThink
 	case "response":
 		p.channel = chanResponse
+		p.sawResponse = true
 	case "tools":
 		p.channel = chanNone
+		p.inTools = true
 	case "call":
 		p.inCall = true
 		p.call = ToolCall{Function: FunctionCall{Name: attrs["tool"]}}

@@ -178,3 +178,38 @@ func FuzzParser(f *testing.F) {
 		}
 	})
 }
+
+// TestClosing: an answer cut off anywhere, closed by Closing, is a whole
+// message: it parses to the same reply and ends at <|end_of_msg|>.
+func TestClosing(t *testing.T) {
+	tok := tinyTok(t)
+	full := `think<|close|>think<|sep|><|open|>response<|sep|>ok<|close|>response<|sep|><|open|>tools<|sep|><|open|>call tool="f" index="1"<|sep|><|open|>argument key="a" type="string"<|sep|>v<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|><|end_of_msg|>`
+	ids := tok.Encode(full)
+	for n := 0; n <= len(ids); n++ {
+		p, _ := NewParser(tok, true)
+		for _, id := range ids[:n] {
+			p.Write(id)
+		}
+		before := p.Message()
+		closing, err := Encode(tok, p.Closing())
+		if err != nil {
+			t.Fatal(err)
+		}
+		whole := append(slices.Clone(ids[:n]), closing...)
+		if whole[len(whole)-1] != 257 {
+			t.Fatalf("cut at %d: closed ids do not end at <|end_of_msg|>: %q", n, tok.DecodeLenient(whole))
+		}
+		m, _ := Parse(tok, whole, true)
+		if m.ReasoningContent != before.ReasoningContent || m.Content != before.Content || len(m.ToolCalls) < len(before.ToolCalls) {
+			t.Errorf("cut at %d: %+v, closed %+v (%q)", n, before, m, tok.DecodeLenient(whole))
+		}
+	}
+	// [EOS] is closed as if it were not there.
+	p, _ := NewParser(tok, false)
+	for _, id := range tok.Encode("hi[EOS]") {
+		p.Write(id)
+	}
+	if got := Text(p.Closing()); got != "<|close|>response<|sep|><|close|>message<|sep|><|end_of_msg|>" {
+		t.Errorf("after [EOS]: %q", got)
+	}
+}
