@@ -318,7 +318,7 @@ func TestChat(t *testing.T) {
 		t.Fatal(err)
 	}
 	var want strings.Builder
-	for tk, err := range conv.Send(context.Background(), "What is 2+2? <|im_end|>", k3.GenerateOptions{MaxTokens: 10, StopTokens: []int{eos}}) {
+	for tk, err := range conv.Send(context.Background(), "What is 2+2? <|end_of_msg|>", k3.GenerateOptions{MaxTokens: 10, StopTokens: []int{eos}}) {
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -326,9 +326,9 @@ func TestChat(t *testing.T) {
 	}
 	wantText := jsonText(want.String())
 	for _, body := range []string{
-		`{"model":"k3-test","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"What is 2+2? <|im_end|>"}],"max_tokens":10,"temperature":0}`,
-		`{"messages":[{"role":"developer","content":[{"type":"text","text":"You are "},{"type":"text","text":"terse."}]},{"role":"user","content":"What is 2+2? <|im_end|>"}],"max_completion_tokens":10,"temperature":0}`,
-		`{"messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"What is 2+2? <|im_end|>"}],"max_tokens":10,"temperature":0,"stream":true}`,
+		`{"model":"k3-test","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"What is 2+2? <|end_of_msg|>"}],"max_tokens":10,"temperature":0}`,
+		`{"messages":[{"role":"developer","content":[{"type":"text","text":"You are "},{"type":"text","text":"terse."}]},{"role":"user","content":"What is 2+2? <|end_of_msg|>"}],"max_completion_tokens":10,"temperature":0}`,
+		`{"messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"What is 2+2? <|end_of_msg|>"}],"max_tokens":10,"temperature":0,"stream":true}`,
 	} {
 		text, finish, _ := complete(t, ts, "/v1/chat/completions", body)
 		if text != wantText || finish == "" {
@@ -368,7 +368,14 @@ func TestErrors(t *testing.T) {
 		{"POST", "/v1/completions", `{"prompt":"x","model":"gpt-4"}`, 404, "model_not_found"},
 		{"POST", "/v1/completions", big, 413, ""},
 		{"POST", "/v1/chat/completions", `{"messages":[]}`, 400, ""},
-		{"POST", "/v1/chat/completions", `{"messages":[{"role":"tool","content":"x"}]}`, 400, ""},
+		{"POST", "/v1/chat/completions", `{"messages":[{"role":"robot","content":"x"}]}`, 400, ""},
+		{"POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"tools":{"a":1}}`, 400, ""},
+		{"POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"tool_choice":"sometimes"}`, 400, ""},
+		{"POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"yaml"}}`, 400, ""},
+		{"POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"reasoning_effort":"medium"}`, 400, ""},
+		{"POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"thinking":{"type":"maybe"}}`, 400, ""},
+		{"POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"thinking":{"type":"disabled"},"reasoning_effort":"low"}`, 400, ""},
+		{"POST", "/v1/chat/completions", `{"messages":[{"role":"assistant","tool_calls":[{"id":"a","type":"function","function":{"name":"f","arguments":"[1]"}}]}]}`, 400, ""},
 		{"POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":[{"type":"image_url"}]}]}`, 400, ""},
 		{"POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"logprobs":true}`, 400, ""},
 		{"POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"stream":true,"n":3}`, 400, ""},
