@@ -1,6 +1,7 @@
 package chat
 
 import (
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -212,4 +213,38 @@ func TestClosing(t *testing.T) {
 	if got := Text(p.Closing()); got != "<|close|>response<|sep|><|close|>message<|sep|><|end_of_msg|>" {
 		t.Errorf("after [EOS]: %q", got)
 	}
+}
+
+// FuzzRender: any request renders or fails with an error, never panics;
+// what renders encodes, and every assistant message's answer parses.
+func FuzzRender(f *testing.F) {
+	tok := tinyTok(f)
+	f.Add([]byte(`{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"x","tool_calls":[{"function":{"name":"f","arguments":{"a":[1,2.5e3,"\u00e9"]}}}]},{"role":"tool","tool_call_id":"q","content":"r"}],"tools":[{"b":1}],"kwargs":{"thinking_effort":"low","tool_choice":"required","response_format":{"type":"json_schema","json_schema":{"schema":{"z":1}}}}}`))
+	f.Add([]byte(`{"messages":[{"role":"system","tools":{"a":null}},{"role":"user","content":[{"type":"text","text":"x"}]}],"kwargs":{"thinking":false}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var r Request
+		if json.Unmarshal(data, &r) != nil {
+			return
+		}
+		segs, err := Render(r.Messages, r.Options)
+		if err != nil {
+			return
+		}
+		if _, err := Encode(tok, segs); err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range r.Messages {
+			if m.Role != RoleAssistant {
+				continue
+			}
+			a, err := RenderAnswer(m, r.Options)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids, _ := Encode(tok, a)
+			if _, err := Parse(tok, ids, r.Options.Thinking()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
 }
