@@ -523,3 +523,59 @@ func TestDisconnect(t *testing.T) {
 		t.Errorf("non-streamed: the generation ran to the end (%d tokens)", n)
 	}
 }
+
+// TestChatReasoning: a chat reply's reasoning is the Conversation's, whole
+// in message.reasoning_content or streamed as reasoning_content deltas.
+func TestChatReasoning(t *testing.T) {
+	_, ts, m := newTestServer(t, 0, nil)
+	conv, err := m.NewConversation("You are terse.")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, err := range conv.Send(context.Background(), "Think first.", k3.GenerateOptions{MaxTokens: 12}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := conv.Reply()
+	if want.ReasoningContent == "" {
+		t.Fatal("test setup: the reply has no reasoning")
+	}
+	// JSON carries the random model's stray bytes as U+FFFD.
+	want.ReasoningContent, want.Content = jsonText(want.ReasoningContent), jsonText(want.Content)
+	body := `{"messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Think first."}],"max_tokens":12,"temperature":0`
+	_, b := post(t, ts, "/v1/chat/completions", body+"}")
+	var whole struct {
+		Choices []struct {
+			Message struct {
+				Content          *string `json:"content"`
+				ReasoningContent string  `json:"reasoning_content"`
+			} `json:"message"`
+		} `json:"choices"`
+	}
+	if err := json.Unmarshal(b, &whole); err != nil || len(whole.Choices) != 1 || whole.Choices[0].Message.ReasoningContent != want.ReasoningContent ||
+		whole.Choices[0].Message.Content == nil || *whole.Choices[0].Message.Content != want.Content {
+		t.Errorf("reply %s, want reasoning %q and content %q", b, want.ReasoningContent, want.Content)
+	}
+	resp, err := http.Post(ts.URL+"/v1/chat/completions", "application/json", strings.NewReader(body+`,"stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var reasoning strings.Builder
+	for _, e := range events(t, resp.Body) {
+		var ch struct {
+			Choices []struct {
+				Delta struct {
+					ReasoningContent string `json:"reasoning_content"`
+				} `json:"delta"`
+			} `json:"choices"`
+		}
+		if e != "[DONE]" && json.Unmarshal([]byte(e), &ch) == nil && len(ch.Choices) == 1 {
+			reasoning.WriteString(ch.Choices[0].Delta.ReasoningContent)
+		}
+	}
+	if reasoning.String() != want.ReasoningContent {
+		t.Errorf("streamed reasoning %q, want %q", reasoning.String(), want.ReasoningContent)
+	}
+}
