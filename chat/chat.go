@@ -32,6 +32,18 @@
 // a [Parser] does the same one id at a time and reports deltas as they
 // come, and a tool call when its call closes.
 //
+// # Beyond the goldens
+//
+// A few choices are not pinned down by the release's goldens and follow
+// the format's description instead: JSON values are written as Python's
+// json.dumps writes them by default, non-ASCII escaped as \uXXXX (typed
+// arguments with ", " and ": ", declarations and schemas compact with
+// sorted keys); with thinking off, earlier assistant turns are rendered
+// without their think channel; the thinking-effort message comes right
+// after the tool declarations; a tool choice naming a function reads as
+// "required"; tool results without a tool_call_id answer the calls not
+// yet answered, in order.
+//
 // The package depends only on the standard library and the tokenizer.
 package chat
 
