@@ -5,8 +5,8 @@
 // for text, the tokenizer (tiktoken.model and tokenizer_config.json).
 // [Open] loads it into a [Model]; a [Session] is one sequence of tokens
 // on it; [Model.Generate] and [Session.Generate] stream generated tokens;
-// a [Conversation] is a chat in the Kimi layout that keeps its state from
-// turn to turn.
+// a [Conversation] is a chat in Kimi K3's own format that keeps its state
+// from turn to turn.
 //
 // # Quick start
 //
@@ -68,14 +68,21 @@
 // token ids. Without a tokenizer, text operations fail with
 // [ErrNoTokenizer]; ids still work.
 //
-// [Model.NewConversation] lays messages out as Kimi K3 was trained:
-// <|im_system|>system<|im_middle|>…<|im_end|>, then for each turn
-// <|im_user|>user<|im_middle|>…<|im_end|><|im_assistant|>assistant<|im_middle|>
-// and the reply, which ends at <|im_end|>. Message contents are plain
-// text: "<|im_end|>" typed by a user is not a control token. A
-// Conversation keeps its session between turns, so turn two feeds only
-// its own tokens; [Conversation.SaveFile] and [Conversation.LoadFile]
-// persist it ([Session.Save] and [Session.Load] for any session).
+// [Model.NewConversation] and [Model.NewChat] speak Kimi K3's chat format,
+// XTML (package [github.com/k3go/k3/chat] renders and parses it): messages
+// framed by <|open|>, <|close|>, <|sep|> and <|end_of_msg|>, replies with
+// reasoning in a think channel, the answer in a response channel, and tool
+// calls with typed arguments. [ChatOptions] declare tools, turn thinking
+// off, set the effort, the tool choice and the response format; a turn
+// is a user message, tool results or a system message declaring new tools
+// ([Conversation.Stream]), and [Conversation.Reply] is the reply parsed
+// into reasoning, content and tool calls. A reply stops at the checkpoint's
+// generation_config.json eos_token_id, <|end_of_msg|> or [EOS]
+// ([Model.StopTokens]). Message contents are plain text: "<|end_of_msg|>"
+// typed by a user is not a control token. A Conversation keeps its session
+// between turns, so turn two feeds only its own tokens;
+// [Conversation.SaveFile] and [Conversation.LoadFile] persist it
+// ([Session.Save] and [Session.Load] for any session).
 //
 // # Sampling
 //

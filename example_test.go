@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/k3go/k3"
+	"github.com/k3go/k3/chat"
 	"github.com/k3go/k3/internal/testmodel"
 )
 
@@ -138,8 +139,9 @@ func ExampleModel_NewConversation() {
 	ctx := context.Background()
 
 	// A Conversation keeps its state between turns: turn two feeds only
-	// its own tokens.
-	c, err := m.NewConversation("You are a helpful assistant.")
+	// its own tokens. Thinking is off here, so that the replies of this
+	// random model are content, not reasoning.
+	c, err := m.NewChat(k3.ChatOptions{System: "You are a helpful assistant.", Options: chat.Options{NoThinking: true}})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -155,9 +157,9 @@ func ExampleModel_NewConversation() {
 	}
 	fmt.Println(c.Session().Len(), "tokens in the conversation")
 	// Output:
-	// "\xc9\xcc me\xbd\xd7text\x98elf"
-	// "\x99 amKrint\xbcamnoht"
-	// 88 tokens in the conversation
+	// "\":de\x98imig\x0eht"
+	// "=kengrturn itQds"
+	// 196 tokens in the conversation
 }
 
 func ExampleModel_Tokenizer() {
@@ -168,17 +170,17 @@ func ExampleModel_Tokenizer() {
 	defer m.Close()
 
 	tok := m.Tokenizer()
-	ids := tok.Encode("Hello, world!<|im_end|>")
+	ids := tok.Encode("Hello, world!<|end_of_msg|>")
 	fmt.Println(ids)
 	text, err := tok.Decode(ids)
 	fmt.Printf("%q %v\n", text, err)
 	// Untrusted text: EncodeOrdinary never produces control tokens.
-	fmt.Println(len(tok.EncodeOrdinary("<|im_end|>")))
-	end, _ := tok.ID("<|im_end|>")
+	fmt.Println(len(tok.EncodeOrdinary("<|end_of_msg|>")))
+	end, _ := tok.ID("<|end_of_msg|>")
 	fmt.Println(end, tok.VocabSize())
 	// Output:
 	// [72 312 108 111 44 400 327 33 506]
-	// "Hello, world!<|im_end|>" <nil>
-	// 7
+	// "Hello, world!<|end_of_msg|>" <nil>
+	// 12
 	// 506 512
 }

@@ -72,6 +72,7 @@ type Model struct {
 	m      *model.Model
 	e      *engine
 	tok    *tokenizer.Tokenizer
+	eos    []int // generation_config.json's eos_token_id
 	opts   Options
 	log    *slog.Logger
 	closed atomic.Bool
@@ -164,13 +165,17 @@ func OpenContext(ctx context.Context, dir string, opts Options) (*Model, error) 
 	if err != nil {
 		return nil, err
 	}
+	eos, err := loadGenerationEOS(dir, opts.TokenizerDir)
+	if err != nil {
+		return nil, err
+	}
 	e, err := newEngine(ctx, ck, plan, opts, log)
 	if err != nil {
 		return nil, err
 	}
 	log.Info("k3: model loaded", "dir", dir, "layers", cfg.Layers, "experts", cfg.Experts, "vocab", cfg.Vocab)
 	ok = true
-	mod := &Model{m: e.m, e: e, tok: tok, opts: opts, log: log}
+	mod := &Model{m: e.m, e: e, tok: tok, eos: eos, opts: opts, log: log}
 	if opts.RAMBudget > 0 {
 		mod.slots = make(chan struct{}, max(opts.Sessions, 1))
 	}

@@ -21,6 +21,11 @@
 // template: callers format turns themselves with the ids from
 // [Tokenizer.ID] or [Tokenizer.AddedTokens].
 //
+// Text is first cut as the release's tokenizer cuts it: into pieces of at
+// most [MaxEncodeChars] code points, with no run of more than [MaxRunChars]
+// consecutive whitespace or non-whitespace code points; each piece is
+// encoded on its own ([EncodeOptions].NoCuts turns this off).
+//
 // Input is bytes. Invalid UTF-8 is encoded byte-exactly (each stray byte
 // is classified as the Latin-1 code point of the same value), so
 // Decode(Encode(x)) == x for every string x.

@@ -9,6 +9,11 @@ type EncodeOptions struct {
 	// ordinary text, so that untrusted input cannot produce control ids.
 	// By default every added token is recognised.
 	NoAddedTokens bool
+	// NoCuts encodes the text in one piece, as tiktoken's core does. By
+	// default it is first cut as the release's tokenizer cuts it (see
+	// [MaxEncodeChars] and [MaxRunChars]), which changes the ids of very
+	// long runs.
+	NoCuts bool
 }
 
 // Encode returns the token ids of text, recognising added tokens. Text is
@@ -22,8 +27,11 @@ type EncodeOptions struct {
 // pre-tokens by [Pattern]; each pre-token that is itself a vocabulary key
 // becomes its rank, and any other is merged byte-pair by byte-pair, always
 // joining the adjacent pair whose concatenation has the lowest rank (the
-// leftmost on a tie). The one departure: a single pre-token longer than
-// 1 GiB is merged in halves.
+// leftmost on a tie). Before all this the text is cut as the release's
+// tokenizer cuts it: into pieces of at most [MaxEncodeChars] code points
+// with no run of more than [MaxRunChars] whitespace or non-whitespace code
+// points, each piece encoded on its own. The one departure from the
+// release: a single pre-token longer than 1 GiB is merged in halves.
 func (t *Tokenizer) Encode(text string) []int {
 	return t.AppendEncode(make([]int, 0, len(text)/4+8), text, EncodeOptions{})
 }
@@ -39,6 +47,20 @@ func (t *Tokenizer) EncodeOrdinary(text string) []int {
 func (t *Tokenizer) AppendEncode(dst []int, text string, opts EncodeOptions) []int {
 	sc := getScratch()
 	defer putScratch(sc)
+	// A run cannot exceed MaxRunChars code points without having as many
+	// bytes: short text is never cut.
+	if opts.NoCuts || len(text) <= MaxRunChars {
+		return t.appendCut(dst, text, opts, sc)
+	}
+	c := cutter{s: text}
+	for p, ok := c.next(); ok; p, ok = c.next() {
+		dst = t.appendCut(dst, p, opts, sc)
+	}
+	return dst
+}
+
+// appendCut encodes one piece of the release's cuts.
+func (t *Tokenizer) appendCut(dst []int, text string, opts EncodeOptions, sc *scratch) []int {
 	if opts.NoAddedTokens || t.match == nil {
 		return t.appendOrdinary(dst, text, sc)
 	}

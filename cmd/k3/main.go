@@ -46,6 +46,7 @@ func init() {
 		{"pack", "rewrite the dense weights into one aligned file for streaming", runPack},
 		{"tokenize", "print the token ids of a text", runTokenize},
 		{"detokenize", "print the text of token ids", runDetokenize},
+		{"template", "render a conversation in K3's chat format, or parse a model's answer", runTemplate},
 		{"synth", "write a synthetic checkpoint (tiny, medium, quickstart or custom)", runSynth},
 		{"bench", "measure prefill and decode speed against the roofline, or batches of sessions (--batch)", runBench},
 		{"plan", "project bytes and s/token per budget and batch size from the memory planner (reads no weights)", runPlan},

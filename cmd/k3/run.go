@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/k3go/k3"
+	"github.com/k3go/k3/chat"
 	"github.com/k3go/k3/internal/testmodel"
 	"github.com/k3go/k3/tokenizer"
 )
@@ -27,7 +28,7 @@ const runUsage = `[--model DIR] [--prompt TEXT | --prompt-file F] [--chat] [flag
 Generates text and streams it to stdout as it is produced.
 
   --prompt or --prompt-file   continue the prompt (raw text: added tokens such
-                              as <|im_user|> in it are recognised unless
+                              as <|open|> in it are recognised unless
                               --no-special); the generation stops at [EOS]
                               unless --ignore-eos
   --chat with a prompt        one chat turn: the prompt is the user's message
@@ -37,9 +38,12 @@ Generates text and streams it to stdout as it is produced.
                               "//" sends the text after the first "/"
   no prompt, stdin a pipe     the prompt is read from stdin
 
-Chats use the Kimi chat layout and keep the conversation's state between
-turns, so a turn feeds only its own tokens. Ctrl-C stops a reply at the next
-token; a second Ctrl-C abandons it (the conversation restarts).
+Chats use Kimi K3's own format (XTML) and keep the conversation's state
+between turns, so a turn feeds only its own tokens. The model reasons first
+(--thinking=false turns that off; --effort low, high or max sets how much,
+max by default): its reasoning goes to stderr, dimmed on a terminal, apart
+from the answer on stdout (--hide-reasoning drops it). Ctrl-C stops a reply
+at the next token; a second Ctrl-C abandons it (the conversation restarts).
 
 With no --model, k3 run uses the quickstart checkpoint: a tiny synthetic model
 with random weights (it writes gibberish), written once into the user's cache
@@ -53,6 +57,9 @@ type runOpts struct {
 	prompt, promptFile   string
 	chat                 bool
 	system               string
+	noThinking           bool
+	effort               string
+	hideReasoning        bool
 	noSpecial, ignoreEOS bool
 	stats                bool
 	gen                  k3.GenerateOptions
@@ -67,7 +74,10 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.promptFile, "prompt-file", "", "read the prompt from `file` (verbatim)")
 	fs.BoolVar(&o.chat, "chat", false, "chat: one turn with --prompt, else an interactive chat on stdin")
 	fs.StringVar(&o.system, "system", "", "system message of a chat")
-	fs.BoolVar(&o.noSpecial, "no-special", false, "treat added-token strings in the prompt (e.g. <|im_end|>) as plain text")
+	thinking := fs.Bool("thinking", true, "chat: let the model reason before it answers")
+	fs.StringVar(&o.effort, "effort", chat.DefaultEffort, "chat: thinking `effort`: low, high or max")
+	fs.BoolVar(&o.hideReasoning, "hide-reasoning", false, "chat: do not print the model's reasoning")
+	fs.BoolVar(&o.noSpecial, "no-special", false, "treat added-token strings in the prompt (e.g. <|end_of_msg|>) as plain text")
 	fs.BoolVar(&o.ignoreEOS, "ignore-eos", false, "do not stop a prompt's continuation at [EOS]")
 	fs.BoolVar(&o.stats, "stats", false, "print token counts, speed and engine statistics on stderr")
 	fs.IntVar(&o.gen.MaxTokens, "max-tokens", 256, "most tokens to generate per reply")
@@ -89,6 +99,7 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	o.noThinking = !*thinking
 	s := &o.gen.Sampling
 	s.Temperature, s.TopP, s.MinP = float32(*temperature), float32(*topP), float32(*minP)
 	s.RepetitionPenalty, s.PresencePenalty, s.FrequencyPenalty = float32(*repPen), float32(*presPen), float32(*freqPen)
@@ -116,8 +127,12 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	if !interactive && prompt == "" {
 		return usagef("empty prompt")
 	}
-	if o.system != "" && !o.chat && !interactive {
-		return usagef("--system needs a chat (--chat)")
+	if !o.chat && !interactive {
+		for _, f := range []string{"system", "thinking", "effort", "hide-reasoning"} {
+			if synthFlagSet(fs, f) {
+				return usagef("--%s needs a chat (--chat)", f)
+			}
+		}
 	}
 
 	// A long load can be interrupted; replies handle Ctrl-C themselves.
@@ -174,6 +189,10 @@ func (o *runOpts) check(fs *flag.FlagSet) error {
 		return usagef("--presence-penalty and --frequency-penalty must be numbers")
 	case o.chat && o.ignoreEOS:
 		return usagef("--ignore-eos applies to a prompt's continuation, not to a chat")
+	case o.effort != chat.EffortLow && o.effort != chat.EffortHigh && o.effort != chat.EffortMax:
+		return usagef("--effort must be low, high or max")
+	case o.noThinking && synthFlagSet(fs, "effort"):
+		return usagef("--effort needs thinking (not with --thinking=false)")
 	}
 	return nil
 }
@@ -287,20 +306,31 @@ func (o *runOpts) maxContext() int {
 	return 4096 // k3.Options' default
 }
 
+// newChat starts a conversation with the chat flags.
+func (o *runOpts) newChat(m *k3.Model) (*k3.Conversation, error) {
+	co := chat.Options{NoThinking: o.noThinking}
+	if !o.noThinking {
+		co.ThinkingEffort = o.effort
+	}
+	return m.NewChat(k3.ChatOptions{System: o.system, Options: co})
+}
+
 // chatTurn sends one user message and prints the reply.
 func (o *runOpts) chatTurn(ctx context.Context, m *k3.Model, user string, stdout, stderr io.Writer, n *tokenCount) error {
-	c, err := m.NewConversation(o.system)
+	c, err := o.newChat(m)
 	if err != nil {
 		return usagef("%v", err)
 	}
-	_, err = o.reply(ctx, c, user, stdout, n)
+	_, err = o.reply(ctx, c, user, stdout, stderr, n)
 	return err
 }
 
-// reply streams the reply to user. The first Ctrl-C stops it at the next
-// token, keeping the conversation; a second abandons it, which leaves the
-// conversation unusable (broken reports it).
-func (o *runOpts) reply(ctx context.Context, c *k3.Conversation, user string, stdout io.Writer, n *tokenCount) (broken bool, err error) {
+// reply streams the reply to user: the answer to stdout, the reasoning to
+// stderr (dimmed on a terminal, or not at all with --hide-reasoning). The
+// first Ctrl-C stops it at the next token, keeping the conversation; a
+// second abandons it, which leaves the conversation unusable (broken
+// reports it).
+func (o *runOpts) reply(ctx context.Context, c *k3.Conversation, user string, stdout, stderr io.Writer, n *tokenCount) (broken bool, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var stop atomic.Bool
@@ -324,10 +354,14 @@ func (o *runOpts) reply(ctx context.Context, c *k3.Conversation, user string, st
 	before := c.Session().Len()
 	w := bufio.NewWriter(stdout)
 	defer w.Flush()
+	r := &reasoningWriter{w: stderr, dim: isTerminal(stderr), hide: o.hideReasoning}
+	defer r.end()
 	t0 := time.Now()
 	gen := 0
-	for t, err := range c.Send(ctx, user, o.gen) {
+	msg := []chat.Message{{Role: chat.RoleUser, Content: user}}
+	for d, err := range c.Stream(ctx, msg, o.gen) {
 		if err != nil {
+			r.end()
 			w.WriteString("\n")
 			w.Flush()
 			if ctx.Err() != nil {
@@ -335,8 +369,17 @@ func (o *runOpts) reply(ctx context.Context, c *k3.Conversation, user string, st
 			}
 			return false, err
 		}
-		gen++
-		w.WriteString(t.Text)
+		if d.Token.Index >= 0 {
+			gen++
+		}
+		r.write(d.Reasoning)
+		if d.Content != "" {
+			r.end()
+			w.WriteString(d.Content)
+		}
+		if d.ToolCall != nil {
+			fmt.Fprintf(w, "\n[tool call %s %s]\n", d.ToolCall.Function.Name, d.ToolCall.Function.Arguments)
+		}
 		if err := w.Flush(); err != nil {
 			return false, err
 		}
@@ -344,11 +387,46 @@ func (o *runOpts) reply(ctx context.Context, c *k3.Conversation, user string, st
 			break
 		}
 	}
+	r.end()
 	n.elapsed += time.Since(t0)
 	n.generated += gen
 	n.prompt += c.Session().Len() - before - gen
 	w.WriteString("\n")
 	return false, w.Flush()
+}
+
+// reasoningWriter streams a reply's reasoning to w, dimmed on a terminal;
+// end closes it with a newline once some was written.
+type reasoningWriter struct {
+	w          io.Writer
+	dim, hide  bool
+	open, done bool
+}
+
+func (r *reasoningWriter) write(s string) {
+	if s == "" || r.hide || r.done {
+		return
+	}
+	if !r.open {
+		r.open = true
+		if r.dim {
+			io.WriteString(r.w, "\x1b[2m")
+		} else {
+			io.WriteString(r.w, "thinking: ")
+		}
+	}
+	io.WriteString(r.w, s)
+}
+
+func (r *reasoningWriter) end() {
+	if !r.open || r.done {
+		return
+	}
+	r.done = true
+	if r.dim {
+		io.WriteString(r.w, "\x1b[0m")
+	}
+	io.WriteString(r.w, "\n")
 }
 
 var errInterrupted = errors.New("interrupted")
@@ -358,7 +436,7 @@ const chatHelp = `commands: /save FILE, /load FILE, /reset, /quit (or Ctrl-D); "
 // chatLoop reads user messages from stdin, one per line. On a terminal,
 // errors are reported and the chat goes on; from a pipe they end it.
 func (o *runOpts) chatLoop(ctx context.Context, m *k3.Model, stdout, stderr io.Writer, n *tokenCount) error {
-	c, err := m.NewConversation(o.system)
+	c, err := o.newChat(m)
 	if err != nil {
 		return usagef("%v", err)
 	}
@@ -399,7 +477,7 @@ func (o *runOpts) chatLoop(ctx context.Context, m *k3.Model, stdout, stderr io.W
 				fmt.Fprintln(stderr, chatHelp)
 			case "/reset":
 				c.Close()
-				if c, err = m.NewConversation(o.system); err != nil {
+				if c, err = o.newChat(m); err != nil {
 					return err
 				}
 				fmt.Fprintln(stderr, "conversation reset")
@@ -417,7 +495,7 @@ func (o *runOpts) chatLoop(ctx context.Context, m *k3.Model, stdout, stderr io.W
 					// Into a new conversation, so that a failed load
 					// leaves the current one as it was.
 					var nc *k3.Conversation
-					if nc, err = m.NewConversation(o.system); err == nil {
+					if nc, err = o.newChat(m); err == nil {
 						if err = nc.LoadFile(arg); err == nil {
 							c.Close()
 							c = nc
@@ -444,12 +522,12 @@ func (o *runOpts) chatLoop(ctx context.Context, m *k3.Model, stdout, stderr io.W
 		if strings.HasPrefix(line, "//") {
 			line = line[1:]
 		}
-		broken, err := o.reply(ctx, c, line, stdout, n)
+		broken, err := o.reply(ctx, c, line, stdout, stderr, n)
 		if err != nil {
 			if broken {
 				fmt.Fprintln(stderr, "reply abandoned; the conversation restarts")
 				c.Close()
-				if c, err = m.NewConversation(o.system); err != nil {
+				if c, err = o.newChat(m); err != nil {
 					return err
 				}
 				continue

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/k3go/k3"
+	"github.com/k3go/k3/chat"
 	"github.com/k3go/k3/internal/synth"
 	"github.com/k3go/k3/internal/testmodel"
 )
@@ -152,6 +153,82 @@ func TestRunChat(t *testing.T) {
 	}
 }
 
+// TestRunChatFormat: on the quickstart checkpoint, k3 run holds a two-turn
+// chat in K3's format: the reasoning on stderr apart from the answer on
+// stdout, each what a Conversation gives; the saved state holds both turns
+// as XTML; --thinking=false answers in the response channel; --effort
+// reaches the prompt.
+func TestRunChatFormat(t *testing.T) {
+	dir := testmodel.Dir(t)
+	m := openQuickstart(t)
+	ctx := context.Background()
+	opts := k3.GenerateOptions{MaxTokens: 10}
+	turn := func(c *k3.Conversation, user string) chat.Message {
+		for _, err := range c.Stream(ctx, []chat.Message{{Role: chat.RoleUser, Content: user}}, opts) {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		return c.Reply()
+	}
+	c, err := m.NewConversation("You are terse.")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a1, a2 := turn(c, "Hello there."), turn(c, "And then?")
+	if a1.ReasoningContent == "" || a2.ReasoningContent == "" {
+		t.Fatalf("test setup: no reasoning in %+v, %+v", a1, a2)
+	}
+	state := filepath.Join(t.TempDir(), "chat.state")
+	withStdin(t, "Hello there.\nAnd then?\n/save "+state+"\n")
+	code, out, stderr := runCmd(t, "run", "--model", dir, "--chat", "--system", "You are terse.", "--max-tokens", "10")
+	if want := a1.Content + "\n" + a2.Content + "\n"; code != 0 || out != want {
+		t.Fatalf("chat: exit %d, stdout %q, want %q (stderr %s)", code, out, want, stderr)
+	}
+	for _, r := range []string{a1.ReasoningContent, a2.ReasoningContent} {
+		if !strings.Contains(stderr, "thinking: "+r+"\n") {
+			t.Errorf("stderr %q lacks the reasoning %q", stderr, r)
+		}
+	}
+	s := m.NewSession()
+	if err := s.LoadFile(state); err != nil {
+		t.Fatal(err)
+	}
+	text := m.Tokenizer().DecodeLenient(s.Tokens())
+	for _, want := range []string{
+		"<|open|>message role=\"system\"<|sep|>You are terse.<|close|>message<|sep|><|end_of_msg|>",
+		"<|open|>message role=\"user\"<|sep|>Hello there.<|close|>message<|sep|><|end_of_msg|><|open|>message role=\"assistant\"<|sep|><|open|>think<|sep|>" + a1.ReasoningContent,
+		"<|close|>message<|sep|><|end_of_msg|><|open|>message role=\"user\"<|sep|>And then?<|close|>message<|sep|><|end_of_msg|><|open|>message role=\"assistant\"<|sep|><|open|>think<|sep|>" + a2.ReasoningContent,
+		"`thinking_effort=max`",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("saved chat %q lacks %q", text, want)
+		}
+	}
+	if strings.Contains(text, "<|im_") {
+		t.Errorf("saved chat in the old layout: %q", text)
+	}
+
+	// Thinking off: the answer is content; --hide-reasoning has nothing
+	// to hide. --effort low reaches the prompt.
+	nt, _ := m.NewChat(k3.ChatOptions{Options: chat.Options{NoThinking: true}})
+	b := turn(nt, "Hi")
+	code, out, stderr = runCmd(t, "run", "--model", dir, "--chat", "--prompt", "Hi", "--thinking=false", "--max-tokens", "10")
+	if code != 0 || out != b.Content+"\n" || strings.Contains(stderr, "thinking:") {
+		t.Errorf("--thinking=false: exit %d, %q, want %q (%s)", code, out, b.Content, stderr)
+	}
+	low, _ := m.NewChat(k3.ChatOptions{Options: chat.Options{ThinkingEffort: chat.EffortLow}})
+	l := turn(low, "Hi")
+	code, _, stderr = runCmd(t, "run", "--model", dir, "--chat", "--prompt", "Hi", "--effort", "low", "--max-tokens", "10")
+	if code != 0 || !strings.Contains(stderr, "thinking: "+l.ReasoningContent+"\n") {
+		t.Errorf("--effort low: exit %d, stderr %q, want reasoning %q", code, stderr, l.ReasoningContent)
+	}
+	code, _, stderr = runCmd(t, "run", "--model", dir, "--chat", "--prompt", "Hi", "--hide-reasoning", "--max-tokens", "10")
+	if code != 0 || strings.Contains(stderr, "thinking:") {
+		t.Errorf("--hide-reasoning: exit %d, stderr %q", code, stderr)
+	}
+}
+
 func TestRunErrors(t *testing.T) {
 	dir := testmodel.Dir(t)
 	noTok := filepath.Join(t.TempDir(), "tiny")
@@ -176,6 +253,9 @@ func TestRunErrors(t *testing.T) {
 		{[]string{"--prompt", "a", "--stop", ""}, exitUsage},
 		{[]string{"--prompt", "a", "--system", "s"}, exitUsage},
 		{[]string{"--chat", "--ignore-eos"}, exitUsage},
+		{[]string{"--prompt", "a", "--thinking=false"}, exitUsage}, // not a chat
+		{[]string{"--chat", "--prompt", "a", "--effort", "huge"}, exitUsage},
+		{[]string{"--chat", "--prompt", "a", "--thinking=false", "--effort", "low"}, exitUsage},
 		{[]string{"--prompt", "a", "--budget", "lots"}, exitUsage},
 		{[]string{}, exitUsage},                                                  // empty prompt on stdin
 		{[]string{"--prompt", "one two three", "--max-context", "2"}, exitUsage}, // prompt longer than the context

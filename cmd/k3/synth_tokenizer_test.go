@@ -23,7 +23,7 @@ func TestSynthWithTokenizer(t *testing.T) {
 	}
 	qs := filepath.Join(t.TempDir(), "q")
 	s = synthJSON(t, "--profile", "quickstart", "--out", qs)
-	if s.Profile != "quickstart" || !slices.Contains(s.Files, "tiktoken.model") {
+	if s.Profile != "quickstart" || !slices.Contains(s.Files, "tiktoken.model") || !slices.Contains(s.Files, "generation_config.json") {
 		t.Errorf("quickstart summary %+v", s)
 	}
 	src := t.TempDir()

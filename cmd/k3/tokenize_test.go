@@ -157,7 +157,7 @@ func TestTokenizeFormats(t *testing.T) {
 
 	// --model stands for --tokenizer: the quickstart checkpoint has one.
 	qs := testmodel.Dir(t)
-	code, out, _ = runCmd(t, "tokenize", "--model", qs, "--text", "Hello<|im_end|>", "--json")
+	code, out, _ = runCmd(t, "tokenize", "--model", qs, "--text", "Hello<|end_of_msg|>", "--json")
 	if code != 0 || !strings.Contains(out, fmt.Sprint(512-len(synth.AddedTokens)+2)+"]") {
 		t.Errorf("--model: exit %d, %q", code, out)
 	}

@@ -10,11 +10,13 @@ import (
 	"math"
 	mrand "math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/k3go/k3"
+	"github.com/k3go/k3/chat"
 	"github.com/k3go/k3/tokenizer"
 )
 
@@ -30,8 +32,8 @@ type Server struct {
 	maxContext int
 	created    int64
 	slots      chan struct{}
-	chat       chatTokens
-	eos        []int // stop tokens of every generation: [EOS], if the tokenizer has it
+	eos        []int // stop tokens of every completion: [EOS], if the tokenizer has it
+	chatStops  []int // stop tokens of a chat reply: generation_config.json's, <|end_of_msg|>, [EOS]
 
 	active    atomic.Int64 // generations running now
 	cancelled atomic.Int64 // generations stopped because their client went away
@@ -40,6 +42,10 @@ type Server struct {
 	// afterToken, if set, is called after each generated token (a test
 	// hook).
 	afterToken func()
+	// script, if set, may return the ids a generation for prompt emits
+	// instead of the model's (a test hook: it makes the random test model
+	// call a tool); nil lets the model generate.
+	script func(prompt []int) []int
 }
 
 // ServerOptions configure NewServer.
@@ -53,10 +59,7 @@ type ServerOptions struct {
 	Parallel int
 }
 
-// chatTokens are the ids of the Kimi chat layout's added tokens.
-type chatTokens struct{ system, user, assistant, middle, end int }
-
-// NewServer returns a server for m, which needs a tokenizer with the Kimi
+// NewServer returns a server for m, which needs a tokenizer with Kimi K3's
 // chat tokens.
 func NewServer(m *k3.Model, o ServerOptions) (*Server, error) {
 	tok := m.Tokenizer()
@@ -70,19 +73,15 @@ func NewServer(m *k3.Model, o ServerOptions) (*Server, error) {
 		o.Parallel = 4
 	}
 	s := &Server{m: m, tok: tok, name: o.Name, maxContext: o.MaxContext, created: time.Now().Unix(), slots: make(chan struct{}, o.Parallel)}
-	for _, x := range []struct {
-		content string
-		dst     *int
-	}{{"<|im_system|>", &s.chat.system}, {"<|im_user|>", &s.chat.user}, {"<|im_assistant|>", &s.chat.assistant}, {"<|im_middle|>", &s.chat.middle}, {"<|im_end|>", &s.chat.end}} {
-		id, ok := tok.ID(x.content)
-		if !ok {
-			return nil, fmt.Errorf("the tokenizer has no %s token", x.content)
+	for _, content := range []string{chat.TokOpen, chat.TokClose, chat.TokSep, chat.TokEndOfMsg} {
+		if _, ok := tok.ID(content); !ok {
+			return nil, fmt.Errorf("the tokenizer has no %s token (Kimi K3's chat format needs it)", content)
 		}
-		*x.dst = id
 	}
-	if id, ok := tok.ID("[EOS]"); ok {
+	if id, ok := tok.ID(chat.TokEOS); ok {
 		s.eos = []int{id}
 	}
+	s.chatStops = m.StopTokens()
 	return s, nil
 }
 
@@ -322,10 +321,10 @@ type result struct {
 	finish           string // "stop" or "length"
 }
 
-// generate runs prompt on a new session, calling emit with each piece of
-// text as it comes. It waits for a free slot first. An error from emit
-// (the client went away) or a cancelled ctx ends the generation.
-func (s *Server) generate(ctx context.Context, prompt []int, opts k3.GenerateOptions, emit func(string) error) (*result, error) {
+// generate runs prompt on a new session, calling emit with each token as
+// it comes. It waits for a free slot first. An error from emit (the client
+// went away) or a cancelled ctx ends the generation.
+func (s *Server) generate(ctx context.Context, prompt []int, opts k3.GenerateOptions, emit func(k3.Token) error) (*result, error) {
 	select {
 	case s.slots <- struct{}{}:
 	case <-ctx.Done():
@@ -339,7 +338,13 @@ func (s *Server) generate(ctx context.Context, prompt []int, opts k3.GenerateOpt
 	res := &result{promptTokens: len(prompt), finish: "length"}
 	var ids []int
 	stoppedByToken := false
-	for t, err := range s.m.Generate(ctx, prompt, opts) { // a session of its own, closed at the end
+	tokens := s.m.Generate(ctx, prompt, opts) // a session of its own, closed at the end
+	if s.script != nil {
+		if ids := s.script(prompt); ids != nil {
+			tokens = s.scripted(ids, opts)
+		}
+	}
+	for t, err := range tokens {
 		if err != nil {
 			if ctx.Err() != nil {
 				s.cancelled.Add(1)
@@ -354,8 +359,8 @@ func (s *Server) generate(ctx context.Context, prompt []int, opts k3.GenerateOpt
 			stoppedByToken = stoppedByToken || t.ID == st
 		}
 		res.text.WriteString(t.Text)
-		if t.Text != "" && emit != nil {
-			if err := emit(t.Text); err != nil {
+		if emit != nil {
+			if err := emit(t); err != nil {
 				s.cancelled.Add(1)
 				return res, err
 			}
@@ -555,7 +560,12 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	res, err := s.generate(r.Context(), prompt, opts, func(t string) error { return chunk(t, nil) })
+	res, err := s.generate(r.Context(), prompt, opts, func(t k3.Token) error {
+		if t.Text == "" {
+			return nil
+		}
+		return chunk(t.Text, nil)
+	})
 	if err != nil {
 		if r.Context().Err() == nil {
 			stream.fail(err)
@@ -574,171 +584,24 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 }
 
 // chatRequest is a POST /v1/chat/completions body.
-type chatRequest struct {
-	params
-	Messages            []chatMessage `json:"messages"`
-	MaxTokens           *int          `json:"max_tokens"`
-	MaxCompletionTokens *int          `json:"max_completion_tokens"`
-	Logprobs            bool          `json:"logprobs"`
-	Tools               []any         `json:"tools"`
-}
 
-type chatMessage struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
-}
-
-type chatDelta struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
-}
-
-type chatChoice struct {
-	Index        int        `json:"index"`
-	Message      *chatDelta `json:"message,omitempty"`
-	Delta        *chatDelta `json:"delta,omitempty"`
-	Logprobs     any        `json:"logprobs"`
-	FinishReason *string    `json:"finish_reason"`
-}
-
-type chatResponse struct {
-	ID      string       `json:"id"`
-	Object  string       `json:"object"`
-	Created int64        `json:"created"`
-	Model   string       `json:"model"`
-	Choices []chatChoice `json:"choices"`
-	Usage   *usage       `json:"usage,omitempty"`
-}
-
-// content reads a message's content: a string, or an array of parts of
-// which only "text" parts are accepted.
-func content(raw json.RawMessage, i int) (string, *apiError) {
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return s, nil
-	}
-	var parts []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}
-	if err := json.Unmarshal(raw, &parts); err != nil {
-		return "", badRequest(fmt.Sprintf("messages[%d].content", i), "", "content must be a string or an array of text parts")
-	}
-	var b strings.Builder
-	for _, p := range parts {
-		if p.Type != "text" {
-			return "", badRequest(fmt.Sprintf("messages[%d].content", i), "", "content parts of type %q are not supported", p.Type)
+// scripted yields ids as the tokens of a generation, within opts'
+// MaxTokens and StopTokens (see Server.script).
+func (s *Server) scripted(ids []int, opts k3.GenerateOptions) func(func(k3.Token, error) bool) {
+	return func(yield func(k3.Token, error) bool) {
+		dec := s.tok.NewStreamDecoder()
+		for k, id := range ids {
+			if k == opts.MaxTokens {
+				return
+			}
+			text, _ := dec.Write(id)
+			stop := slices.Contains(opts.StopTokens, id)
+			if stop {
+				text = ""
+			}
+			if !yield(k3.Token{ID: id, Index: k, Text: text}, nil) || stop {
+				return
+			}
 		}
-		b.WriteString(p.Text)
 	}
-	return b.String(), nil
-}
-
-// chatPrompt lays the messages out in the Kimi chat layout, as
-// k3.Conversation does: <|im_ROLE|>ROLE<|im_middle|>CONTENT<|im_end|> per
-// message, then <|im_assistant|>assistant<|im_middle|>. Contents are plain
-// text: "<|im_end|>" in a message is not a control token.
-func (s *Server) chatPrompt(msgs []chatMessage) ([]int, *apiError) {
-	if len(msgs) == 0 {
-		return nil, badRequest("messages", "", "messages must not be empty")
-	}
-	plain := tokenizer.EncodeOptions{NoAddedTokens: true}
-	var ids []int
-	for i, msg := range msgs {
-		var roleTok int
-		role := msg.Role
-		switch role {
-		case "system", "developer":
-			roleTok, role = s.chat.system, "system"
-		case "user":
-			roleTok = s.chat.user
-		case "assistant":
-			roleTok = s.chat.assistant
-		default:
-			return nil, badRequest(fmt.Sprintf("messages[%d].role", i), "", "role %q is not supported (system, developer, user, assistant)", msg.Role)
-		}
-		text, e := content(msg.Content, i)
-		if e != nil {
-			return nil, e
-		}
-		ids = append(ids, roleTok)
-		ids = s.tok.AppendEncode(ids, role, plain)
-		ids = append(ids, s.chat.middle)
-		ids = s.tok.AppendEncode(ids, text, plain)
-		ids = append(ids, s.chat.end)
-	}
-	ids = append(ids, s.chat.assistant)
-	ids = s.tok.AppendEncode(ids, "assistant", plain)
-	return append(ids, s.chat.middle), nil
-}
-
-func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
-	var req chatRequest
-	if e := decode(w, r, &req); e != nil {
-		writeAPIError(w, e)
-		return
-	}
-	switch {
-	case req.Logprobs:
-		writeAPIError(w, badRequest("logprobs", "", "logprobs are not supported"))
-		return
-	case len(req.Tools) > 0:
-		writeAPIError(w, badRequest("tools", "", "tools are not supported"))
-		return
-	}
-	prompt, e := s.chatPrompt(req.Messages)
-	if e != nil {
-		writeAPIError(w, e)
-		return
-	}
-	maxTokens := req.MaxCompletionTokens
-	if maxTokens == nil {
-		maxTokens = req.MaxTokens
-	}
-	opts, e := s.options(&req.params, len(prompt), maxTokens, math.MaxInt)
-	if e != nil {
-		writeAPIError(w, e)
-		return
-	}
-	opts.StopTokens = append([]int{s.chat.end}, opts.StopTokens...)
-	resp := chatResponse{ID: newID("chatcmpl-"), Created: time.Now().Unix(), Model: s.name}
-	if !req.Stream {
-		res, err := s.generate(r.Context(), prompt, opts, nil)
-		if err != nil {
-			writeAPIError(w, serverError(err))
-			return
-		}
-		text := res.text.String()
-		resp.Object = "chat.completion"
-		resp.Choices = []chatChoice{{Message: &chatDelta{Role: "assistant", Content: &text}, FinishReason: &res.finish}}
-		resp.Usage = res.usage()
-		writeJSON(w, http.StatusOK, resp)
-		return
-	}
-	resp.Object = "chat.completion.chunk"
-	stream := startSSE(w)
-	chunk := func(d chatDelta, finish *string) error {
-		resp.Choices = []chatChoice{{Delta: &d, FinishReason: finish}}
-		return stream.send(resp)
-	}
-	empty := ""
-	if chunk(chatDelta{Role: "assistant", Content: &empty}, nil) != nil {
-		return
-	}
-	res, err := s.generate(r.Context(), prompt, opts, func(t string) error { return chunk(chatDelta{Content: &t}, nil) })
-	if err != nil {
-		if r.Context().Err() == nil {
-			stream.fail(err)
-		}
-		return
-	}
-	if chunk(chatDelta{}, &res.finish) != nil {
-		return
-	}
-	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
-		resp.Choices = []chatChoice{}
-		resp.Usage = res.usage()
-		stream.send(resp)
-	}
-	stream.done()
 }

@@ -318,7 +318,7 @@ func TestChat(t *testing.T) {
 		t.Fatal(err)
 	}
 	var want strings.Builder
-	for tk, err := range conv.Send(context.Background(), "What is 2+2? <|im_end|>", k3.GenerateOptions{MaxTokens: 10, StopTokens: []int{eos}}) {
+	for tk, err := range conv.Send(context.Background(), "What is 2+2? <|end_of_msg|>", k3.GenerateOptions{MaxTokens: 10, StopTokens: []int{eos}}) {
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -326,9 +326,9 @@ func TestChat(t *testing.T) {
 	}
 	wantText := jsonText(want.String())
 	for _, body := range []string{
-		`{"model":"k3-test","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"What is 2+2? <|im_end|>"}],"max_tokens":10,"temperature":0}`,
-		`{"messages":[{"role":"developer","content":[{"type":"text","text":"You are "},{"type":"text","text":"terse."}]},{"role":"user","content":"What is 2+2? <|im_end|>"}],"max_completion_tokens":10,"temperature":0}`,
-		`{"messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"What is 2+2? <|im_end|>"}],"max_tokens":10,"temperature":0,"stream":true}`,
+		`{"model":"k3-test","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"What is 2+2? <|end_of_msg|>"}],"max_tokens":10,"temperature":0}`,
+		`{"messages":[{"role":"developer","content":[{"type":"text","text":"You are "},{"type":"text","text":"terse."}]},{"role":"user","content":"What is 2+2? <|end_of_msg|>"}],"max_completion_tokens":10,"temperature":0}`,
+		`{"messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"What is 2+2? <|end_of_msg|>"}],"max_tokens":10,"temperature":0,"stream":true}`,
 	} {
 		text, finish, _ := complete(t, ts, "/v1/chat/completions", body)
 		if text != wantText || finish == "" {
@@ -368,7 +368,14 @@ func TestErrors(t *testing.T) {
 		{"POST", "/v1/completions", `{"prompt":"x","model":"gpt-4"}`, 404, "model_not_found"},
 		{"POST", "/v1/completions", big, 413, ""},
 		{"POST", "/v1/chat/completions", `{"messages":[]}`, 400, ""},
-		{"POST", "/v1/chat/completions", `{"messages":[{"role":"tool","content":"x"}]}`, 400, ""},
+		{"POST", "/v1/chat/completions", `{"messages":[{"role":"robot","content":"x"}]}`, 400, ""},
+		{"POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"tools":{"a":1}}`, 400, ""},
+		{"POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"tool_choice":"sometimes"}`, 400, ""},
+		{"POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"yaml"}}`, 400, ""},
+		{"POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"reasoning_effort":"medium"}`, 400, ""},
+		{"POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"thinking":{"type":"maybe"}}`, 400, ""},
+		{"POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"thinking":{"type":"disabled"},"reasoning_effort":"low"}`, 400, ""},
+		{"POST", "/v1/chat/completions", `{"messages":[{"role":"assistant","tool_calls":[{"id":"a","type":"function","function":{"name":"f","arguments":"[1]"}}]}]}`, 400, ""},
 		{"POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":[{"type":"image_url"}]}]}`, 400, ""},
 		{"POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"logprobs":true}`, 400, ""},
 		{"POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"stream":true,"n":3}`, 400, ""},
@@ -506,7 +513,7 @@ func TestDisconnect(t *testing.T) {
 	before := s.Cancelled()
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/v1/completions", strings.NewReader(`{"prompt":"Go on","max_tokens":3000}`))
+	req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/v1/completions", strings.NewReader(`{"prompt":"Go on","max_tokens":3000,"temperature":0}`))
 	if resp, err := http.DefaultClient.Do(req); err == nil {
 		resp.Body.Close()
 		t.Fatal("the request finished before its deadline")
@@ -514,5 +521,61 @@ func TestDisconnect(t *testing.T) {
 	wait(before + 1)
 	if n := tokens.Load(); n >= 3000 {
 		t.Errorf("non-streamed: the generation ran to the end (%d tokens)", n)
+	}
+}
+
+// TestChatReasoning: a chat reply's reasoning is the Conversation's, whole
+// in message.reasoning_content or streamed as reasoning_content deltas.
+func TestChatReasoning(t *testing.T) {
+	_, ts, m := newTestServer(t, 0, nil)
+	conv, err := m.NewConversation("You are terse.")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, err := range conv.Send(context.Background(), "Think first.", k3.GenerateOptions{MaxTokens: 12}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := conv.Reply()
+	if want.ReasoningContent == "" {
+		t.Fatal("test setup: the reply has no reasoning")
+	}
+	// JSON carries the random model's stray bytes as U+FFFD.
+	want.ReasoningContent, want.Content = jsonText(want.ReasoningContent), jsonText(want.Content)
+	body := `{"messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Think first."}],"max_tokens":12,"temperature":0`
+	_, b := post(t, ts, "/v1/chat/completions", body+"}")
+	var whole struct {
+		Choices []struct {
+			Message struct {
+				Content          *string `json:"content"`
+				ReasoningContent string  `json:"reasoning_content"`
+			} `json:"message"`
+		} `json:"choices"`
+	}
+	if err := json.Unmarshal(b, &whole); err != nil || len(whole.Choices) != 1 || whole.Choices[0].Message.ReasoningContent != want.ReasoningContent ||
+		whole.Choices[0].Message.Content == nil || *whole.Choices[0].Message.Content != want.Content {
+		t.Errorf("reply %s, want reasoning %q and content %q", b, want.ReasoningContent, want.Content)
+	}
+	resp, err := http.Post(ts.URL+"/v1/chat/completions", "application/json", strings.NewReader(body+`,"stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var reasoning strings.Builder
+	for _, e := range events(t, resp.Body) {
+		var ch struct {
+			Choices []struct {
+				Delta struct {
+					ReasoningContent string `json:"reasoning_content"`
+				} `json:"delta"`
+			} `json:"choices"`
+		}
+		if e != "[DONE]" && json.Unmarshal([]byte(e), &ch) == nil && len(ch.Choices) == 1 {
+			reasoning.WriteString(ch.Choices[0].Delta.ReasoningContent)
+		}
+	}
+	if reasoning.String() != want.ReasoningContent {
+		t.Errorf("streamed reasoning %q, want %q", reasoning.String(), want.ReasoningContent)
 	}
 }

@@ -11,10 +11,28 @@ import (
 	"strconv"
 )
 
-// AddedTokens are the added tokens of a generated tokenizer. They take the
-// last len(AddedTokens) ids of the vocabulary, in this order, and are all
-// marked special.
-var AddedTokens = [...]string{"[BOS]", "[EOS]", "<|im_end|>", "<|im_user|>", "<|im_assistant|>", "<|im_system|>", "<|im_middle|>", "[PAD]"}
+// AddedTokens are the added tokens of a generated tokenizer, in Kimi K3's
+// layout: the first eight of the release's special tokens, at the
+// release's offsets after the ranks ([BOS] +0, [EOS] +1, <|end_of_msg|>
+// +2, <|open|> +3, <|close|> +4, <|sep|> +5, [start_header_id] +6,
+// [end_header_id] +7). They take the last len(AddedTokens) ids of the
+// vocabulary, in this order, and are all marked special. (The release has
+// 256; a small synthetic vocabulary keeps the eight that chat needs.)
+var AddedTokens = [...]string{"[BOS]", "[EOS]", "<|end_of_msg|>", "<|open|>", "<|close|>", "<|sep|>", "[start_header_id]", "[end_header_id]"}
+
+// EndOfMsg is the index in AddedTokens of <|end_of_msg|>, the stop token
+// of a chat reply (generation_config.json's eos_token_id).
+const EndOfMsg = 2
+
+// GenerationConfigFile is the file GenerationConfig's content goes to.
+const GenerationConfigFile = "generation_config.json"
+
+// GenerationConfig returns generation_config.json for a generated
+// tokenizer of vocab ids: eos_token_id is <|end_of_msg|>, as in the
+// release.
+func GenerationConfig(vocab int) []byte {
+	return fmt.Appendf(nil, "{\n \"bos_token_id\": %d,\n \"eos_token_id\": %d\n}\n", vocab-len(AddedTokens), vocab-len(AddedTokens)+EndOfMsg)
+}
 
 // Vocabulary sizes GenerateTokenizer accepts: at least the 256 single
 // bytes and the added tokens; at most what its merge list can fill.
@@ -95,14 +113,14 @@ func GenerateTokenizer(vocab int) (model, config []byte, err error) {
 		}
 		cb.WriteByte('\n')
 	}
-	cb.WriteString(" },\n \"bos_token\": \"[BOS]\",\n \"eos_token\": \"[EOS]\",\n \"pad_token\": \"[PAD]\",\n")
+	cb.WriteString(" },\n \"bos_token\": \"[BOS]\",\n \"eos_token\": \"[EOS]\",\n")
 	fmt.Fprintf(&cb, " \"model_max_length\": %d,\n \"tokenizer_class\": \"TikTokenTokenizer\"\n}\n", 1<<20)
 	return mb.Bytes(), cb.Bytes(), nil
 }
 
 // WriteTokenizer writes the generated tokenizer for vocab ids into dir
-// (created if absent), replacing tiktoken.model and tokenizer_config.json
-// there.
+// (created if absent), replacing tiktoken.model, tokenizer_config.json and
+// generation_config.json there.
 func WriteTokenizer(dir string, vocab int) error {
 	model, config, err := GenerateTokenizer(vocab)
 	if err != nil {
@@ -111,7 +129,7 @@ func WriteTokenizer(dir string, vocab int) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("synth: %w", err)
 	}
-	for _, f := range []smallFile{{tokenizerFiles[0], model}, {tokenizerFiles[1], config}} {
+	for _, f := range []smallFile{{tokenizerFiles[0], model}, {tokenizerFiles[1], config}, {GenerationConfigFile, GenerationConfig(vocab)}} {
 		if err := os.WriteFile(filepath.Join(dir, f.name), f.data, 0o644); err != nil {
 			return fmt.Errorf("synth: %w", err)
 		}

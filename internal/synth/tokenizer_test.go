@@ -91,13 +91,13 @@ func TestGeneratedTokenizer(t *testing.T) {
 				t.Errorf("added token %d: %+v", i, a)
 			}
 		}
-		text := "Hello, world! The model reads <|im_end|> tokens.\n\tfunc main() { fmt.Println(42) } 中文 \xff"
+		text := "Hello, world! The model reads <|end_of_msg|> tokens.\n\tfunc main() { fmt.Println(42) } 中文 \xff"
 		ids := tok.Encode(text)
 		if got, err := tok.Decode(ids); err != nil || got != text {
 			t.Errorf("vocab %d: round trip %q, %v", v, got, err)
 		}
-		if end, _ := tok.ID("<|im_end|>"); !slices.Contains(ids, end) {
-			t.Errorf("vocab %d: <|im_end|> not recognised in %v", v, ids)
+		if end, _ := tok.ID("<|end_of_msg|>"); !slices.Contains(ids, end) {
+			t.Errorf("vocab %d: <|end_of_msg|> not recognised in %v", v, ids)
 		}
 		for _, id := range ids {
 			if id < 0 || id >= v {
@@ -123,7 +123,9 @@ func TestQuickstartCheckpoint(t *testing.T) {
 	}
 	for name, h := range map[string]string{
 		"tiktoken.model":        "c504f383037e2c936b1e71ca75acf074a5874cbce22c193029759fd5e3c16c75",
-		"tokenizer_config.json": "e270e3880d06b4ddd024616a40f8fab6a3e649f98cab64b71ed2a6f1405b2365",
+		"tokenizer_config.json": "aa809f66de7fcaa05b1f5889241cedb61fa33f0f2763fafcd4beea02ba8a9f06",
+		// eos_token_id is <|end_of_msg|>: 512 - 8 + 2.
+		GenerationConfigFile: "086ff83f8847f00f0692aa61f9ce4c1263fcdc8196c9a9a6ef82020274d64986",
 	} {
 		s := sha256.Sum256(readFile(t, dir, name))
 		if got := hex.EncodeToString(s[:]); got != h {
@@ -137,6 +139,9 @@ func TestQuickstartCheckpoint(t *testing.T) {
 	defer m.Close()
 	if m.Config().Vocab != 512 || m.Tokenizer() == nil || m.Tokenizer().VocabSize() != 512 {
 		t.Fatalf("vocab %d, tokenizer %v", m.Config().Vocab, m.Tokenizer())
+	}
+	if st := m.StopTokens(); !slices.Equal(st, []int{512 - len(AddedTokens) + EndOfMsg, 512 - len(AddedTokens) + 1}) {
+		t.Errorf("stop tokens %v: want <|end_of_msg|> (generation_config.json) and [EOS]", st)
 	}
 	text, err := m.GenerateText(context.Background(), "Once upon a time", k3.GenerateOptions{MaxTokens: 8})
 	if err != nil || text == "" {

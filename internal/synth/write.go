@@ -107,7 +107,8 @@ func Write(ctx context.Context, dir string, p Profile, opts WriteOptions) (Summa
 		if err != nil {
 			return Summary{}, err
 		}
-		small = append(small, smallFile{tokenizerFiles[0], model}, smallFile{tokenizerFiles[1], config})
+		small = append(small, smallFile{tokenizerFiles[0], model}, smallFile{tokenizerFiles[1], config},
+			smallFile{GenerationConfigFile, GenerationConfig(p.Config.Vocab)})
 	}
 	if opts.TokenizerDir != "" {
 		for _, name := range tokenizerFiles {
@@ -116,6 +117,10 @@ func Write(ctx context.Context, dir string, p Profile, opts WriteOptions) (Summa
 				return Summary{}, fmt.Errorf("synth: tokenizer: %w", err)
 			}
 			small = append(small, smallFile{name, data})
+		}
+		// generation_config.json comes along when the directory has one.
+		if data, err := os.ReadFile(filepath.Join(opts.TokenizerDir, GenerationConfigFile)); err == nil {
+			small = append(small, smallFile{GenerationConfigFile, data})
 		}
 	}
 	small = append(small, smallFile{IndexFile, L.indexJSON}, smallFile{ConfigFile, L.configJSON}) // config last

@@ -89,7 +89,7 @@ func Version() (string, error) {
 		return "", err
 	}
 	h := sha256.New()
-	for _, b := range [][]byte{L.ConfigJSON(), model, config} {
+	for _, b := range [][]byte{L.ConfigJSON(), model, config, synth.GenerationConfig(p.Config.Vocab)} {
 		fmt.Fprintf(h, "%d:", len(b))
 		h.Write(b)
 	}
