@@ -1,6 +1,10 @@
 package model
 
-import "math"
+import (
+	"math"
+
+	"github.com/k3go/k3/tensor"
+)
 
 // kda runs Kimi Delta Attention over the pass's rows (§6.5): projections,
 // short convolutions with carried state, L2-normalised q and k, per-head β,
@@ -99,7 +103,10 @@ func (j *kdaJob) Range(lo, hi int) {
 }
 
 // kdaStep advances one head's state by one token, in the documented order:
-// decay, read, delta write, read-out from the updated state.
+// decay, read, delta write, read-out from the updated state. The row
+// updates are tensor.Axpy (each product rounded to f32, then added: the
+// arithmetic of the plain loops, on the SIMD kernels). alpha is used as
+// scratch once the decay is applied.
 func kdaStep(S, q, k, v, alpha []float32, beta float32, o []float32) {
 	D := len(k)
 	// decay rows and read u = kᵀS in one pass
@@ -107,31 +114,22 @@ func kdaStep(S, q, k, v, alpha []float32, beta float32, o []float32) {
 	clear(u)
 	for i := 0; i < D; i++ {
 		row := S[i*D : (i+1)*D]
-		a, ki := alpha[i], k[i]
+		a := alpha[i]
 		for j := range row {
 			row[j] *= a
-			u[j] += float32(ki * row[j])
 		}
+		tensor.Axpy(u, k[i], row)
 	}
 	// delta: d[j] = v[j] - u[j], reuse u
 	for j := range u {
 		u[j] = v[j] - u[j]
 	}
-	var outBuf [256]float32
-	var out []float32
-	if D <= len(outBuf) {
-		out = outBuf[:D]
-	} else {
-		out = make([]float32, D)
-	}
+	out := alpha // free after the decay
+	clear(out)
 	for i := 0; i < D; i++ {
 		row := S[i*D : (i+1)*D]
-		kb := float32(k[i] * beta)
-		qi := q[i]
-		for j := range row {
-			row[j] += float32(kb * u[j])
-			out[j] += float32(qi * row[j])
-		}
+		tensor.Axpy(row, float32(k[i]*beta), u)
+		tensor.Axpy(out, q[i], row)
 	}
 	copy(o, out)
 }
