@@ -48,7 +48,7 @@ type simd struct{ isa *gemm.ISA }
 const denseChunkBytes = 512 << 10
 
 func (s simd) grain(rowBytes, n int) int {
-	if s.isa.DenseGEMM(n) {
+	if n > gemm.DirectT {
 		return s.isa.Mc()
 	}
 	g := denseChunkBytes / max(rowBytes, 1)
@@ -63,7 +63,7 @@ func (s simd) packX(x []float32, cols, n int) ([]float32, *[]float32) {
 		return nil, nil
 	}
 	b := gemm.GetX(s.isa.XLen(chunks, n))
-	if !s.isa.DenseGEMM(n) {
+	if n <= gemm.DirectT {
 		s.isa.PackX(*b, x, cols, chunks, n, chunks, gemm.DirectT, nil)
 	} else {
 		s.isa.PackX(*b, x, cols, chunks, n, s.isa.KcChunks(), s.isa.T, nil)

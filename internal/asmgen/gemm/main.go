@@ -171,13 +171,16 @@ func dotRowsOpt(isa lib.ISA, bf16 bool, name string, R int) {
 // chunk of a row is loaded (and widened) once and multiplied with the T
 // tokens' chunks (x packed as [chunk][T][L]); one accumulator per (row,
 // token), the same chain as dotRows and the GEMM. Rows are processed
-// max(1, 8/T) at a time; results go to dst[t·dstStride/4 + r].
+// several at a time (directRows), so that each load of a token's chunk
+// feeds several rows: at 8 tokens the packed x of a whole row (7168
+// columns: 224 KiB) comes from L2, and one row per load made the kernel
+// wait on L2, not on the FMAs. Results go to dst[t·dstStride/4 + r].
 func dotRowsT(isa lib.ISA, bf16 bool, T int) {
 	kind, esz := "F32", 4
 	if bf16 {
 		kind, esz = "BF16", 2
 	}
-	R := max(1, 8/T)
+	R := directRows(isa, T)
 	name := fmt.Sprintf("dotRowsT%d%s%s", T, kind, isa.Name)
 	lib.Func(name, "func(dst *float32, dstStride int, w *byte, stride, rows, chunks int, x *float32)",
 		fmt.Sprintf("%s computes rows × %d tokens of %s weights (dstStride in bytes) with k3's fixed-order reduction.", name, T, kind),
@@ -282,6 +285,22 @@ func dotRowsT(isa lib.ISA, bf16 bool, T int) {
 	Label(done)
 	VZEROUPPER()
 	RET()
+}
+
+// directRows is the row block of the direct kernel for T tokens: R·T
+// accumulators plus R weight vectors must fit the registers with room to
+// spare (16 on AVX2: at most 8 accumulators; 32 on AVX-512: at most 28
+// registers in all), R in 1, 2, 4.
+func directRows(isa lib.ISA, T int) int {
+	if isa.Lanes < 16 {
+		return max(1, 8/T)
+	}
+	for _, r := range []int{4, 2} {
+		if r*T+r <= 28 {
+			return r
+		}
+	}
+	return 1
 }
 
 // pack copies rows of f32 or bf16 weights, widened to f32, into the packed

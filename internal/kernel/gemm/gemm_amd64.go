@@ -25,23 +25,7 @@ type ISA struct {
 	axpy              func(y *float32, a float32, x *float32, blocks int)
 	// dotT[t] are the direct kernels for t tokens (2 ≤ t ≤ DirectT).
 	dotTF32, dotTBF16 [DirectT + 1]func(dst *float32, dstStride int, w *byte, stride, rows, chunks int, x *float32)
-	// DenseDirect is the largest batch for which dense (F32, BF16)
-	// products use the direct kernels; larger batches use the GEMM. At
-	// most DirectT. (MXFP4 products use the direct kernels up to DirectT.)
-	DenseDirect int
 }
-
-// denseDirect returns DenseDirect, or DirectT where it is unset.
-func (a *ISA) denseDirect() int {
-	if a.DenseDirect <= 0 {
-		return DirectT
-	}
-	return min(a.DenseDirect, DirectT)
-}
-
-// DenseGEMM reports whether a dense product over n tokens takes the GEMM
-// path (and so needs x packed for it).
-func (a *ISA) DenseGEMM(n int) bool { return n > a.denseDirect() }
 
 // AVX2 holds the AVX2+FMA kernels.
 var AVX2 = &ISA{Name: "avx2", Lanes: 8, R: 3, T: 4,
@@ -56,7 +40,7 @@ var AVX2 = &ISA{Name: "avx2", Lanes: 8, R: 3, T: 4,
 }
 
 // AVX512 holds the AVX-512 kernels.
-var AVX512 = &ISA{Name: "avx512", Lanes: 16, R: 4, T: 6, DenseDirect: denseDirectAVX512,
+var AVX512 = &ISA{Name: "avx512", Lanes: 16, R: 4, T: 6,
 	dotF32: dotRowsF32AVX512, dotBF16: dotRowsBF16AVX512,
 	packF32: packF32AVX512, packBF16: packBF16AVX512,
 	gemm: gemmAVX512, fma: fmaPeakAVX512, read: readBWAVX512,
@@ -66,12 +50,6 @@ var AVX512 = &ISA{Name: "avx512", Lanes: 16, R: 4, T: 6, DenseDirect: denseDirec
 	dotTBF16: [...]func(*float32, int, *byte, int, int, int, *float32){2: dotRowsT2BF16AVX512, 3: dotRowsT3BF16AVX512,
 		4: dotRowsT4BF16AVX512, 5: dotRowsT5BF16AVX512, 6: dotRowsT6BF16AVX512, 7: dotRowsT7BF16AVX512, 8: dotRowsT8BF16AVX512},
 }
-
-// denseDirectAVX512 is AVX512.DenseDirect: on a Xeon with AVX-512 (BF16
-// 12288×7168, two threads, normal weights) the direct kernels give 83
-// GFLOP/s at 4 tokens against the GEMM's 61, and 94 at 8 against the
-// GEMM's 105 (go test ./tensor -bench MatVecBF16).
-var denseDirectAVX512 = 4
 
 // Blocking of the GEMM path. One assembly call multiplies at most
 // Mc rows × KcCols columns × Nc tokens (≈3–4 MFLOP, tens of microseconds),
@@ -375,7 +353,7 @@ func (a *ISA) Dense(dst []float32, dstStride int, w []byte, rows, cols int, x, p
 		}
 	case n == 1:
 		a.MatVec(dst, w, stride, rows, chunks, x, bf16)
-	case n <= a.denseDirect():
+	case n <= DirectT:
 		a.MatVecT(dst, dstStride, w, stride, rows, chunks, px, n, bf16)
 	default:
 		s := GetScratch()
