@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/k3go/k3"
+	"github.com/k3go/k3/internal/fixtures"
 )
 
 // soloLogits runs ids through a lone session and returns every position's
@@ -274,5 +275,35 @@ func TestDefaultSessionGivesWay(t *testing.T) {
 	}
 	if a := argmax(lg); a != exp.FullIDs[len(exp.PromptIDs)] {
 		t.Fatalf("default session after giving way: argmax %d, want %d", a, exp.FullIDs[len(exp.PromptIDs)])
+	}
+}
+
+// TestSessionsFit checks the planner's count of sessions a budget holds:
+// one at the one-session floor, none below it, and every count it reports
+// opens and steps.
+func TestSessionsFit(t *testing.T) {
+	dir := fixtures.Path(t, "oracle/tiny-mxfp4")
+	in, err := k3.Inspect(dir, k3.Options{MaxContext: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := in.SessionsFit(in.FloorBytes, 0); n != 1 {
+		t.Fatalf("%d sessions at the one-session floor, want 1", n)
+	}
+	if n := in.SessionsFit(in.FloorBytes-1, 0); n != 0 {
+		t.Fatalf("%d sessions below the floor, want 0", n)
+	}
+	budget := in.FloorBytes + 8<<20
+	n := in.SessionsFit(budget, 0)
+	if n < 2 {
+		t.Fatalf("%d sessions with 8 MiB above the floor", n)
+	}
+	m, err := k3.Open(dir, k3.Options{RAMBudget: budget, MaxContext: 64, Sessions: n})
+	if err != nil {
+		t.Fatalf("%d sessions at %d bytes: %v", n, budget, err)
+	}
+	defer m.Close()
+	if _, err := k3.Open(dir, k3.Options{RAMBudget: budget, MaxContext: 64, Sessions: n + 1}); !errors.Is(err, k3.ErrBudget) {
+		t.Fatalf("%d sessions: %v, want ErrBudget", n+1, err)
 	}
 }

@@ -47,7 +47,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready chan<- stri
 	modelDir := fs.String("model", "", "checkpoint `directory` (default: the quickstart checkpoint)")
 	name := fs.String("name", "", "model id in the API (default: the checkpoint directory's name)")
 	maxContext := fs.Int("max-context", 4096, "positions per request (prompt and completion)")
-	parallel := fs.Int("parallel", 4, "generations that run at once; more requests wait")
+	parallel := fs.Int("parallel", 4, "generations that run at once, their steps sharing passes over the weights; more requests wait")
 	threads := fs.Int("threads", 0, "kernel threads (0 = GOMAXPROCS)")
 	budget := fs.Int64("budget", 0, "RAM budget in bytes (0 = no limit)")
 	if err := fs.Parse(args); err != nil {

@@ -410,7 +410,7 @@ func TestErrors(t *testing.T) {
 func TestConcurrent(t *testing.T) {
 	var maxActive atomic.Int64
 	var srv *Server
-	_, ts, _ := newTestServer(t, 3, func(s *Server) {
+	_, ts, m := newTestServer(t, 3, func(s *Server) {
 		srv = s
 		s.afterToken = func() {
 			for {
@@ -437,12 +437,17 @@ func TestConcurrent(t *testing.T) {
 		want[i], _, _ = complete(t, ts, j.path, j.body)
 	}
 	maxActive.Store(0)
+	before := m.Stats()
 	got := make([]string, len(jobs))
 	var wg sync.WaitGroup
 	for i, j := range jobs {
 		wg.Go(func() { got[i], _, _ = complete(t, ts, j.path, j.body) })
 	}
 	wg.Wait()
+	// The concurrent requests went through shared passes (the batcher).
+	if d := m.Stats().Sub(before); d.Rows <= d.Passes {
+		t.Errorf("%d rows in %d passes: concurrent requests never shared a pass", d.Rows, d.Passes)
+	}
 	for i := range jobs {
 		if got[i] != want[i] {
 			t.Errorf("request %d concurrently: %q, alone: %q", i, got[i], want[i])
