@@ -2,7 +2,6 @@ package k3
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -56,8 +55,6 @@ type batcher struct {
 	groups []model.Group
 	inPass []*request
 	last   time.Duration // the last pass's wall time
-
-	multi atomic.Int64 // passes that carried more than one sequence
 }
 
 func newBatcher(m *model.Model, rows, chunk int) *batcher {
@@ -231,9 +228,6 @@ func (b *batcher) run() {
 	if cancel != nil {
 		cancel()
 	}
-	if len(b.inPass) > 1 {
-		b.multi.Add(1)
-	}
 	clear(b.groups)
 
 	b.mu.Lock()
@@ -294,9 +288,4 @@ func (b *batcher) passContext() (context.Context, context.CancelFunc) {
 		}
 		cancel()
 	}
-}
-
-// isCancel reports whether err is a context's end.
-func isCancel(err error) bool {
-	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
