@@ -25,7 +25,11 @@ func (p *pass) kda(l int, mats *LayerMats, vec *LayerVecs) {
 	mats.FAProj.MatMul(m.pool, sc.fa[:T*D], xn, T)
 	mats.FBProj.MatMul(m.pool, z, sc.fa[:T*D], T)
 
-	for _, sg := range p.segs {
+	for i := range p.segs {
+		sg := &p.segs[i]
+		if sp := sg.st.spec; sp != nil && sp.active {
+			sp.record(c, l, sg, q, k, v, z, sc.bl)
+		}
 		st := &sg.st.kda[l]
 		for t := sg.lo; t < sg.lo+sg.n; t++ {
 			qt, kt, vt := q[t*P:(t+1)*P], k[t*P:(t+1)*P], v[t*P:(t+1)*P]

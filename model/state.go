@@ -19,6 +19,8 @@ type State struct {
 	mla []mlaState // by layer; zero for KDA layers
 	pos int
 	cap int
+
+	spec *specRecord // speculation bookkeeping, nil until first used
 }
 
 type kdaState struct {
@@ -79,6 +81,9 @@ func (s *State) Reset() {
 		m.lat, m.kr = m.lat[:0], m.kr[:0]
 	}
 	s.pos = 0
+	if s.spec != nil {
+		s.spec.active = false
+	}
 }
 
 // reserve makes room in every MLA cache for n more positions.
