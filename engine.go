@@ -68,7 +68,7 @@ func newEngine(ctx context.Context, ck *iox.Checkpoint, plan *model.Plan, opts O
 	if e.reader, err = iox.NewReader(iox.ReaderOptions{QueueDepth: opts.IOQueueDepth}); err != nil {
 		return nil, fmt.Errorf("k3: %w", err)
 	}
-	req := model.BudgetRequest{Budget: opts.RAMBudget, Sessions: opts.Sessions, MaxContext: opts.MaxContext, Chunk: opts.PrefillChunk, MaxBatch: opts.MaxBatch}
+	req := model.BudgetRequest{Budget: opts.RAMBudget, Sessions: opts.Sessions, MaxContext: opts.MaxContext, Chunk: opts.PrefillChunk, MaxBatch: opts.MaxBatch, Speculate: opts.Speculate}
 	if e.mem, err = plan.PlanMemory(req); err != nil {
 		return nil, fmt.Errorf("k3: %w", err)
 	}

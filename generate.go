@@ -41,6 +41,56 @@ type GenerateOptions struct {
 	// the start of a stop string is held back until it is clear. Needs the
 	// model's tokenizer.
 	StopStrings []string
+	// Speculate is the most drafted tokens one step verifies (speculative
+	// decoding): the pending token and up to Speculate drafts are rows of
+	// one pass, so the weights are read once for all of them, and the
+	// tokens are picked row by row with this generation's sampler while
+	// they equal the drafts. The tokens are exactly those of plain
+	// decoding, greedy or sampled; only the speed changes. The draft length
+	// adapts to how many drafts are accepted and drops to none while
+	// drafts keep failing. Zero decodes one token per pass. Under a RAM
+	// budget it may not exceed Options.Speculate. Incremental mode only.
+	Speculate int
+	// Drafter proposes the drafts; nil means an NGramDrafter (prompt
+	// lookup over the sequence so far).
+	Drafter Drafter
+}
+
+// A Drafter proposes tokens that may follow a sequence, for speculative
+// decoding (GenerateOptions.Speculate). A draft decides only the speed:
+// every drafted token is checked against the model.
+type Drafter interface {
+	// Draft appends to dst up to max tokens that may follow seq (the
+	// sequence so far, generated tokens included) and returns it. It must
+	// not keep seq.
+	Draft(seq []int, max int, dst []int) []int
+}
+
+// NGramDrafter drafts by prompt lookup: it finds the latest earlier place
+// where the sequence's last n tokens occurred (n from MaxN down to 1) and
+// proposes what followed them there. It suits text that repeats its
+// context: code edits, quotations, structured output.
+type NGramDrafter struct {
+	// MaxN is the longest suffix matched; zero means 3.
+	MaxN int
+}
+
+// Draft implements Drafter.
+func (d NGramDrafter) Draft(seq []int, max int, dst []int) []int {
+	maxN := d.MaxN
+	if maxN <= 0 {
+		maxN = 3
+	}
+	for n := min(maxN, len(seq)-1); n >= 1; n-- {
+		suffix := seq[len(seq)-n:]
+		for i := len(seq) - n - 1; i >= 0; i-- {
+			if slices.Equal(seq[i:i+n], suffix) {
+				end := min(i+n+max, len(seq))
+				return append(dst, seq[i+n:end]...)
+			}
+		}
+	}
+	return dst
 }
 
 // Token is one generated token.
@@ -99,6 +149,15 @@ func (s *Session) generate(ctx context.Context, prompt []int, opts GenerateOptio
 	if len(opts.StopStrings) > 0 && tok == nil {
 		return fmt.Errorf("k3: Generate: %w: stop strings need a tokenizer", ErrNoTokenizer)
 	}
+	if opts.Speculate < 0 {
+		return fmt.Errorf("k3: Generate: %w: Speculate %d is negative", ErrBadOptions, opts.Speculate)
+	}
+	if opts.Speculate > 0 && opts.Mode == FullRecompute {
+		return fmt.Errorf("k3: Generate: %w: Speculate needs incremental mode", ErrBadOptions)
+	}
+	if s.m.opts.RAMBudget > 0 && opts.Speculate > s.m.opts.Speculate {
+		return fmt.Errorf("k3: Generate: %w: Speculate %d exceeds Options.Speculate %d, the drafts the RAM budget reserves room for", ErrBadOptions, opts.Speculate, s.m.opts.Speculate)
+	}
 	smp := newSampler(opts.Sampling, V)
 	for _, id := range s.tokens {
 		smp.observe(id)
@@ -117,20 +176,10 @@ func (s *Session) generate(ctx context.Context, prompt []int, opts GenerateOptio
 	if tok != nil {
 		text = &textStream{dec: tok.NewStreamDecoder(), stops: opts.StopStrings}
 	}
-	feed := prompt
-	for i := 0; i < maxTokens; i++ {
-		var logits []float32
-		var err error
-		if opts.Mode == FullRecompute {
-			s.Reset()
-			logits, err = s.Step(ctx, seq)
-		} else {
-			logits, err = s.Step(ctx, feed)
-		}
-		if err != nil {
-			return err
-		}
-		id := smp.pick(logits)
+	// emit records one generated token and yields it; it reports whether
+	// generation goes on.
+	i := 0
+	emit := func(id int) bool {
 		smp.observe(id)
 		stopTok := slices.Contains(opts.StopTokens, id)
 		last := stopTok || i == maxTokens-1
@@ -143,7 +192,36 @@ func (s *Session) generate(ctx context.Context, prompt []int, opts GenerateOptio
 		if opts.Mode == FullRecompute {
 			seq = append(seq, id)
 		}
-		if !yield(t, nil) || stopTok || stopped {
+		i++
+		return yield(t, nil) && !stopTok && !stopped && i < maxTokens
+	}
+	spec := newSpeculator(opts)
+	feed := prompt
+	for i < maxTokens {
+		if spec != nil && len(feed) == 0 && len(s.pending) == 1 {
+			ran, goOn, err := s.speculate(ctx, spec, smp, emit)
+			if err != nil {
+				return err
+			}
+			if ran {
+				if !goOn {
+					return nil
+				}
+				continue
+			}
+		}
+		var logits []float32
+		var err error
+		if opts.Mode == FullRecompute {
+			s.Reset()
+			logits, err = s.Step(ctx, seq)
+		} else {
+			logits, err = s.Step(ctx, feed)
+		}
+		if err != nil {
+			return err
+		}
+		if !emit(smp.pick(logits)) {
 			return nil
 		}
 		feed = nil // the pending token is fed by Step

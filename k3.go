@@ -52,6 +52,13 @@ type Options struct {
 	// rows). The scratch of one pass is sized for it. Zero means
 	// PrefillChunk. It changes speed and scratch memory, never results.
 	MaxBatch int
+	// Speculate is the most drafted tokens a generation may verify per
+	// pass (GenerateOptions.Speculate); under a RAM budget it reserves, per
+	// session, a copy of the KDA state and room to record the pass's rows,
+	// so that rejected drafts roll back without reading weights. Without a
+	// budget any GenerateOptions.Speculate works (the memory is allocated
+	// on first use).
+	Speculate int
 	// IOQueueDepth is the number of reads kept in flight; zero means 8.
 	IOQueueDepth int
 	// Logger receives load decisions at Info and per-step events at Debug.
@@ -80,6 +87,9 @@ type Model struct {
 	mu     sync.Mutex
 	def    *Session
 	b      *batcher
+
+	// Speculative decoding: passes, their rows, accepted drafts.
+	specPasses, specRows, specAccepted atomic.Int64
 
 	// slots holds one token per session holding state, under a budget
 	// (nil without one: sessions are then unlimited).
@@ -128,7 +138,7 @@ func Open(dir string, opts Options) (*Model, error) {
 
 // OpenContext is Open with a context that can cancel loading.
 func OpenContext(ctx context.Context, dir string, opts Options) (*Model, error) {
-	if opts.RAMBudget < 0 || opts.Threads < 0 || opts.MaxContext < 0 || opts.PrefillChunk < 0 || opts.Sessions < 0 || opts.MaxBatch < 0 || opts.IOQueueDepth < 0 {
+	if opts.RAMBudget < 0 || opts.Threads < 0 || opts.MaxContext < 0 || opts.PrefillChunk < 0 || opts.Sessions < 0 || opts.MaxBatch < 0 || opts.Speculate < 0 || opts.IOQueueDepth < 0 {
 		return nil, fmt.Errorf("k3: %w: negative value in %+v", ErrBadOptions, opts)
 	}
 	if opts.MaxContext == 0 {

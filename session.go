@@ -26,6 +26,10 @@ type Session struct {
 	logits  []float32
 	broken  bool    // a failed step left the state undefined
 	req     request // its step, as the batcher sees it
+	// specRows, set by speculate for one step, makes the step's pass
+	// recoverable (model.State.BeginSpeculation); specOut holds its logits.
+	specRows int
+	specOut  []float32
 	// idle is used by the default session (Model.Step) only: true while no
 	// Step runs on it, so that it can give its budget place away.
 	idle atomic.Bool
@@ -155,6 +159,9 @@ func (s *Session) forward(ctx context.Context, tokens []int, out []float32, all 
 	}
 	// Other sessions' steps share the pass (the batcher); a step whose
 	// context ends between passes leaves with what was fed so far.
+	if s.specRows > 0 {
+		st.BeginSpeculation(s.specRows)
+	}
 	r := &s.req
 	r.ctx, r.st, r.tokens, r.out, r.all = ctx, st, tokens, out, all
 	err = s.m.b.do(r)

@@ -32,6 +32,12 @@ type Stats struct {
 	Passes, Rows                int64
 	ExpertUnion, MoELayerPasses int64
 
+	// SpecPasses counts speculative steps (one pass each), SpecRows their
+	// rows (the pending token plus the drafts), SpecAccepted the drafts
+	// accepted: each step emits SpecAccepted/SpecPasses + 1 tokens on
+	// average.
+	SpecPasses, SpecRows, SpecAccepted int64
+
 	// IOTime is the wall time during which at least one read was in
 	// flight; ComputeTime the time forward passes ran minus the time they
 	// waited for weights; WaitTime that waiting; ForwardTime the passes'
@@ -63,6 +69,9 @@ func (s Stats) Sub(prev Stats) Stats {
 	d.Rows -= prev.Rows
 	d.ExpertUnion -= prev.ExpertUnion
 	d.MoELayerPasses -= prev.MoELayerPasses
+	d.SpecPasses -= prev.SpecPasses
+	d.SpecRows -= prev.SpecRows
+	d.SpecAccepted -= prev.SpecAccepted
 	d.IOTime -= prev.IOTime
 	d.ComputeTime -= prev.ComputeTime
 	d.WaitTime -= prev.WaitTime
@@ -88,6 +97,7 @@ func (m *Model) Stats() Stats {
 	s.CacheHits, s.CacheMisses = ms.CacheHits, ms.CacheMisses
 	s.Passes, s.Rows = ms.Passes, ms.Rows
 	s.ExpertUnion, s.MoELayerPasses = ms.ExpertUnion, ms.MoELayerPasses
+	s.SpecPasses, s.SpecRows, s.SpecAccepted = m.specPasses.Load(), m.specRows.Load(), m.specAccepted.Load()
 	s.ForwardTime, s.WaitTime = ms.ForwardTime, ms.WaitTime
 	s.ComputeTime = ms.ForwardTime - ms.WaitTime
 	s.PeakRSSBytes = rss.Peak()

@@ -26,6 +26,9 @@ type BudgetRequest struct {
 	// sequences; zero means Chunk. The scratch of the pass is sized for it
 	// and counted once, not per session.
 	MaxBatch int
+	// Speculate is the most drafted tokens per speculative pass; each
+	// session then holds a copy of its KDA state and a record of its rows.
+	Speculate int
 }
 
 // MemoryPlan says where every byte of the budget goes. The plan decides
@@ -138,6 +141,9 @@ func (p *Plan) PlanMemory(req BudgetRequest) (*MemoryPlan, error) {
 	fixed, perPos := StateBytes(c)
 	s := int64(req.Sessions)
 	mp.State = s * fixed
+	if req.Speculate > 0 {
+		mp.State += s * (fixed + SpecRecordBytes(c, req.Speculate+1))
+	}
 	mp.KV = s * perPos * int64(req.MaxContext)
 	mp.Scratch = scratchBytes(c, mp.Rows, req.MaxContext)
 	mp.Overhead = runtimeOverhead + int64(p.Ckpt.Len())*perTensorOverhead +
@@ -256,6 +262,13 @@ func vecBytes(v *LayerVecs) int64 {
 		n += len(x)
 	}
 	return int64(n) * 4
+}
+
+// SpecRecordBytes returns the bytes a State records for a speculative pass
+// of rows rows (BeginSpeculation), besides its copy of the KDA state.
+func SpecRecordBytes(c *Config, rows int) int64 {
+	nKDA := int64(c.Layers - c.NumMLA())
+	return nKDA*int64(rows)*int64(4*c.KDAWidth()+c.KDAHeads)*4 + int64(c.KDAHeadDim)*4
 }
 
 // scratchBytes returns the bytes NewScratch allocates for tc rows, plus

@@ -1,0 +1,120 @@
+package k3
+
+import (
+	"context"
+	"fmt"
+)
+
+// speculator is one generation's drafting state: the drafter, the current
+// draft length and how the last drafts fared.
+type speculator struct {
+	drafter  Drafter
+	max, k   int
+	fails    int // consecutive steps with no draft accepted
+	cooldown int // plain steps left before drafting again
+	draft    []int
+	seq      []int
+}
+
+func newSpeculator(opts GenerateOptions) *speculator {
+	if opts.Speculate <= 0 {
+		return nil
+	}
+	d := opts.Drafter
+	if d == nil {
+		d = NGramDrafter{}
+	}
+	return &speculator{drafter: d, max: opts.Speculate, k: opts.Speculate}
+}
+
+// adapt sets the next draft length from how many of n drafts were
+// accepted: all of them doubles it (up to the maximum), fewer sets it to
+// one more than were accepted, and three steps in a row with none accepted
+// stop drafting for 16 steps, so that failing drafts cost little.
+func (sp *speculator) adapt(accepted, n int) {
+	switch {
+	case accepted == n:
+		sp.k = min(2*sp.k, sp.max)
+		sp.fails = 0
+	case accepted == 0:
+		sp.k = 1
+		if sp.fails++; sp.fails >= 3 {
+			sp.fails, sp.cooldown = 0, 16
+		}
+	default:
+		sp.k = min(accepted+1, sp.max)
+		sp.fails = 0
+	}
+}
+
+// speculate runs one speculative step if the drafter has a draft: the
+// pending token and the drafts are rows of one pass; the tokens are picked
+// row by row while they equal the drafts, every pick emitted; the state
+// keeps the rows up to the last emitted token's predecessor, which is
+// pending afterwards, exactly as plain decoding leaves it. ran is false
+// when no pass ran (no draft); goOn is emit's verdict.
+func (s *Session) speculate(ctx context.Context, sp *speculator, smp *sampler, emit func(int) bool) (ran, goOn bool, err error) {
+	if sp.cooldown > 0 {
+		sp.cooldown--
+		return false, true, nil
+	}
+	sp.seq = append(append(sp.seq[:0], s.tokens...), s.pending...)
+	sp.draft = sp.drafter.Draft(sp.seq, sp.k, sp.draft[:0])
+	draft := sp.draft
+	if len(draft) > sp.k {
+		draft = draft[:sp.k]
+	}
+	if len(draft) == 0 {
+		return false, true, nil
+	}
+	V := s.m.m.Cfg.Vocab
+	if room := s.m.opts.MaxContext - s.Len() - 1; len(draft) > room {
+		if draft = draft[:max(room, 0)]; len(draft) == 0 {
+			return false, true, nil
+		}
+	}
+	for _, id := range draft {
+		if id < 0 || id >= V {
+			return false, true, fmt.Errorf("k3: %w: drafter proposed token %d outside [0, %d)", ErrTokenOutOfRange, id, V)
+		}
+	}
+	rows := 1 + len(draft)
+	if cap(s.specOut) < rows*V {
+		s.specOut = make([]float32, rows*V)
+	}
+	out := s.specOut[:rows*V]
+	start := len(s.tokens)
+	s.specRows = rows
+	err = s.forward(ctx, draft, out, true)
+	s.specRows = 0
+	if err != nil {
+		return true, false, err
+	}
+	// The pass fed the pending token and the drafts; pick row by row.
+	emitted, accepted := 0, 0
+	goOn = true
+	for j := 0; j < rows && goOn; j++ {
+		id := smp.pick(out[j*V : (j+1)*V])
+		emitted++
+		goOn = emit(id) // sets s.pending to id
+		if j < len(draft) && id == draft[j] {
+			accepted++
+			continue
+		}
+		break
+	}
+	// Keep the rows before the last emitted token (it is pending).
+	keep := emitted
+	last := s.pending[0]
+	if err := s.m.m.Rollback(s.st, keep); err != nil {
+		s.broken = true
+		return true, false, fmt.Errorf("k3: %w", err)
+	}
+	s.tokens = s.tokens[:start+keep]
+	s.pending = append(s.pending[:0], last)
+	s.m.specRows.Add(int64(rows))
+	s.m.specAccepted.Add(int64(accepted))
+	s.m.specPasses.Add(1)
+	sp.adapt(accepted, len(draft))
+	return true, goOn, nil
+}

@@ -1,0 +1,172 @@
+package k3_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/k3go/k3"
+)
+
+// scriptDrafter proposes from a fixed continuation of the prompt: right
+// (the true tokens), wrong (every token shifted), or random.
+type scriptDrafter struct {
+	prompt, cont []int
+	mode         string
+	vocab        int
+	rng          *rand.Rand
+	mu           sync.Mutex
+}
+
+func (d *scriptDrafter) Draft(seq []int, max int, dst []int) []int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	at := len(seq) - len(d.prompt)
+	for j := 0; j < max; j++ {
+		switch d.mode {
+		case "right":
+			if at+j >= len(d.cont) {
+				return dst
+			}
+			dst = append(dst, d.cont[at+j])
+		case "wrong":
+			t := 0
+			if at+j < len(d.cont) {
+				t = d.cont[at+j]
+			}
+			dst = append(dst, (t+1)%d.vocab)
+		default:
+			dst = append(dst, d.rng.IntN(d.vocab))
+		}
+	}
+	return dst
+}
+
+func sessionIDs(t *testing.T, s *k3.Session, prompt []int, opts k3.GenerateOptions) []int {
+	t.Helper()
+	var ids []int
+	for tok, err := range s.Generate(context.Background(), prompt, opts) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, tok.ID)
+	}
+	return ids
+}
+
+// TestSpeculationExact checks that speculative decoding gives exactly the
+// tokens of plain decoding with drafts that are always right, always
+// wrong and random, greedy and seeded sampling, stop tokens in the middle
+// of an accepted run, and that the session continues exactly afterwards;
+// at a streaming budget and resident.
+func TestSpeculationExact(t *testing.T) {
+	for _, budget := range []int64{0, 60e6} {
+		m, exp := openOracle(t, "tiny-mxfp4", k3.Options{RAMBudget: budget, MaxContext: 128, Sessions: 2, Speculate: 8})
+		V := m.Config().Vocab
+		prompt := exp.PromptIDs
+		for _, sampling := range []k3.SamplingOptions{{}, {Temperature: 0.9, TopK: 40, Seed: 7}} {
+			base := k3.GenerateOptions{MaxTokens: 40, Sampling: sampling}
+			plainS := m.NewSession()
+			plain := sessionIDs(t, plainS, prompt, base)
+			after := sessionIDs(t, plainS, []int{3}, k3.GenerateOptions{MaxTokens: 5})
+			plainS.Close()
+			for _, mode := range []string{"right", "wrong", "random", "ngram"} {
+				for _, k := range []int{1, 4, 8} {
+					o := base
+					o.Speculate = k
+					if mode != "ngram" {
+						o.Drafter = &scriptDrafter{prompt: prompt, cont: plain, mode: mode, vocab: V, rng: rand.New(rand.NewPCG(1, uint64(k)))}
+					}
+					before := m.Stats()
+					s := m.NewSession()
+					got := sessionIDs(t, s, prompt, o)
+					if !slices.Equal(got, plain) {
+						t.Fatalf("budget %d %v %s k=%d: %v, plain %v", budget, sampling, mode, k, got, plain)
+					}
+					if g := sessionIDs(t, s, []int{3}, k3.GenerateOptions{MaxTokens: 5}); !slices.Equal(g, after) {
+						t.Fatalf("budget %d %s k=%d: the session continues with %v, plain %v", budget, mode, k, g, after)
+					}
+					s.Close()
+					d := m.Stats().Sub(before)
+					switch mode {
+					case "right":
+						if d.SpecAccepted < int64(len(plain))/2 {
+							t.Fatalf("%s k=%d: %d drafts accepted of %d tokens", mode, k, d.SpecAccepted, len(plain))
+						}
+					case "wrong":
+						if d.SpecAccepted != 0 || d.SpecPasses > 12 {
+							t.Fatalf("wrong drafts: %d accepted in %d passes (drafting should stop)", d.SpecAccepted, d.SpecPasses)
+						}
+					}
+				}
+			}
+			// A stop token inside an accepted run of drafts.
+			stop := plain[10]
+			o := base
+			o.StopTokens, o.Speculate = []int{stop}, 8
+			o.Drafter = &scriptDrafter{prompt: prompt, cont: plain, mode: "right", vocab: V}
+			s, ps := m.NewSession(), m.NewSession()
+			po := base
+			po.StopTokens = []int{stop}
+			if got, want := sessionIDs(t, s, prompt, o), sessionIDs(t, ps, prompt, po); !slices.Equal(got, want) {
+				t.Fatalf("with a stop token: %v, plain %v", got, want)
+			}
+			if got, want := sessionIDs(t, s, nil, base), sessionIDs(t, ps, nil, base); !slices.Equal(got, want) {
+				t.Fatalf("after the stop token: %v, plain %v", got, want)
+			}
+			s.Close()
+			ps.Close()
+		}
+	}
+}
+
+// TestSpeculationOracleGates runs both oracles' greedy decoding with
+// Speculate 4 (n-gram drafts and right drafts), alone and in a batch with
+// plain sequences: the tokens are the oracle's.
+func TestSpeculationOracleGates(t *testing.T) {
+	for _, name := range []string{"tiny-f32", "tiny-mxfp4"} {
+		m, exp := openOracle(t, name, k3.Options{MaxContext: 64, Sessions: 4})
+		want := exp.FullIDs[len(exp.PromptIDs):]
+		V := m.Config().Vocab
+		var wg sync.WaitGroup
+		for g := range 4 {
+			wg.Go(func() {
+				o := k3.GenerateOptions{MaxTokens: len(want)}
+				switch g {
+				case 0:
+					o.Speculate = 4
+				case 1:
+					o.Speculate = 4
+					o.Drafter = &scriptDrafter{prompt: exp.PromptIDs, cont: want, mode: "right", vocab: V}
+				}
+				s := m.NewSession()
+				defer s.Close()
+				var got []int
+				for tok, err := range s.Generate(context.Background(), exp.PromptIDs, o) {
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					got = append(got, tok.ID)
+				}
+				if !slices.Equal(got, want) {
+					t.Errorf("%s session %d (speculate %d): %v, oracle %v", name, g, o.Speculate, got, want)
+				}
+			})
+		}
+		wg.Wait()
+	}
+}
+
+func TestSpeculationOptions(t *testing.T) {
+	m, exp := openOracle(t, "tiny-mxfp4", k3.Options{RAMBudget: 60e6, MaxContext: 64, Speculate: 2})
+	for _, o := range []k3.GenerateOptions{{Speculate: -1}, {Speculate: 3}, {Speculate: 1, Mode: k3.FullRecompute}} {
+		for _, err := range m.Generate(context.Background(), exp.PromptIDs, o) {
+			if err == nil {
+				t.Fatalf("%+v accepted", o)
+			}
+		}
+	}
+}
