@@ -72,6 +72,8 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	check := fs.Bool("check", false, "with --batch: fail unless every sequence of every batch generates the same tokens as when it runs alone")
 	maxBatch := fs.Int("max-batch", 0, "with --batch: most token `rows` per pass (0 = the largest batch plus 64, one prefill chunk)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to `file` (go tool pprof)")
+	specKs := fs.String("spec", "", "speculative decoding: draft lengths `k`, e.g. 1,2,4,8; decodes plainly, then with each k, in one process, and reports s/token, passes and bytes per token and accepted drafts per pass next to plain decoding (skips the device probe and roofline)")
+	drafter := fs.String("drafter", "ngram", "with --spec: ngram (prompt lookup, on a prompt that repeats itself) or ceiling (drafts the plain run's own tokens: every draft right)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -91,6 +93,19 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	}
 	if *tokens < 1 || *promptLen < 1 {
 		return usagef("--tokens and --prompt-len must be at least 1")
+	}
+	if *specKs != "" {
+		ks, err := parseBatchSizes(*specKs)
+		if err != nil {
+			return usagef("--spec: want positive draft lengths, e.g. 1,2,4,8")
+		}
+		if *drafter != "ngram" && *drafter != "ceiling" {
+			return usagef("--drafter must be ngram or ceiling, not %q", *drafter)
+		}
+		if *batchSizes != "" {
+			return usagef("give --spec or --batch, not both")
+		}
+		return benchSpec(&mf, benchSpecRun{ks: ks, drafter: *drafter, tokens: *tokens, promptLen: *promptLen, seed: *seed, json: *asJSON}, stdout, stderr)
 	}
 	if *batchSizes != "" {
 		bs, err := parseBatchSizes(*batchSizes)

@@ -104,6 +104,10 @@ type statsJSON struct {
 	WaitSeconds     float64 `json:"wait_seconds"`
 	ForwardSeconds  float64 `json:"forward_seconds"`
 	ReadGBps        float64 `json:"read_gbps"`
+	Passes          int64   `json:"passes"`
+	SpecPasses      int64   `json:"spec_passes,omitempty"`
+	SpecRows        int64   `json:"spec_rows,omitempty"`
+	SpecAccepted    int64   `json:"spec_accepted,omitempty"`
 }
 
 func toStatsJSON(s k3.Stats) *statsJSON {
@@ -113,6 +117,7 @@ func toStatsJSON(s k3.Stats) *statsJSON {
 		CacheHits: s.CacheHits, CacheMisses: s.CacheMisses, PinnedLayers: s.PinnedLayers, StreamedParts: s.StreamedParts,
 		PeakRSSBytes: s.PeakRSSBytes, IOSeconds: s.IOTime.Seconds(), ComputeSeconds: s.ComputeTime.Seconds(),
 		WaitSeconds: s.WaitTime.Seconds(), ForwardSeconds: s.ForwardTime.Seconds(), ReadGBps: s.ReadGBps(),
+		Passes: s.Passes, SpecPasses: s.SpecPasses, SpecRows: s.SpecRows, SpecAccepted: s.SpecAccepted,
 	}
 }
 

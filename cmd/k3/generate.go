@@ -83,6 +83,7 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 	minP := fs.Float64("min-p", 0, "drop tokens below this fraction of the best (0 = off)")
 	seed := fs.Uint64("seed", 1, "sampling seed")
 	mode := fs.String("mode", "incremental", "decoding `mode`: incremental (carried state) or full (re-forward per token)")
+	spec := fs.Int("spec", 0, "speculative decoding: verify up to `N` drafted tokens (prompt lookup) per pass over the weights; the ids are exactly those of plain decoding (0 = off)")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	stats := fs.Bool("stats", false, "print I/O, cache, time and memory statistics (a \"stats\" object with --json)")
 	batchFile := fs.String("batch-file", "", "decode many prompts together in shared passes: one comma-separated prompt of ids per `file` line (blank lines and # comments skipped); without --max-context each session holds the longest prompt plus --max-tokens")
@@ -111,10 +112,13 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 	if *maxTokens < 0 {
 		return usagef("--max-tokens must not be negative")
 	}
-	if *sessions < 0 || *maxBatch < 0 {
-		return usagef("--sessions and --max-batch must not be negative")
+	if *sessions < 0 || *maxBatch < 0 || *spec < 0 {
+		return usagef("--sessions, --max-batch and --spec must not be negative")
 	}
-	opts := k3.GenerateOptions{MaxTokens: *maxTokens, Mode: md, Sampling: k3.SamplingOptions{
+	if *spec > 0 && md == k3.FullRecompute {
+		return usagef("--spec needs --mode incremental")
+	}
+	opts := k3.GenerateOptions{MaxTokens: *maxTokens, Mode: md, Speculate: *spec, Sampling: k3.SamplingOptions{
 		Temperature: float32(*temperature), TopK: *topK, TopP: float32(*topP), MinP: float32(*minP), Seed: *seed}}
 	ctx, cancel := signalContext()
 	defer cancel()
@@ -122,7 +126,7 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 		return generateBatch(ctx, &mf, *batchFile, batch, batchRun{opts: opts, sessions: *sessions, maxBatch: *maxBatch,
 			json: *asJSON, stats: *stats}, stdout, stderr)
 	}
-	m, err := mf.openWith(ctx, func(o *k3.Options) { o.MaxBatch = *maxBatch })
+	m, err := mf.openWith(ctx, func(o *k3.Options) { o.MaxBatch, o.Speculate = *maxBatch, *spec })
 	if err != nil {
 		return err
 	}
@@ -287,7 +291,7 @@ func generateBatch(ctx context.Context, mf *modelFlags, path string, ps []batchP
 		longest = max(longest, len(p.ids)+br.opts.MaxTokens)
 	}
 	m, err := mf.openWith(ctx, func(o *k3.Options) {
-		o.Sessions, o.MaxBatch = n, rows
+		o.Sessions, o.MaxBatch, o.Speculate = n, rows, br.opts.Speculate
 		if o.MaxContext == 0 {
 			o.MaxContext = longest
 		}

@@ -81,6 +81,7 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&o.ignoreEOS, "ignore-eos", false, "do not stop a prompt's continuation at [EOS]")
 	fs.BoolVar(&o.stats, "stats", false, "print token counts, speed and engine statistics on stderr")
 	fs.IntVar(&o.gen.MaxTokens, "max-tokens", 256, "most tokens to generate per reply")
+	fs.IntVar(&o.gen.Speculate, "spec", 0, "speculative decoding: verify up to `N` drafted tokens (prompt lookup) per pass over the weights; the text is exactly that of plain decoding (0 = off)")
 	temperature := fs.Float64("temperature", 0, "sampling temperature (0 = greedy)")
 	fs.IntVar(&o.gen.Sampling.TopK, "top-k", 0, "keep the K most likely tokens (0 = all)")
 	topP := fs.Float64("top-p", 0, "nucleus sampling: keep the most likely tokens up to this probability (0 or 1 = off)")
@@ -173,6 +174,8 @@ func (o *runOpts) check(fs *flag.FlagSet) error {
 		return usagef("give --prompt or --prompt-file, not both")
 	case synthFlagSet(fs, "prompt") && o.prompt == "":
 		return usagef("empty --prompt")
+	case o.gen.Speculate < 0:
+		return usagef("--spec must not be negative")
 	case o.gen.MaxTokens <= 0:
 		return usagef("--max-tokens must be positive")
 	case !finite(s.Temperature) || s.Temperature < 0:
@@ -214,7 +217,7 @@ func (o *runOpts) open(ctx context.Context, stderr io.Writer) (*k3.Model, error)
 	}
 	// Two sessions: the chat's /load reads into a new conversation before
 	// it replaces the current one.
-	m, err := k3.OpenContext(ctx, dir, k3.Options{Threads: o.mf.threads, MaxContext: o.mf.maxContext,
+	m, err := k3.OpenContext(ctx, dir, k3.Options{Threads: o.mf.threads, MaxContext: o.mf.maxContext, Speculate: o.gen.Speculate,
 		RAMBudget: budget, TrunkDir: o.mf.trunk, TokenizerDir: o.tokenizer, Sessions: 2})
 	if err != nil {
 		return nil, err
