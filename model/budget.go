@@ -268,7 +268,7 @@ func vecBytes(v *LayerVecs) int64 {
 // of rows rows (BeginSpeculation), besides its copy of the KDA state.
 func SpecRecordBytes(c *Config, rows int) int64 {
 	nKDA := int64(c.Layers - c.NumMLA())
-	return nKDA*int64(rows)*int64(4*c.KDAWidth()+c.KDAHeads)*4 + int64(c.KDAHeadDim)*4
+	return nKDA*int64(rows)*int64(4*c.KDAWidth()+c.KDAHeads)*4 + int64(c.KDAWidth())*4
 }
 
 // scratchBytes returns the bytes NewScratch allocates for tc rows, plus

@@ -16,12 +16,15 @@ import (
 // functions in the same order as the pass, so the state is bit for bit the
 // one a pass over the kept rows alone would leave.
 //
-// Cost per speculating step: one copy of the KDA state (fixed state bytes,
-// StateBytes) before the pass, and on a rejection one copy back plus the
-// kept rows' recurrence (about as much arithmetic as those rows' KDA
-// recurrence in the pass). Per-row snapshots would copy the whole KDA state
-// once per row instead (k+1 times), which at the released widths (about
-// 0.43 GB of KDA state) costs more than a replay of a few rows.
+// Cost per speculating step, measured at the released widths (0.46 GB of
+// KDA state and conv histories; BenchmarkSpeculationState, 2-core Xeon):
+// the copy before the pass, 84 ms, every step; on a rejection the copy
+// back and the kept rows' recurrence, 248 / 353 / 574 ms keeping 1 / 2 / 4
+// rows. Per-row snapshots, the alternative, copy the state once per row of
+// the pass (5 × 84 ms at 4 drafts) on every step, accepted or not, and
+// hold k+1 copies instead of one. Against a pass that streams the trunk
+// (tens of seconds at an 8 GB budget) either is small; record and replay
+// costs less memory and less time when drafts are accepted.
 
 // specRecord is a State's speculation bookkeeping, kept between uses.
 type specRecord struct {
@@ -32,7 +35,8 @@ type specRecord struct {
 	// inputs [rows][4P + Hk] (q, k, v before the convolutions, z, β logits).
 	snap []kdaState
 	rec  [][]float32
-	out  []float32 // [D] replay output, discarded
+	out  []float32 // [Hk][D] replay outputs, discarded
+	job  replayJob
 }
 
 // BeginSpeculation prepares the state for a pass of up to rows rows of
@@ -46,7 +50,7 @@ func (s *State) BeginSpeculation(rows int) {
 	c := s.cfg
 	sp := s.spec
 	if sp == nil {
-		sp = &specRecord{snap: make([]kdaState, c.Layers), rec: make([][]float32, c.Layers), out: make([]float32, c.KDAHeadDim)}
+		sp = &specRecord{snap: make([]kdaState, c.Layers), rec: make([][]float32, c.Layers), out: make([]float32, c.KDAHeads*c.KDAHeadDim)}
 		s.spec = sp
 	}
 	P, Hk := c.KDAWidth(), c.KDAHeads
@@ -134,11 +138,12 @@ func (m *Model) Rollback(s *State, keep int) error {
 		copy(st.kh, sn.kh)
 		copy(st.vh, sn.vh)
 		vec := &m.Plan.vecs[l]
+		// The pass's order: the three convolutions row by row, then per
+		// row and head the norms, β and the decay, then the recurrence
+		// (heads in parallel, rows in order).
 		for t := 0; t < keep; t++ {
 			rec := sp.rec[l][t*w : (t+1)*w]
-			q, k, v, z, bl := rec[0:P], rec[P:2*P], rec[2*P:3*P], rec[3*P:4*P], rec[4*P:]
-			// The pass's order: the three convolutions, then per head the
-			// norms, β and the decay, then the recurrence.
+			q, k, v, z := rec[0:P], rec[P:2*P], rec[2*P:3*P], rec[3*P:4*P]
 			shortConv(q, q, vec.QConv, st.qh, kc)
 			shortConv(k, k, vec.KConv, st.kh, kc)
 			shortConv(v, v, vec.VConv, st.vh, kc)
@@ -151,10 +156,39 @@ func (m *Model) Rollback(s *State, keep int) error {
 				l2Norm(k[h*D : (h+1)*D])
 				zh := z[h*D : (h+1)*D]
 				kdaDecay(zh, zh, zh, vec.DTBias[h*D:(h+1)*D], vec.ALog[h], c.GateLowerBound)
-				kdaStep(st.S[h*D*D:(h+1)*D*D], qh, k[h*D:(h+1)*D], v[h*D:(h+1)*D], zh, sigmoid(bl[h]), sp.out)
 			}
 		}
+		sp.job = replayJob{sp: sp, st: st, l: l, keep: keep, c: c}
+		if m.pool != nil {
+			m.pool.Run(Hk, 1, &sp.job)
+		} else {
+			sp.job.Range(0, Hk)
+		}
+		sp.job = replayJob{}
 	}
 	s.pos = pos
 	return nil
+}
+
+// replayJob replays the recurrence of layer l over the kept rows, one head
+// per index; each head has its own output buffer in the record.
+type replayJob struct {
+	sp      *specRecord
+	st      *kdaState
+	c       *Config
+	l, keep int
+}
+
+func (j *replayJob) Range(lo, hi int) {
+	P, D, Hk := j.c.KDAWidth(), j.c.KDAHeadDim, j.c.KDAHeads
+	w := 4*P + Hk
+	for h := lo; h < hi; h++ {
+		out := j.sp.out[h*D : (h+1)*D]
+		S := j.st.S[h*D*D : (h+1)*D*D]
+		for t := 0; t < j.keep; t++ {
+			rec := j.sp.rec[j.l][t*w : (t+1)*w]
+			kdaStep(S, rec[h*D:(h+1)*D], rec[P+h*D:P+(h+1)*D], rec[2*P+h*D:2*P+(h+1)*D], rec[3*P+h*D:3*P+(h+1)*D],
+				sigmoid(rec[4*P+h]), out)
+		}
+	}
 }
