@@ -50,6 +50,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready chan<- stri
 	parallel := fs.Int("parallel", 4, "generations that run at once, their steps sharing passes over the weights; more requests wait")
 	threads := fs.Int("threads", 0, "kernel threads (0 = GOMAXPROCS)")
 	budget := fs.Int64("budget", 0, "RAM budget in bytes (0 = no limit)")
+	spec := fs.Int("spec", 0, "speculative decoding: verify up to `N` drafted tokens per pass (0 = off); the text is exactly that of plain decoding")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -69,12 +70,12 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready chan<- stri
 	if *name == "" {
 		*name = filepath.Base(filepath.Clean(dir))
 	}
-	m, err := k3.OpenContext(ctx, dir, k3.Options{MaxContext: *maxContext, Sessions: *parallel, Threads: *threads, RAMBudget: *budget})
+	m, err := k3.OpenContext(ctx, dir, k3.Options{MaxContext: *maxContext, Sessions: *parallel, Threads: *threads, RAMBudget: *budget, Speculate: max(*spec, 0)})
 	if err != nil {
 		return err
 	}
 	defer m.Close()
-	srv, err := NewServer(m, ServerOptions{Name: *name, MaxContext: *maxContext, Parallel: *parallel})
+	srv, err := NewServer(m, ServerOptions{Name: *name, MaxContext: *maxContext, Parallel: *parallel, Speculate: max(*spec, 0)})
 	if err != nil {
 		return err
 	}

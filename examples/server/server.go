@@ -32,6 +32,7 @@ type Server struct {
 	maxContext int
 	created    int64
 	slots      chan struct{}
+	speculate  int
 	eos        []int // stop tokens of every completion: [EOS], if the tokenizer has it
 	chatStops  []int // stop tokens of a chat reply: generation_config.json's, <|end_of_msg|>, [EOS]
 
@@ -57,6 +58,10 @@ type ServerOptions struct {
 	MaxContext int
 	// Parallel is the number of generations that run at once; 0 means 4.
 	Parallel int
+	// Speculate is every generation's GenerateOptions.Speculate: up to that
+	// many drafted tokens (prompt lookup) verified per pass; the text is
+	// exactly that of plain decoding. 0 is off.
+	Speculate int
 }
 
 // NewServer returns a server for m, which needs a tokenizer with Kimi K3's
@@ -72,7 +77,8 @@ func NewServer(m *k3.Model, o ServerOptions) (*Server, error) {
 	if o.Parallel <= 0 {
 		o.Parallel = 4
 	}
-	s := &Server{m: m, tok: tok, name: o.Name, maxContext: o.MaxContext, created: time.Now().Unix(), slots: make(chan struct{}, o.Parallel)}
+	s := &Server{m: m, tok: tok, name: o.Name, maxContext: o.MaxContext, created: time.Now().Unix(), slots: make(chan struct{}, o.Parallel),
+		speculate: o.Speculate}
 	for _, content := range []string{chat.TokOpen, chat.TokClose, chat.TokSep, chat.TokEndOfMsg} {
 		if _, ok := tok.ID(content); !ok {
 			return nil, fmt.Errorf("the tokenizer has no %s token (Kimi K3's chat format needs it)", content)
@@ -219,7 +225,7 @@ type streamOptions struct {
 // when the request leaves it to the server (def, capped by the room left
 // in the context).
 func (s *Server) options(p *params, promptLen int, maxTokens *int, def int) (k3.GenerateOptions, *apiError) {
-	var o k3.GenerateOptions
+	o := k3.GenerateOptions{Speculate: s.speculate}
 	if p.Model != "" && p.Model != s.name {
 		e := badRequest("model", "model_not_found", "the model %q does not exist (this server has %q)", p.Model, s.name)
 		e.status = http.StatusNotFound

@@ -407,6 +407,23 @@ func TestErrors(t *testing.T) {
 
 // TestConcurrent: requests in flight together each get their own session
 // and the same answers as one at a time.
+// TestSpeculatingServer: with Speculate set, completions are exactly the
+// plain server's.
+func TestSpeculatingServer(t *testing.T) {
+	_, plain, _ := newTestServer(t, 0, nil)
+	_, spec, m := newTestServer(t, 0, func(s *Server) { s.speculate = 4 })
+	body := `{"prompt":"one two three one two three one two","max_tokens":24,"temperature":0}`
+	want, _, _ := complete(t, plain, "/v1/completions", body)
+	before := m.Stats()
+	got, _, _ := complete(t, spec, "/v1/completions", body)
+	if got != want {
+		t.Fatalf("speculating: %q, plain: %q", got, want)
+	}
+	if m.Stats().Sub(before).SpecPasses == 0 {
+		t.Fatal("the speculating server never speculated")
+	}
+}
+
 func TestConcurrent(t *testing.T) {
 	var maxActive atomic.Int64
 	var srv *Server
