@@ -34,15 +34,7 @@ func TestGenerateBatchFileOracles(t *testing.T) {
 	var exps []expected
 	var dirs []string
 	for _, name := range []string{"tiny-f32", "tiny-mxfp4"} {
-		dir := fixtures.Path(t, "oracle/"+name)
-		raw, err := os.ReadFile(filepath.Join(dir, "expected.json"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var exp expected
-		if err := json.Unmarshal(raw, &exp); err != nil {
-			t.Fatal(err)
-		}
+		dir, exp := loadOracle(t, name)
 		if len(exp.FullIDs)-len(exp.PromptIDs) != 20 {
 			t.Fatalf("%s: oracle continues for %d tokens, the test expects 20", name, len(exp.FullIDs)-len(exp.PromptIDs))
 		}

@@ -38,15 +38,7 @@ func joinIDs(ids []int) string {
 
 func TestGenerateAndLogitsJSON(t *testing.T) {
 	for _, name := range []string{"tiny-f32", "tiny-mxfp4"} {
-		dir := fixtures.Path(t, "oracle/"+name)
-		raw, err := os.ReadFile(filepath.Join(dir, "expected.json"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var exp expected
-		if err := json.Unmarshal(raw, &exp); err != nil {
-			t.Fatal(err)
-		}
+		dir, exp := loadOracle(t, name)
 		n := len(exp.FullIDs) - len(exp.PromptIDs)
 		for _, mode := range []string{"full", "incremental"} {
 			code, out, stderr := runCmd(t, "generate", "--model", dir, "--ids", joinIDs(exp.PromptIDs),
@@ -128,4 +120,19 @@ func TestExitCodes(t *testing.T) {
 			t.Errorf("k3 %v: error is not one line: %q", c.args, stderr)
 		}
 	}
+}
+
+// loadOracle returns an oracle checkpoint's directory and expected.json.
+func loadOracle(t *testing.T, name string) (string, expected) {
+	t.Helper()
+	dir := fixtures.Path(t, "oracle/"+name)
+	raw, err := os.ReadFile(filepath.Join(dir, "expected.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var exp expected
+	if err := json.Unmarshal(raw, &exp); err != nil {
+		t.Fatal(err)
+	}
+	return dir, exp
 }

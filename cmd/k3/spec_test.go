@@ -15,15 +15,7 @@ import (
 // the oracle's greedy continuation.
 func TestGenerateSpec(t *testing.T) {
 	for _, name := range []string{"tiny-f32", "tiny-mxfp4"} {
-		dir := fixtures.Path(t, "oracle/"+name)
-		raw, err := os.ReadFile(filepath.Join(dir, "expected.json"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var exp expected
-		if err := json.Unmarshal(raw, &exp); err != nil {
-			t.Fatal(err)
-		}
+		dir, exp := loadOracle(t, name)
 		want := joinIDs(exp.FullIDs[len(exp.PromptIDs):])
 		n := strconv.Itoa(len(exp.FullIDs) - len(exp.PromptIDs))
 		code, out, stderr := runCmd(t, "generate", "--model", dir, "--ids", joinIDs(exp.PromptIDs), "--max-tokens", n, "--spec", "4", "--json", "--stats")
