@@ -84,10 +84,24 @@ func (s *Session) speculate(ctx context.Context, sp *speculator, smp *sampler, e
 	}
 	out := s.specOut[:rows*V]
 	start := len(s.tokens)
+	pending := s.pending[0]
 	s.specRows = rows
 	err = s.forward(ctx, draft, out, true)
 	s.specRows = 0
 	if err != nil {
+		// A step that left between passes kept the rows it fed: drafts
+		// nobody checked. Take them all back; the pending token stays.
+		switch {
+		case s.st == nil:
+		case !s.broken && len(s.tokens) > start:
+			if rerr := s.m.m.Rollback(s.st, 0); rerr != nil {
+				s.broken = true
+			}
+			s.tokens = s.tokens[:start]
+			s.pending = append(s.pending[:0], pending)
+		default:
+			s.st.EndSpeculation()
+		}
 		return true, false, err
 	}
 	// The pass fed the pending token and the drafts; pick row by row.

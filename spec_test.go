@@ -170,3 +170,51 @@ func TestSpeculationOptions(t *testing.T) {
 		}
 	}
 }
+
+// TestSpeculationCancelled cancels a speculative step that shares its
+// passes with another session: whatever was fed, the session keeps only
+// verified tokens and continues exactly like plain decoding.
+func TestSpeculationCancelled(t *testing.T) {
+	m, exp := openOracle(t, "tiny-mxfp4", k3.Options{MaxContext: 4096, Sessions: 3, PrefillChunk: 2, MaxBatch: 3})
+	V := m.Config().Vocab
+	plainS := m.NewSession()
+	plain := sessionIDs(t, plainS, exp.PromptIDs, k3.GenerateOptions{MaxTokens: 30})
+	plainS.Close()
+	long := make([]int, 2000)
+	for i := range long {
+		long[i] = i % V
+	}
+	busy := m.NewSession()
+	defer busy.Close()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { busy.Step(context.Background(), long) })
+	s := m.NewSession()
+	defer s.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &scriptDrafter{prompt: exp.PromptIDs, cont: plain, mode: "right", vocab: V}
+	var got []int
+	for tok, err := range s.Generate(ctx, exp.PromptIDs, k3.GenerateOptions{MaxTokens: 30, Speculate: 8, Drafter: d}) {
+		if err != nil {
+			break
+		}
+		got = append(got, tok.ID)
+		if len(got) == 3 {
+			cancel()
+		}
+	}
+	cancel()
+	// Whatever the cancel cut, the sequence holds only verified tokens:
+	// continuing gives the plain tokens.
+	if s.Len() < len(exp.PromptIDs) || !slices.Equal(s.Tokens()[:len(exp.PromptIDs)], exp.PromptIDs) {
+		t.Fatalf("the sequence lost its prompt: %v", s.Tokens())
+	}
+	n := s.Len() - len(exp.PromptIDs)
+	if !slices.Equal(s.Tokens()[len(exp.PromptIDs):], plain[:n]) {
+		t.Fatalf("after the cancel the sequence holds %v, plain %v", s.Tokens()[len(exp.PromptIDs):], plain[:n])
+	}
+	rest := sessionIDs(t, s, nil, k3.GenerateOptions{MaxTokens: 30 - n})
+	if !slices.Equal(rest, plain[n:]) {
+		t.Fatalf("continuing after the cancel: %v, plain %v", rest, plain[n:])
+	}
+}
