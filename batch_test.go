@@ -202,52 +202,6 @@ func TestBatchCancelLeavesStateIntact(t *testing.T) {
 	}
 }
 
-// TestCloseWithWaitersInBatch closes the model while many sessions wait for
-// and ride in passes: Close returns, every step ends with ErrClosed or
-// success, none hangs.
-func TestCloseWithWaitersInBatch(t *testing.T) {
-	m, exp := openOracle(t, "tiny-mxfp4", k3.Options{MaxContext: 4096, Sessions: 12, MaxBatch: 4})
-	var wg sync.WaitGroup
-	errs := make(chan error, 12)
-	started := make(chan struct{}, 12)
-	for g := 0; g < 12; g++ {
-		wg.Go(func() {
-			first := true
-			for _, err := range m.Generate(context.Background(), exp.PromptIDs, k3.GenerateOptions{MaxTokens: 4000}) {
-				if first {
-					started <- struct{}{}
-					first = false
-				}
-				if err != nil {
-					errs <- err
-					return
-				}
-			}
-			errs <- nil
-		})
-	}
-	for i := 0; i < 12; i++ {
-		<-started
-	}
-	done := make(chan error, 1)
-	go func() { done <- m.Close() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("Close hung")
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil && !errors.Is(err, k3.ErrClosed) {
-			t.Fatalf("a step ended with %v, want ErrClosed", err)
-		}
-	}
-}
-
 // TestDefaultSessionGivesWay checks that Model.Step's default session does
 // not keep the only budget place from Model.Generate.
 func TestDefaultSessionGivesWay(t *testing.T) {

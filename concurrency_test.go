@@ -43,14 +43,22 @@ func TestConcurrentSessions(t *testing.T) {
 
 // TestCloseWhileGenerating closes the model while generations run: each
 // ends with ErrClosed (or finishes), Close returns, and later calls fail
-// cleanly.
+// cleanly. With 12 sessions and 4 rows per pass, most steps wait for a
+// pass when Close comes.
 func TestCloseWhileGenerating(t *testing.T) {
-	m, exp := openOracle(t, "tiny-mxfp4", k3.Options{MaxContext: 4096})
+	t.Run("3 generations", func(t *testing.T) { closeWhileGenerating(t, 3, k3.Options{MaxContext: 4096}) })
+	t.Run("12 waiting for passes", func(t *testing.T) {
+		closeWhileGenerating(t, 12, k3.Options{MaxContext: 4096, Sessions: 12, MaxBatch: 4})
+	})
+}
+
+func closeWhileGenerating(t *testing.T, n int, opts k3.Options) {
+	m, exp := openOracle(t, "tiny-mxfp4", opts)
 	ctx := context.Background()
-	started := make(chan struct{}, 3)
+	started := make(chan struct{}, n)
 	var wg sync.WaitGroup
-	errs := make(chan error, 3)
-	for g := 0; g < 3; g++ {
+	errs := make(chan error, n)
+	for g := 0; g < n; g++ {
 		wg.Go(func() {
 			first := true
 			for _, err := range m.Generate(ctx, exp.PromptIDs, k3.GenerateOptions{MaxTokens: 4000}) {
@@ -66,7 +74,7 @@ func TestCloseWhileGenerating(t *testing.T) {
 			errs <- nil
 		})
 	}
-	for i := 0; i < 3; i++ {
+	for i := 0; i < n; i++ {
 		<-started
 	}
 	done := make(chan error)
