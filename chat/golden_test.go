@@ -116,7 +116,13 @@ func TestGoldenSegments(t *testing.T) {
 }
 
 func TestGoldenStandinIDs(t *testing.T) {
-	tok := standin(t)
+	checkGoldenIDs(t, standin(t), func(c goldenCase) []int { return c.IDsStandin })
+}
+
+// checkGoldenIDs renders and encodes every golden with tok and compares
+// the ids with want's.
+func checkGoldenIDs(t *testing.T, tok *tokenizer.Tokenizer, want func(goldenCase) []int) {
+	t.Helper()
 	for _, c := range loadGoldens(t) {
 		segs, err := Render(c.Messages, c.Options)
 		if err != nil {
@@ -126,8 +132,8 @@ func TestGoldenStandinIDs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !slices.Equal(ids, c.IDsStandin) {
-			t.Errorf("%s: ids %v, want %v", c.name, ids, c.IDsStandin)
+		if w := want(c); !slices.Equal(ids, w) {
+			t.Errorf("%s: ids %v, want %v", c.name, ids, w)
 		}
 	}
 }
@@ -149,17 +155,5 @@ func TestGoldenReleaseIDs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range loadGoldens(t) {
-		segs, err := Render(c.Messages, c.Options)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids, err := Encode(tok, segs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !slices.Equal(ids, c.IDs) {
-			t.Errorf("%s: ids %v, want %v", c.name, ids, c.IDs)
-		}
-	}
+	checkGoldenIDs(t, tok, func(c goldenCase) []int { return c.IDs })
 }

@@ -229,9 +229,9 @@ func (m *Model) ForwardBatch(ctx context.Context, sc *Scratch, gs []Group) error
 				return fmt.Errorf("%w: token %d at index %d is outside [0, %d)", ErrTokenOutOfRange, t, i, c.Vocab)
 			}
 		}
-		for _, h := range gs[:gi] {
-			if h.St == g.St {
-				return fmt.Errorf("forward: sequences %d and %d share one state", slicesIndex(gs, h.St), gi)
+		for hi := range gs[:gi] {
+			if gs[hi].St == g.St {
+				return fmt.Errorf("forward: sequences %d and %d share one state", hi, gi)
 			}
 		}
 	}
@@ -283,16 +283,6 @@ func (m *Model) ForwardBatch(ctx context.Context, sc *Scratch, gs []Group) error
 		m.rows.Add(int64(rows))
 	}
 	return nil
-}
-
-// slicesIndex returns the index of the group holding st.
-func slicesIndex(gs []Group, st *State) int {
-	for i := range gs {
-		if gs[i].St == st {
-			return i
-		}
-	}
-	return -1
 }
 
 // pass is one sub-pass: T rows over the segments of its sequences, each

@@ -23,36 +23,50 @@ type vectorFile struct {
 	Cases   []vectorCase `json:"cases"`
 }
 
-var (
-	fixtureOnce sync.Once
-	fixtureTok  *Tokenizer
-	fixtureErr  error
-)
+// fixtureLoads holds one load per fixture tokenizer directory.
+var fixtureLoads sync.Map // name -> *fixtureLoad
 
-// fixtureTokenizer loads the o200k fixture tokenizer once per test binary,
-// or skips (fails when K3_FIXTURES is set) when the fixture is absent.
-func fixtureTokenizer(tb testing.TB) *Tokenizer {
+type fixtureLoad struct {
+	once sync.Once
+	tok  *Tokenizer
+	err  error
+}
+
+// fixtureTokenizerIn loads the fixture tokenizer in directory name once per
+// test binary, or skips (fails when K3_FIXTURES is set) when it is absent.
+func fixtureTokenizerIn(tb testing.TB, name string) *Tokenizer {
 	tb.Helper()
-	dir := fixtures.Path(tb, "tokenizer")
-	fixtures.Path(tb, "tokenizer/"+ModelFile)
-	fixtures.Path(tb, "tokenizer/"+ConfigFile)
-	fixtureOnce.Do(func() { fixtureTok, fixtureErr = Load(dir) })
-	if fixtureErr != nil {
-		tb.Fatal(fixtureErr)
+	dir := fixtures.Path(tb, name)
+	fixtures.Path(tb, name+"/"+ModelFile)
+	fixtures.Path(tb, name+"/"+ConfigFile)
+	v, _ := fixtureLoads.LoadOrStore(name, new(fixtureLoad))
+	l := v.(*fixtureLoad)
+	l.once.Do(func() { l.tok, l.err = Load(dir) })
+	if l.err != nil {
+		tb.Fatal(l.err)
 	}
-	return fixtureTok
+	return l.tok
+}
+
+// fixtureTokenizer is the o200k fixture tokenizer.
+func fixtureTokenizer(tb testing.TB) *Tokenizer { return fixtureTokenizerIn(tb, "tokenizer") }
+
+// readFixtureJSON decodes the fixture file at path into v.
+func readFixtureJSON(tb testing.TB, path string, v any) {
+	tb.Helper()
+	b, err := os.ReadFile(fixtures.Path(tb, path))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		tb.Fatal(err)
+	}
 }
 
 func loadVectors(tb testing.TB) vectorFile {
 	tb.Helper()
-	b, err := os.ReadFile(fixtures.Path(tb, "tokenizer/vectors.json"))
-	if err != nil {
-		tb.Fatal(err)
-	}
 	var v vectorFile
-	if err := json.Unmarshal(b, &v); err != nil {
-		tb.Fatal(err)
-	}
+	readFixtureJSON(tb, "tokenizer/vectors.json", &v)
 	if len(v.Cases) == 0 {
 		tb.Fatal("vectors.json has no cases")
 	}

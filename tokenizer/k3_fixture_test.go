@@ -3,15 +3,10 @@ package tokenizer
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
-
-	"github.com/k3go/k3/internal/fixtures"
 )
 
 // k3Vectors is tokenizer-k3/vectors.json: texts encoded by the release's
@@ -34,35 +29,13 @@ type k3Vectors struct {
 	} `json:"long_texts"`
 }
 
-var (
-	k3Once sync.Once
-	k3Tok  *Tokenizer
-	k3Err  error
-)
-
-// k3Tokenizer loads the stand-in tokenizer with K3's special-token layout.
-func k3Tokenizer(tb testing.TB) *Tokenizer {
-	tb.Helper()
-	dir := fixtures.Path(tb, "tokenizer-k3")
-	fixtures.Path(tb, "tokenizer-k3/"+ModelFile)
-	fixtures.Path(tb, "tokenizer-k3/"+ConfigFile)
-	k3Once.Do(func() { k3Tok, k3Err = Load(dir) })
-	if k3Err != nil {
-		tb.Fatal(k3Err)
-	}
-	return k3Tok
-}
+// k3Tokenizer is the stand-in tokenizer with K3's special-token layout.
+func k3Tokenizer(tb testing.TB) *Tokenizer { return fixtureTokenizerIn(tb, "tokenizer-k3") }
 
 func loadK3Vectors(tb testing.TB) k3Vectors {
 	tb.Helper()
-	b, err := os.ReadFile(fixtures.Path(tb, "tokenizer-k3/vectors.json"))
-	if err != nil {
-		tb.Fatal(err)
-	}
 	var v k3Vectors
-	if err := json.Unmarshal(b, &v); err != nil {
-		tb.Fatal(err)
-	}
+	readFixtureJSON(tb, "tokenizer-k3/vectors.json", &v)
 	if len(v.Texts) != 20 || len(v.LongTexts) != 4 {
 		tb.Fatalf("vectors.json has %d texts and %d long texts, want 20 and 4", len(v.Texts), len(v.LongTexts))
 	}
