@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/k3go/k3"
+	"github.com/k3go/k3/internal/batchjob"
+	"github.com/k3go/k3/internal/progress"
+)
+
+// batchHandlerOptions are what k3 batch tells the API handler it sends
+// its requests to.
+type batchHandlerOptions struct {
+	// Name is the model id requests may name in "model".
+	Name string
+	// MaxContext is the model's positions per session (prompt and
+	// completion).
+	MaxContext int
+	// Parallel is the number of generations the handler runs at once, each
+	// in a session of its own; more requests wait.
+	Parallel int
+}
+
+// newBatchHandler builds the OpenAI-compatible handler that k3 batch sends
+// its requests to, in process. It is the one seam between the batch runner
+// and the API server: nil until internal/server is wired here, as
+//
+//	newBatchHandler = func(m *k3.Model, o batchHandlerOptions) (http.Handler, error) { s, err := server.New(m, server.Options{...}); ... return s.Handler(), nil }
+var newBatchHandler func(m *k3.Model, o batchHandlerOptions) (http.Handler, error)
+
+func runBatch(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("batch", "--model DIR --input requests.jsonl --output results.jsonl [--shard i/N] [flags]", stderr)
+	var mf modelFlags
+	mf.register(fs)
+	input := fs.String("input", "", "requests `file`: one OpenAI Batch API request per line, {\"custom_id\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\" or \"/v1/completions\",\"body\"}")
+	output := fs.String("output", "", "results `file`, one line per request; rerun with the same file to resume: the custom_ids already in it are skipped")
+	shard := fs.String("shard", "0/1", "take the input lines whose 0-based index is i mod N (`i/N`), so N machines split one job")
+	sessions := fs.Int("sessions", 4, "generations at once, each holding a session's state; their steps share passes over the weights")
+	concurrency := fs.Int("concurrency", 0, "requests in flight at once (0 = --sessions); more than --sessions wait for a session")
+	maxBatch := fs.Int("max-batch", 0, "most token `rows` one pass over the weights carries, summed over the sessions in it (0 = max(sessions, 64))")
+	name := fs.String("name", "", "model id a request's \"model\" must match, if it names one (default: the checkpoint directory's name)")
+	every := fs.Duration("progress-every", 30*time.Second, "period of the progress line when stderr is not a terminal")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	i, n, err := parseShard(*shard)
+	if err != nil {
+		return err
+	}
+	switch {
+	case *input == "" || *output == "":
+		return usagef("--input and --output are required")
+	case *sessions < 1 || *concurrency < 0 || *maxBatch < 0 || *every <= 0:
+		return usagef("--sessions and --progress-every must be positive, --concurrency and --max-batch not negative")
+	case newBatchHandler == nil:
+		return errors.New("this build has no API server to send the requests to (internal/server is not wired into k3 batch yet)")
+	}
+	if *concurrency == 0 {
+		*concurrency = *sessions
+	}
+	if *name == "" {
+		*name = filepath.Base(filepath.Clean(mf.dir))
+	}
+	if *maxBatch == 0 {
+		*maxBatch = max(*sessions, 64)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	m, err := mf.openWith(ctx, func(o *k3.Options) { o.Sessions, o.MaxBatch = *sessions, *maxBatch })
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	maxContext := mf.maxContext
+	if maxContext == 0 {
+		maxContext = 4096 // k3's default
+	}
+	h, err := newBatchHandler(m, batchHandlerOptions{Name: *name, MaxContext: maxContext, Parallel: *sessions})
+	if err != nil {
+		return err
+	}
+	f, isFile := stderr.(*os.File)
+	sum, err := batchjob.Run(ctx, h, batchjob.Options{Input: *input, Output: *output, Shard: i, Shards: n, Concurrency: *concurrency,
+		Progress: stderr, ProgressTerminal: isFile && progress.IsTerminal(f), ProgressEvery: *every})
+	if sum.Selected > 0 {
+		printBatchSummary(stderr, *output, sum)
+	}
+	if errors.Is(err, batchjob.ErrBadOptions) || errors.Is(err, batchjob.ErrBadInput) {
+		return usagef("%v", err)
+	}
+	return err
+}
+
+// parseShard reads "i/N" with 0 <= i < N.
+func parseShard(s string) (i, n int, err error) {
+	a, b, ok := strings.Cut(s, "/")
+	i, err1 := strconv.Atoi(a)
+	n, err2 := strconv.Atoi(b)
+	if !ok || err1 != nil || err2 != nil || n < 1 || i < 0 || i >= n {
+		return 0, 0, usagef("--shard %q: want i/N with 0 <= i < N, e.g. 0/4", s)
+	}
+	return i, n, nil
+}
+
+func printBatchSummary(w io.Writer, output string, s batchjob.Summary) {
+	if s.Truncated > 0 {
+		fmt.Fprintf(w, "k3 batch: dropped a torn last line (%d bytes) from %s, left by a run that was killed\n", s.Truncated, output)
+	}
+	if s.Foreign > 0 {
+		fmt.Fprintf(w, "k3 batch: note: %s holds %d results for requests not in this input or shard\n", output, s.Foreign)
+	}
+	fmt.Fprintf(w, "k3 batch: %d of %d requests done (%d this run, %d failed, %d from before), %d tokens in %s (%.1f tok/s)\n",
+		s.Skipped+s.Written, s.Selected, s.Written, s.Failed, s.Skipped, s.CompletionTokens, s.Elapsed.Round(time.Millisecond),
+		float64(s.CompletionTokens)/max(s.Elapsed.Seconds(), 1e-9))
+}
