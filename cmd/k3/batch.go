@@ -39,63 +39,85 @@ type batchHandlerOptions struct {
 //	newBatchHandler = func(m *k3.Model, o batchHandlerOptions) (http.Handler, error) { s, err := server.New(m, server.Options{...}); ... return s.Handler(), nil }
 var newBatchHandler func(m *k3.Model, o batchHandlerOptions) (http.Handler, error)
 
-func runBatch(args []string, stdout, stderr io.Writer) error {
+// batchConfig is a parsed k3 batch command line.
+type batchConfig struct {
+	mf                    modelFlags
+	input, output, name   string
+	shard, shards         int
+	sessions, concurrency int
+	maxBatch              int
+	every                 time.Duration
+}
+
+// parseBatch reads k3 batch's flags and fills in the defaults that depend
+// on others.
+func parseBatch(args []string, stderr io.Writer) (*batchConfig, error) {
 	fs := newFlags("batch", "--model DIR --input requests.jsonl --output results.jsonl [--shard i/N] [flags]", stderr)
-	var mf modelFlags
-	mf.register(fs)
-	input := fs.String("input", "", "requests `file`: one OpenAI Batch API request per line, {\"custom_id\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\" or \"/v1/completions\",\"body\"}")
-	output := fs.String("output", "", "results `file`, one line per request; rerun with the same file to resume: the custom_ids already in it are skipped")
+	c := &batchConfig{}
+	c.mf.register(fs)
+	fs.StringVar(&c.input, "input", "", "requests `file`: one OpenAI Batch API request per line, {\"custom_id\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\" or \"/v1/completions\",\"body\"}")
+	fs.StringVar(&c.output, "output", "", "results `file`, one line per request; rerun with the same file to resume: the custom_ids already in it are skipped")
 	shard := fs.String("shard", "0/1", "take the input lines whose 0-based index is i mod N (`i/N`), so N machines split one job")
-	sessions := fs.Int("sessions", 4, "generations at once, each holding a session's state; their steps share passes over the weights")
-	concurrency := fs.Int("concurrency", 0, "requests in flight at once (0 = --sessions); more than --sessions wait for a session")
-	maxBatch := fs.Int("max-batch", 0, "most token `rows` one pass over the weights carries, summed over the sessions in it (0 = max(sessions, 64))")
-	name := fs.String("name", "", "model id a request's \"model\" must match, if it names one (default: the checkpoint directory's name)")
-	every := fs.Duration("progress-every", 30*time.Second, "period of the progress line when stderr is not a terminal")
+	fs.IntVar(&c.sessions, "sessions", 4, "generations at once, each holding a session's state; their steps share passes over the weights")
+	fs.IntVar(&c.concurrency, "concurrency", 0, "requests in flight at once (0 = --sessions); more than --sessions wait for a session")
+	fs.IntVar(&c.maxBatch, "max-batch", 0, "most token `rows` one pass over the weights carries, summed over the sessions in it (0 = max(sessions, 64))")
+	fs.StringVar(&c.name, "name", "", "model id a request's \"model\" must match, if it names one (default: the checkpoint directory's name)")
+	fs.DurationVar(&c.every, "progress-every", 30*time.Second, "period of the progress line when stderr is not a terminal")
 	if err := parse(fs, args); err != nil {
-		return err
+		return nil, err
 	}
-	i, n, err := parseShard(*shard)
+	var err error
+	if c.shard, c.shards, err = parseShard(*shard); err != nil {
+		return nil, err
+	}
+	switch {
+	case c.input == "" || c.output == "":
+		return nil, usagef("--input and --output are required")
+	case c.sessions < 1 || c.concurrency < 0 || c.maxBatch < 0 || c.every <= 0:
+		return nil, usagef("--sessions and --progress-every must be positive, --concurrency and --max-batch not negative")
+	}
+	if c.concurrency == 0 {
+		c.concurrency = c.sessions
+	}
+	if c.name == "" {
+		c.name = filepath.Base(filepath.Clean(c.mf.dir))
+	}
+	if c.maxBatch == 0 {
+		c.maxBatch = max(c.sessions, 64)
+	}
+	return c, nil
+}
+
+func runBatch(args []string, stdout, stderr io.Writer) error {
+	c, err := parseBatch(args, stderr)
 	if err != nil {
 		return err
 	}
-	switch {
-	case *input == "" || *output == "":
-		return usagef("--input and --output are required")
-	case *sessions < 1 || *concurrency < 0 || *maxBatch < 0 || *every <= 0:
-		return usagef("--sessions and --progress-every must be positive, --concurrency and --max-batch not negative")
-	case newBatchHandler == nil:
+	if newBatchHandler == nil {
 		return errors.New("this build has no API server to send the requests to (internal/server is not wired into k3 batch yet)")
 	}
-	if *concurrency == 0 {
-		*concurrency = *sessions
-	}
-	if *name == "" {
-		*name = filepath.Base(filepath.Clean(mf.dir))
-	}
-	if *maxBatch == 0 {
-		*maxBatch = max(*sessions, 64)
-	}
-
+	// SIGTERM too: it is how Kubernetes stops a pod. Requests in flight
+	// are dropped and sent again by the rerun.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	m, err := mf.openWith(ctx, func(o *k3.Options) { o.Sessions, o.MaxBatch = *sessions, *maxBatch })
+	m, err := c.mf.openWith(ctx, func(o *k3.Options) { o.Sessions, o.MaxBatch = c.sessions, c.maxBatch })
 	if err != nil {
 		return err
 	}
 	defer m.Close()
-	maxContext := mf.maxContext
+	maxContext := c.mf.maxContext
 	if maxContext == 0 {
 		maxContext = 4096 // k3's default
 	}
-	h, err := newBatchHandler(m, batchHandlerOptions{Name: *name, MaxContext: maxContext, Parallel: *sessions})
+	h, err := newBatchHandler(m, batchHandlerOptions{Name: c.name, MaxContext: maxContext, Parallel: c.sessions})
 	if err != nil {
 		return err
 	}
 	f, isFile := stderr.(*os.File)
-	sum, err := batchjob.Run(ctx, h, batchjob.Options{Input: *input, Output: *output, Shard: i, Shards: n, Concurrency: *concurrency,
-		Progress: stderr, ProgressTerminal: isFile && progress.IsTerminal(f), ProgressEvery: *every})
+	sum, err := batchjob.Run(ctx, h, batchjob.Options{Input: c.input, Output: c.output, Shard: c.shard, Shards: c.shards,
+		Concurrency: c.concurrency, Progress: stderr, ProgressTerminal: isFile && progress.IsTerminal(f), ProgressEvery: c.every})
 	if sum.Selected > 0 {
-		printBatchSummary(stderr, *output, sum)
+		printBatchSummary(stderr, c.output, sum)
 	}
 	if errors.Is(err, batchjob.ErrBadOptions) || errors.Is(err, batchjob.ErrBadInput) {
 		return usagef("%v", err)

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -208,5 +209,58 @@ func TestBatchUsage(t *testing.T) {
 		if code != exitUsage || !strings.Contains(stderr, c.want) {
 			t.Errorf("batch %v: exit %d: %s; want exit %d naming %s", c.args, code, stderr, exitUsage, c.want)
 		}
+	}
+}
+
+// TestBatchManifest: the Kubernetes Indexed Job in docs/k8s runs k3 batch
+// with flags that parse, one shard per completion index, and a results
+// file per index. (The module has no YAML decoder; the manifest's
+// Kubernetes side is checked as docs/SCALING.md says.)
+func TestBatchManifest(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "k8s", "k3-batch-job.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var args []string
+	completions := 0
+	inArgs := false
+	for _, l := range strings.Split(string(b), "\n") {
+		l, _, _ = strings.Cut(l, " #")
+		f := strings.TrimSpace(l)
+		if v, ok := strings.CutPrefix(f, "completions:"); ok {
+			fmt.Sscan(v, &completions)
+		}
+		switch {
+		case f == "args:":
+			inArgs = true
+		case inArgs && strings.HasPrefix(f, "- "):
+			args = append(args, strings.TrimPrefix(f, "- "))
+		default:
+			inArgs = false
+		}
+	}
+	if completions < 1 || len(args) == 0 {
+		t.Fatalf("no completions (%d) or args (%q) in the manifest", completions, args)
+	}
+	outputs := make(map[string]bool)
+	for i := range completions {
+		var a []string
+		for _, x := range args {
+			a = append(a, strings.ReplaceAll(x, "$(JOB_COMPLETION_INDEX)", fmt.Sprint(i)))
+		}
+		c, err := parseBatch(a, io.Discard)
+		if err != nil {
+			t.Fatalf("index %d: k3 batch %q: %v", i, a, err)
+		}
+		if c.shard != i || c.shards != completions || c.mf.dir == "" {
+			t.Errorf("index %d runs shard %d/%d of model %q; want %d/%d", i, c.shard, c.shards, c.mf.dir, i, completions)
+		}
+		if _, err := c.mf.budget.bytes(); err != nil {
+			t.Errorf("index %d: %v", i, err)
+		}
+		outputs[c.output] = true
+	}
+	if len(outputs) != completions {
+		t.Errorf("%d indexes share %d results files; each needs its own", completions, len(outputs))
 	}
 }
