@@ -101,7 +101,7 @@ func requestLine(id, url, body string) string {
 
 // writeInput writes n valid requests (alternating the two endpoints), then
 // the extra lines, and returns the path.
-func writeInput(t *testing.T, n int, extra ...string) string {
+func writeInput(t testing.TB, n int, extra ...string) string {
 	t.Helper()
 	var b strings.Builder
 	for i := range n {
