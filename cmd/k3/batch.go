@@ -28,15 +28,27 @@ type batchHandlerOptions struct {
 	// completion).
 	MaxContext int
 	// Parallel is the number of generations the handler runs at once, each
-	// in a session of its own; more requests wait.
+	// in a session of its own (--sessions).
 	Parallel int
+	// Queue is the number of requests that may wait beyond those running:
+	// the runner keeps --concurrency in flight, so none is turned away.
+	Queue int
+	// RequestTimeout bounds one request, waiting included (--request-timeout).
+	RequestTimeout time.Duration
 }
 
 // newBatchHandler builds the OpenAI-compatible handler that k3 batch sends
 // its requests to, in process. It is the one seam between the batch runner
 // and the API server: nil until internal/server is wired here, as
 //
-//	newBatchHandler = func(m *k3.Model, o batchHandlerOptions) (http.Handler, error) { s, err := server.New(m, server.Options{...}); ... return s.Handler(), nil }
+//	newBatchHandler = func(m *k3.Model, o batchHandlerOptions) (http.Handler, error) {
+//		s, err := server.New(m, server.Options{Name: o.Name, MaxContext: o.MaxContext, Sessions: o.Parallel,
+//			Queue: o.Queue, RequestTimeout: o.RequestTimeout})
+//		if err != nil {
+//			return nil, err
+//		}
+//		return s.Handler(), nil
+//	}
 var newBatchHandler func(m *k3.Model, o batchHandlerOptions) (http.Handler, error)
 
 // batchConfig is a parsed k3 batch command line.
@@ -46,7 +58,7 @@ type batchConfig struct {
 	shard, shards         int
 	sessions, concurrency int
 	maxBatch              int
-	every                 time.Duration
+	every, timeout        time.Duration
 }
 
 // parseBatch reads k3 batch's flags and fills in the defaults that depend
@@ -62,6 +74,7 @@ func parseBatch(args []string, stderr io.Writer) (*batchConfig, error) {
 	fs.IntVar(&c.concurrency, "concurrency", 0, "requests in flight at once (0 = --sessions); more than --sessions wait for a session")
 	fs.IntVar(&c.maxBatch, "max-batch", 0, "most token `rows` one pass over the weights carries, summed over the sessions in it (0 = max(sessions, 64))")
 	fs.StringVar(&c.name, "name", "", "model id a request's \"model\" must match, if it names one (default: the checkpoint directory's name)")
+	fs.DurationVar(&c.timeout, "request-timeout", 24*time.Hour, "most time one request may take, waiting for a session included; a request past it gets its error line")
 	fs.DurationVar(&c.every, "progress-every", 30*time.Second, "period of the progress line when stderr is not a terminal")
 	if err := parse(fs, args); err != nil {
 		return nil, err
@@ -73,8 +86,8 @@ func parseBatch(args []string, stderr io.Writer) (*batchConfig, error) {
 	switch {
 	case c.input == "" || c.output == "":
 		return nil, usagef("--input and --output are required")
-	case c.sessions < 1 || c.concurrency < 0 || c.maxBatch < 0 || c.every <= 0:
-		return nil, usagef("--sessions and --progress-every must be positive, --concurrency and --max-batch not negative")
+	case c.sessions < 1 || c.concurrency < 0 || c.maxBatch < 0 || c.every <= 0 || c.timeout <= 0:
+		return nil, usagef("--sessions, --request-timeout and --progress-every must be positive, --concurrency and --max-batch not negative")
 	}
 	if c.concurrency == 0 {
 		c.concurrency = c.sessions
@@ -109,7 +122,8 @@ func runBatch(args []string, stdout, stderr io.Writer) error {
 	if maxContext == 0 {
 		maxContext = 4096 // k3's default
 	}
-	h, err := newBatchHandler(m, batchHandlerOptions{Name: c.name, MaxContext: maxContext, Parallel: c.sessions})
+	h, err := newBatchHandler(m, batchHandlerOptions{Name: c.name, MaxContext: maxContext, Parallel: c.sessions,
+		Queue: max(c.concurrency-c.sessions, 0), RequestTimeout: c.timeout})
 	if err != nil {
 		return err
 	}
