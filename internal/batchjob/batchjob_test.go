@@ -485,6 +485,18 @@ func TestProgress(t *testing.T) {
 	if got, want := r.format(10*time.Second), "batch 7/15 (46.7%), 5 from before, 1 failed, 5.0 tok/s, 10s elapsed, eta 40s"; got != want {
 		t.Errorf("format: %q, want %q", got, want)
 	}
+	if got, want := r.bar(10), "[====      ]"; got != want {
+		t.Errorf("bar: %q, want %q", got, want)
+	}
+
+	// On a terminal the line is redrawn in place, with a bar.
+	buf.buf.Reset()
+	out2 := filepath.Join(t.TempDir(), "out.jsonl")
+	run(t, &fakeHandler{}, Options{Input: in, Output: out2, Progress: &buf, ProgressTerminal: true})
+	if s := buf.String(); !strings.HasPrefix(s, "\r[") || !strings.HasSuffix(s, "\n") || strings.Count(s, "\n") != 1 ||
+		!strings.Contains(s, "[====================] batch 30/30 (100.0%)") {
+		t.Errorf("terminal progress: %q", s)
+	}
 }
 
 // syncBuffer is a bytes.Buffer safe for the reporter's goroutine.

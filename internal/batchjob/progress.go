@@ -86,10 +86,19 @@ func (r *reporter) draw(now time.Time) {
 	r.lastDraw = now
 	line := r.format(now.Sub(r.start))
 	if r.term {
-		fmt.Fprintf(r.w, "\r%s\x1b[K", line)
+		fmt.Fprintf(r.w, "\r%s %s\x1b[K", r.bar(20), line)
 		return
 	}
 	fmt.Fprintln(r.w, line)
+}
+
+// bar is a bar of width cells for the share of requests done.
+func (r *reporter) bar(width int) string {
+	n := width
+	if all := r.before + r.total; all > 0 {
+		n = width * (r.before + r.done) / all
+	}
+	return "[" + strings.Repeat("=", n) + strings.Repeat(" ", width-n) + "]"
 }
 
 // format renders the progress after elapsed.
