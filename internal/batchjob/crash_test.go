@@ -134,7 +134,7 @@ func TestKillAndResume(t *testing.T) {
 	ref := filepath.Join(dir, "ref.jsonl")
 	run(t, &fakeHandler{}, Options{Input: in, Output: ref, Concurrency: 4})
 
-	c := child{in: in, out: filepath.Join(dir, "out.jsonl"), shards: 1, conc: 4, delay: 4 * time.Millisecond}
+	c := child{in: in, out: filepath.Join(dir, "out.jsonl"), shards: 1, conc: 4, delay: 10 * time.Millisecond}
 	kills := 0
 	for _, at := range []int{5, 40, 90} {
 		if c.killAfter(t, at) {
