@@ -48,7 +48,8 @@ var (
 	ErrBadOutput = errors.New("bad batch output")
 )
 
-// The endpoints a job sends requests to when Options.URLs is empty.
+// DefaultURLs are the endpoints a job sends requests to when Options.URLs
+// is empty.
 var DefaultURLs = []string{"/v1/chat/completions", "/v1/completions"}
 
 // Options configure Run.
@@ -76,17 +77,19 @@ type Options struct {
 	// MaxResponseBytes bounds one response body; 0 means 64 MiB. A longer
 	// response gets an error line.
 	MaxResponseBytes int
-	// SyncEvery is the most time between fsyncs of the output; 0 means one
-	// second. (A killed process loses nothing written; the syncs bound what
-	// a machine crash loses.)
+	// SyncEvery is the most time a written line waits for an fsync of the
+	// output; 0 means one second. (A killed process loses nothing written;
+	// the syncs bound what a machine crash loses.)
 	SyncEvery time.Duration
 	// Progress, if not nil, receives a progress line: done/total, failed,
-	// tokens/s and ETA. With ProgressTerminal the line is redrawn in place;
-	// otherwise a plain line is written every ProgressEvery (0 means 30 s)
-	// and at the end.
-	Progress         io.Writer
+	// tokens/s and ETA.
+	Progress io.Writer
+	// ProgressTerminal redraws the line in place, with a bar, as on a
+	// terminal.
 	ProgressTerminal bool
-	ProgressEvery    time.Duration
+	// ProgressEvery is the period of the plain lines written when
+	// ProgressTerminal is false (one more comes at the end); 0 means 30 s.
+	ProgressEvery time.Duration
 }
 
 // Summary describes one run.

@@ -141,7 +141,26 @@ func dispatch(ctx context.Context, h http.Handler, in io.Reader, o *Options, don
 	wdone := make(chan struct{})
 	go func() { // the one writer: lines reach the file whole and in turn
 		defer close(wdone)
-		for r := range results {
+		// A line written just before a long quiet spell is synced too, not
+		// only at the next append.
+		tick := time.NewTicker(o.SyncEvery)
+		defer tick.Stop()
+		for {
+			var r outcome
+			select {
+			case <-tick.C:
+				if werr == nil && time.Since(j.lastSync) >= j.syncEvery {
+					if werr = j.sync(); werr != nil {
+						cancel(werr)
+					}
+				}
+				continue
+			case next, ok := <-results:
+				if !ok {
+					return
+				}
+				r = next
+			}
 			if werr != nil {
 				continue
 			}
