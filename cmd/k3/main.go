@@ -42,6 +42,7 @@ func init() {
 	commands = []command{
 		{"run", "generate text from a prompt, or chat (default model: the quickstart checkpoint)", runRun},
 		{"generate", "generate token ids from a prompt of ids, or from many at once (--batch-file)", runGenerate},
+		{"batch", "run a file of OpenAI Batch API requests (chat and completions) together; resumable, shardable", runBatch},
 		{"logits", "print the logits of a teacher-forced forward pass", runLogits},
 		{"pack", "rewrite the dense weights into one aligned file for streaming", runPack},
 		{"tokenize", "print the token ids of a text", runTokenize},

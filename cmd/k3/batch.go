@@ -1,0 +1,163 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/k3go/k3"
+	"github.com/k3go/k3/internal/batchjob"
+	"github.com/k3go/k3/internal/progress"
+)
+
+// batchHandlerOptions are what k3 batch tells the API handler it sends
+// its requests to.
+type batchHandlerOptions struct {
+	// Name is the model id requests may name in "model".
+	Name string
+	// MaxContext is the model's positions per session (prompt and
+	// completion).
+	MaxContext int
+	// Parallel is the number of generations the handler runs at once, each
+	// in a session of its own (--sessions).
+	Parallel int
+	// Queue is the number of requests that may wait beyond those running:
+	// the runner keeps --concurrency in flight, so none is turned away.
+	Queue int
+	// RequestTimeout bounds one request, waiting included (--request-timeout).
+	RequestTimeout time.Duration
+}
+
+// newBatchHandler builds the OpenAI-compatible handler that k3 batch sends
+// its requests to, in process. It is the one seam between the batch runner
+// and the API server: nil until internal/server is wired here, as
+//
+//	newBatchHandler = func(m *k3.Model, o batchHandlerOptions) (http.Handler, error) {
+//		s, err := server.New(m, server.Options{Name: o.Name, MaxContext: o.MaxContext, Sessions: o.Parallel,
+//			Queue: o.Queue, RequestTimeout: o.RequestTimeout})
+//		if err != nil {
+//			return nil, err
+//		}
+//		return s.Handler(), nil
+//	}
+var newBatchHandler func(m *k3.Model, o batchHandlerOptions) (http.Handler, error)
+
+// batchConfig is a parsed k3 batch command line.
+type batchConfig struct {
+	mf                    modelFlags
+	input, output, name   string
+	shard, shards         int
+	sessions, concurrency int
+	maxBatch              int
+	every, timeout        time.Duration
+}
+
+// parseBatch reads k3 batch's flags and fills in the defaults that depend
+// on others.
+func parseBatch(args []string, stderr io.Writer) (*batchConfig, error) {
+	fs := newFlags("batch", "--model DIR --input requests.jsonl --output results.jsonl [--shard i/N] [flags]", stderr)
+	c := &batchConfig{}
+	c.mf.register(fs)
+	fs.StringVar(&c.input, "input", "", "requests `file`: one OpenAI Batch API request per line, {\"custom_id\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\" or \"/v1/completions\",\"body\"}")
+	fs.StringVar(&c.output, "output", "", "results `file`, one line per request; rerun with the same file to resume: the custom_ids already in it are skipped")
+	shard := fs.String("shard", "0/1", "take the input lines whose 0-based index is i mod N (`i/N`), so N machines split one job")
+	fs.IntVar(&c.sessions, "sessions", 4, "generations at once, each holding a session's state; their steps share passes over the weights")
+	fs.IntVar(&c.concurrency, "concurrency", 0, "requests in flight at once (0 = --sessions); more than --sessions wait for a session")
+	fs.IntVar(&c.maxBatch, "max-batch", 0, "most token `rows` one pass over the weights carries, summed over the sessions in it (0 = max(sessions, 64))")
+	fs.StringVar(&c.name, "name", "", "model id a request's \"model\" must match, if it names one (default: the checkpoint directory's name)")
+	fs.DurationVar(&c.timeout, "request-timeout", 24*time.Hour, "most time one request may take, waiting for a session included; a request past it gets its error line")
+	fs.DurationVar(&c.every, "progress-every", 30*time.Second, "period of the progress line when stderr is not a terminal")
+	if err := parse(fs, args); err != nil {
+		return nil, err
+	}
+	var err error
+	if c.shard, c.shards, err = parseShard(*shard); err != nil {
+		return nil, err
+	}
+	switch {
+	case c.input == "" || c.output == "":
+		return nil, usagef("--input and --output are required")
+	case c.sessions < 1 || c.concurrency < 0 || c.maxBatch < 0 || c.every <= 0 || c.timeout <= 0:
+		return nil, usagef("--sessions, --request-timeout and --progress-every must be positive, --concurrency and --max-batch not negative")
+	}
+	if c.concurrency == 0 {
+		c.concurrency = c.sessions
+	}
+	if c.name == "" {
+		c.name = filepath.Base(filepath.Clean(c.mf.dir))
+	}
+	if c.maxBatch == 0 {
+		c.maxBatch = max(c.sessions, 64)
+	}
+	return c, nil
+}
+
+func runBatch(args []string, stdout, stderr io.Writer) error {
+	c, err := parseBatch(args, stderr)
+	if err != nil {
+		return err
+	}
+	if newBatchHandler == nil {
+		return errors.New("this build has no API server to send the requests to (internal/server is not wired into k3 batch yet)")
+	}
+	// SIGTERM too: it is how Kubernetes stops a pod. Requests in flight
+	// are dropped and sent again by the rerun.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	m, err := c.mf.openWith(ctx, func(o *k3.Options) { o.Sessions, o.MaxBatch = c.sessions, c.maxBatch })
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	maxContext := c.mf.maxContext
+	if maxContext == 0 {
+		maxContext = 4096 // k3's default
+	}
+	h, err := newBatchHandler(m, batchHandlerOptions{Name: c.name, MaxContext: maxContext, Parallel: c.sessions,
+		Queue: max(c.concurrency-c.sessions, 0), RequestTimeout: c.timeout})
+	if err != nil {
+		return err
+	}
+	f, isFile := stderr.(*os.File)
+	sum, err := batchjob.Run(ctx, h, batchjob.Options{Input: c.input, Output: c.output, Shard: c.shard, Shards: c.shards,
+		Concurrency: c.concurrency, Progress: stderr, ProgressTerminal: isFile && progress.IsTerminal(f), ProgressEvery: c.every})
+	if sum.Selected > 0 {
+		printBatchSummary(stderr, c.output, sum)
+	}
+	if errors.Is(err, batchjob.ErrBadOptions) || errors.Is(err, batchjob.ErrBadInput) {
+		return usagef("%v", err)
+	}
+	return err
+}
+
+// parseShard reads "i/N" with 0 <= i < N.
+func parseShard(s string) (i, n int, err error) {
+	a, b, ok := strings.Cut(s, "/")
+	i, err1 := strconv.Atoi(a)
+	n, err2 := strconv.Atoi(b)
+	if !ok || err1 != nil || err2 != nil || n < 1 || i < 0 || i >= n {
+		return 0, 0, usagef("--shard %q: want i/N with 0 <= i < N, e.g. 0/4", s)
+	}
+	return i, n, nil
+}
+
+func printBatchSummary(w io.Writer, output string, s batchjob.Summary) {
+	if s.Truncated > 0 {
+		fmt.Fprintf(w, "k3 batch: dropped a torn last line (%d bytes) from %s, left by a run that was killed\n", s.Truncated, output)
+	}
+	if s.Foreign > 0 {
+		fmt.Fprintf(w, "k3 batch: note: %s holds %d results for requests not in this input or shard\n", output, s.Foreign)
+	}
+	fmt.Fprintf(w, "k3 batch: %d of %d requests done (%d this run, %d failed, %d from before), %d tokens in %s (%.1f tok/s)\n",
+		s.Skipped+s.Written, s.Selected, s.Written, s.Failed, s.Skipped, s.CompletionTokens, s.Elapsed.Round(time.Millisecond),
+		float64(s.CompletionTokens)/max(s.Elapsed.Seconds(), 1e-9))
+}
