@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/k3go/k3"
 )
@@ -188,5 +189,30 @@ func TestGenerateLogprobs(t *testing.T) {
 		if !errors.Is(err, k3.ErrBadOptions) {
 			t.Fatalf("TopLogprobs %d: %v, want ErrBadOptions", k3.MaxTopLogprobs+1, err)
 		}
+	}
+}
+
+// ObservePasses sees every pass: its rows add up to Stats.Rows.
+func TestObservePasses(t *testing.T) {
+	ctx := context.Background()
+	m := openQuickstart(t, k3.Options{MaxContext: 64})
+	var passes, rows int
+	m.ObservePasses(func(r int, d time.Duration) {
+		passes++
+		rows += r
+		if d <= 0 {
+			t.Errorf("pass of %d rows took %v", r, d)
+		}
+	})
+	before := m.Stats()
+	for _, err := range m.Generate(ctx, []int{1, 2, 3, 4, 5}, k3.GenerateOptions{MaxTokens: 4}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := m.Stats().Sub(before)
+	m.ObservePasses(nil)
+	if int64(passes) != d.Passes || int64(rows) != d.Rows || passes == 0 {
+		t.Fatalf("observed %d passes, %d rows; Stats says %d, %d", passes, rows, d.Passes, d.Rows)
 	}
 }
