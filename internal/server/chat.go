@@ -197,7 +197,6 @@ func jsonMessage(err error) string {
 	return strings.TrimPrefix(err.Error(), "chat: ")
 }
 
-
 // chatLogprob is one token's entry in a chat choice's logprobs.content.
 type chatLogprob struct {
 	Token       string       `json:"token"`

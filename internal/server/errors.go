@@ -14,7 +14,7 @@ import (
 // {"error": {"message", "type", "param", "code"}}.
 type apiError struct {
 	status     int
-	retryAfter int // seconds, for 429 and 503; 0 leaves the header out
+	retryAfter int     // seconds, for 429 and 503; 0 leaves the header out
 	Message    string  `json:"message"`
 	Type       string  `json:"type"`
 	Param      *string `json:"param"`
