@@ -6,9 +6,10 @@ import (
 	"sync"
 )
 
-// errShutdown is the cause of the contexts of requests cut off when a
-// graceful shutdown runs out of time.
-var errShutdown = errors.New("the server is shutting down")
+// ErrShutdown is the cause to cancel the requests' base context with
+// (http.Server.BaseContext) when a graceful shutdown runs out of time:
+// their generations stop and streams end with a "shutting down" error.
+var ErrShutdown = errors.New("the server is shutting down")
 
 // errDeadline is the cause of a request's context when it runs past
 // Options.RequestTimeout.

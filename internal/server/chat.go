@@ -267,7 +267,9 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 			writeAPIError(w, e)
 			return nil
 		}
-		opts.StopTokens = slices.Clone(s.chatStop)
+		if !req.IgnoreEOS {
+			opts.StopTokens = slices.Clone(s.chatStop)
+		}
 		if req.Logprobs {
 			opts.Logprobs = true
 			if req.TopLogprobs != nil {

@@ -77,7 +77,7 @@ func (s *Server) serverError(err error) *apiError {
 		return badRequest("", "", "%v", err)
 	case errors.Is(err, k3.ErrBudget):
 		return &apiError{status: http.StatusServiceUnavailable, retryAfter: 1, Message: "every session the RAM budget reserves is in use; retry shortly", Type: "server_error"}
-	case errors.Is(err, k3.ErrClosed), errors.Is(err, errShutdown):
+	case errors.Is(err, k3.ErrClosed), errors.Is(err, ErrShutdown):
 		return &apiError{status: http.StatusServiceUnavailable, Message: "the server is shutting down", Type: "server_error"}
 	case errors.Is(err, k3.ErrNonFinite):
 		return &apiError{status: http.StatusInternalServerError, Message: "the model produced non-finite logits (a damaged checkpoint?); see the server log", Type: "server_error"}

@@ -34,6 +34,9 @@ type params struct {
 	TopK              int     `json:"top_k"`
 	MinP              float64 `json:"min_p"`
 	RepetitionPenalty float64 `json:"repetition_penalty"`
+	// IgnoreEOS generates past the stop tokens, to max_tokens (for
+	// benchmarks).
+	IgnoreEOS bool `json:"ignore_eos"`
 }
 
 type streamOptions struct {
@@ -118,7 +121,9 @@ func (s *Server) options(p *params, promptLen int, maxTokens *int, def int) (k3.
 		return o, 0, err
 	}
 	o.StopStrings = stops
-	o.StopTokens = s.eos
+	if !p.IgnoreEOS {
+		o.StopTokens = s.eos
+	}
 	return o, n, nil
 }
 
