@@ -373,7 +373,10 @@ func (s *Server) admitted(w http.ResponseWriter, r *http.Request, body func(r *h
 	rc := http.NewResponseController(w)
 	rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout))
 	run := body(r)
-	rc.SetReadDeadline(time.Time{})
+	if run != nil {
+		// A stream's connection stays open as long as it generates.
+		rc.SetReadDeadline(time.Time{})
+	}
 	if s.inDecode != nil {
 		s.inDecode(-1)
 	}
@@ -407,6 +410,9 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) *apiError
 		return newAPIError(http.StatusRequestEntityTooLarge, "invalid_request_error", "", "request_too_large",
 			"the request body is larger than %d bytes, the server's limit", s.opts.MaxBodyBytes)
 	case errors.As(err, &ne) && ne.Timeout():
+		// Closing the connection spares the server reading the rest of a
+		// body that trickles in, after the response.
+		w.Header().Set("Connection", "close")
 		return newAPIError(http.StatusRequestTimeout, "invalid_request_error", "", "request_timeout",
 			"the request body did not arrive within %v", s.opts.BodyTimeout)
 	case errors.As(err, &te):
