@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -136,5 +137,32 @@ func TestServeSIGTERM(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), `"msg":"request"`) {
 		t.Errorf("no JSON access log:\n%s", stderr.String())
+	}
+}
+
+// TestBenchServe: k3 bench-serve measures every level on loopback and
+// reports the tokens each client asked for.
+func TestBenchServe(t *testing.T) {
+	code, out, stderr := runCmd(t, "bench-serve", "--model", testmodel.Dir(t), "--clients", "1,3", "--tokens", "4", "--json")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var res benchServeResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	if len(res.Levels) != 2 || res.Sessions != 3 {
+		t.Fatalf("result %+v", res)
+	}
+	for i, lv := range res.Levels {
+		if lv.GeneratedTokens != 4*lv.Clients || lv.TokensPerS <= 0 || lv.Passes == 0 {
+			t.Errorf("level %d: %+v", i, lv)
+		}
+	}
+	if res.Levels[0].RatioToFirst != 1 || res.Levels[1].RatioToFirst <= 0 {
+		t.Errorf("ratios %v, %v", res.Levels[0].RatioToFirst, res.Levels[1].RatioToFirst)
+	}
+	if code, _, _ := runCmd(t, "bench-serve", "--model", "x", "--clients", "0"); code != exitUsage {
+		t.Errorf("--clients 0: exit %d", code)
 	}
 }

@@ -170,10 +170,17 @@ func New(m *k3.Model, o Options) (*Server, error) {
 	}
 	s := &Server{m: m, tok: tok, opts: o, created: time.Now().Unix(),
 		lim: newLimiter(o.Sessions, o.Queue, o.Decoders), met: newMetrics(m)}
-	if id, ok := tok.ID(chat.TokEOS); ok {
+	// Stop tokens outside the model's vocabulary (a tokenizer larger than
+	// the model, as with a synthetic checkpoint) can never be generated.
+	V := m.Config().Vocab
+	if id, ok := tok.ID(chat.TokEOS); ok && id < V {
 		s.eos = []int{id}
 	}
-	s.chatStop = m.StopTokens()
+	for _, id := range m.StopTokens() {
+		if id >= 0 && id < V {
+			s.chatStop = append(s.chatStop, id)
+		}
+	}
 	for id := range tok.VocabSize() {
 		if b, ok := tok.TokenBytes(id); ok {
 			s.maxTokenBytes = max(s.maxTokenBytes, len(b))
