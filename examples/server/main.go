@@ -31,7 +31,11 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stderr, nil); err != nil {
+	err := run(ctx, os.Args[1:], os.Stderr, nil)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		// --help printed the usage: not a failure.
+	case err != nil:
 		fmt.Fprintln(os.Stderr, "server:", err)
 		os.Exit(1)
 	}

@@ -216,3 +216,23 @@ func TestTrickledBody(t *testing.T) {
 		}
 	}
 }
+
+// TestRequestDeadline: a request that runs past RequestTimeout ends with
+// 504 (or, streamed, an error event), and its generation stops.
+func TestRequestDeadline(t *testing.T) {
+	_, ts, s, _ := newClient(t, Options{RequestTimeout: 150 * time.Millisecond}, func(s *Server) {
+		s.afterToken = func() { time.Sleep(5 * time.Millisecond) }
+	})
+	resp, b := post(t, ts, "/v1/completions", `{"prompt":"Go on","max_tokens":3000,"temperature":0,"ignore_eos":true}`)
+	c := parse(t, b)
+	if resp.StatusCode != 504 || c.Error == nil || c.Error.Code == nil || *c.Error.Code != "request_timeout" {
+		t.Fatalf("past the deadline: %d %s", resp.StatusCode, b)
+	}
+	resp, b = post(t, ts, "/v1/chat/completions", `{"messages":[{"role":"user","content":"Go on"}],"max_tokens":3000,"stream":true,"ignore_eos":true}`)
+	if resp.StatusCode != 200 || !strings.Contains(string(b), "per-request deadline") || !strings.HasSuffix(strings.TrimSpace(string(b)), "data: [DONE]") {
+		t.Fatalf("streamed past the deadline: %d ...%s", resp.StatusCode, b[max(0, len(b)-300):])
+	}
+	if s.Active() != 0 || s.Cancelled() != 2 {
+		t.Errorf("%d active, %d cancelled; want 0 and 2", s.Active(), s.Cancelled())
+	}
+}
