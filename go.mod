@@ -2,12 +2,13 @@ module github.com/k3go/k3
 
 go 1.26.0
 
-require (
-	github.com/prometheus/client_golang v1.25.0
-	golang.org/x/sys v0.50.0
-)
+require golang.org/x/sys v0.50.0
 
-// test-only: the official client proves that examples/server speaks the
+// imported by internal/server only (k3 serve's /metrics), so the library
+// stays lean.
+require github.com/prometheus/client_golang v1.25.0
+
+// test-only: the official client proves that internal/server speaks the
 // OpenAI API (tools, tool calls, streamed deltas) as real clients do.
 require github.com/openai/openai-go/v3 v3.98.0
 
