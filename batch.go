@@ -55,6 +55,21 @@ type batcher struct {
 	groups []model.Group
 	inPass []*request
 	last   time.Duration // the last pass's wall time
+
+	observe atomic.Pointer[func(rows int, d time.Duration)] // Model.ObservePasses
+}
+
+// ObservePasses makes f be called after every forward pass of the model's
+// sessions with the pass's token rows (summed over the sessions in it) and
+// its wall time, for metrics such as a histogram of rows per pass. f runs
+// on the goroutine that runs the passes, so it must be quick; nil stops
+// the calls. One observer at a time: a later call replaces it.
+func (m *Model) ObservePasses(f func(rows int, d time.Duration)) {
+	if f == nil {
+		m.b.observe.Store(nil)
+		return
+	}
+	m.b.observe.Store(&f)
 }
 
 func newBatcher(m *model.Model, rows, chunk int) *batcher {
@@ -227,6 +242,13 @@ func (b *batcher) run() {
 	b.last = time.Since(start)
 	if cancel != nil {
 		cancel()
+	}
+	if f := b.observe.Load(); f != nil && err == nil {
+		rows := 0
+		for _, t := range b.takes {
+			rows += t.Rows
+		}
+		(*f)(rows, b.last)
 	}
 	clear(b.groups)
 

@@ -54,6 +54,24 @@ type GenerateOptions struct {
 	// Drafter proposes the drafts; nil means an NGramDrafter (prompt
 	// lookup over the sequence so far).
 	Drafter Drafter
+	// Logprobs fills every Token's Logprob: the log-probability of the
+	// token under the model's own distribution (log-softmax of the logits
+	// before penalties, temperature and truncation), as OpenAI reports it.
+	Logprobs bool
+	// TopLogprobs, with Logprobs, also fills Token.TopLogprobs with the
+	// that many most likely tokens of the same distribution (at most
+	// MaxTopLogprobs). Generation allocates nothing for either unless
+	// asked.
+	TopLogprobs int
+}
+
+// MaxTopLogprobs bounds GenerateOptions.TopLogprobs.
+const MaxTopLogprobs = 20
+
+// TokenLogprob is a token id and its log-probability.
+type TokenLogprob struct {
+	ID      int
+	Logprob float32
 }
 
 // A Drafter proposes tokens that may follow a sequence, for speculative
@@ -103,6 +121,13 @@ type Token struct {
 	// tokens comes out with the token that completes it), and nothing that
 	// is or may become part of a stop string. It may be empty.
 	Text string
+	// Logprob is the token's log-probability (GenerateOptions.Logprobs;
+	// zero otherwise).
+	Logprob float32
+	// TopLogprobs are the most likely tokens at this position, most likely
+	// first, lower id first on ties (GenerateOptions.TopLogprobs; nil
+	// otherwise). A new slice per token.
+	TopLogprobs []TokenLogprob
 }
 
 const defaultMaxTokens = 256
@@ -155,6 +180,9 @@ func (s *Session) generate(ctx context.Context, prompt []int, opts GenerateOptio
 	if opts.Speculate > 0 && opts.Mode == FullRecompute {
 		return fmt.Errorf("k3: Generate: %w: Speculate needs incremental mode", ErrBadOptions)
 	}
+	if opts.TopLogprobs < 0 || opts.TopLogprobs > MaxTopLogprobs {
+		return fmt.Errorf("k3: Generate: %w: TopLogprobs %d is outside [0, %d]", ErrBadOptions, opts.TopLogprobs, MaxTopLogprobs)
+	}
 	if s.m.opts.RAMBudget > 0 && opts.Speculate > s.m.opts.Speculate {
 		return fmt.Errorf("k3: Generate: %w: Speculate %d exceeds Options.Speculate %d, the drafts the RAM budget reserves room for", ErrBadOptions, opts.Speculate, s.m.opts.Speculate)
 	}
@@ -176,14 +204,17 @@ func (s *Session) generate(ctx context.Context, prompt []int, opts GenerateOptio
 	if tok != nil {
 		text = &textStream{dec: tok.NewStreamDecoder(), stops: opts.StopStrings}
 	}
-	// emit records one generated token and yields it; it reports whether
-	// generation goes on.
+	// emit records one generated token, picked from logits, and yields
+	// it; it reports whether generation goes on.
 	i := 0
-	emit := func(id int) bool {
+	emit := func(id int, logits []float32) bool {
 		smp.observe(id)
 		stopTok := slices.Contains(opts.StopTokens, id)
 		last := stopTok || i == maxTokens-1
 		t := Token{ID: id, Index: i}
+		if opts.Logprobs {
+			t.Logprob, t.TopLogprobs = logprobs(logits, id, opts.TopLogprobs)
+		}
 		stopped := false
 		if text != nil {
 			t.Text, stopped = text.add(id, stopTok, last)
@@ -221,7 +252,7 @@ func (s *Session) generate(ctx context.Context, prompt []int, opts GenerateOptio
 		if err != nil {
 			return err
 		}
-		if !emit(smp.pick(logits)) {
+		if !emit(smp.pick(logits), logits) {
 			return nil
 		}
 		feed = nil // the pending token is fed by Step

@@ -4,16 +4,27 @@ go 1.26.0
 
 require golang.org/x/sys v0.50.0
 
-// test-only: the official client proves that examples/server speaks the
+// imported by internal/server only (k3 serve's /metrics), so the library
+// stays lean.
+require github.com/prometheus/client_golang v1.25.0
+
+// test-only: the official client proves that internal/server speaks the
 // OpenAI API (tools, tool calls, streamed deltas) as real clients do.
 require github.com/openai/openai-go/v3 v3.98.0
 
 require (
+	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/coder/websocket v1.8.15 // indirect
+	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/prometheus/client_model v0.6.3 // indirect
+	github.com/prometheus/common v0.72.0 // indirect
+	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/tidwall/gjson v1.20.0 // indirect
 	github.com/tidwall/match v1.1.1 // indirect
 	github.com/tidwall/pretty v1.2.1 // indirect
 	github.com/tidwall/sjson v1.2.5 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
 )
 
 require github.com/dlclark/regexp2/v2 v2.13.0 // test-only: cross-checks the hand-written pre-tokenizer

@@ -176,3 +176,46 @@ func argmax(v []float32) int {
 	}
 	return best
 }
+
+// logprobs returns the log-probability of id under the softmax of logits
+// (unmodified: no penalty, temperature or truncation) and, when top > 0,
+// the top most likely tokens, most likely first and lower id first on ties.
+// It works in float64 so that the log-sum-exp of a large vocabulary stays
+// exact to float32.
+func logprobs(logits []float32, id, top int) (float32, []TokenLogprob) {
+	hi := logits[argmax(logits)]
+	var z float64
+	for _, v := range logits {
+		z += math.Exp(float64(v - hi))
+	}
+	logZ := float64(hi) + math.Log(z)
+	lp := float32(float64(logits[id]) - logZ)
+	if top <= 0 {
+		return lp, nil
+	}
+	top = min(top, len(logits))
+	// Keep the best top ids in order by insertion: a vocabulary-long scan
+	// where almost every value is rejected by the comparison with the last.
+	best := make([]TokenLogprob, 0, top)
+	for i, v := range logits {
+		n := len(best)
+		if n == top && !(v > best[n-1].Logprob) {
+			continue
+		}
+		if n < top {
+			best = append(best, TokenLogprob{})
+		} else {
+			n--
+		}
+		k := n
+		for k > 0 && v > best[k-1].Logprob {
+			best[k] = best[k-1]
+			k--
+		}
+		best[k] = TokenLogprob{ID: i, Logprob: v}
+	}
+	for k := range best {
+		best[k].Logprob = float32(float64(best[k].Logprob) - logZ)
+	}
+	return lp, best
+}

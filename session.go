@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"sync/atomic"
 
@@ -200,4 +201,30 @@ func (s *Session) keepFed(fed []int) {
 	s.tokens = append(s.tokens, fed...)
 	n := min(len(fed), len(s.pending))
 	s.pending = s.pending[:copy(s.pending, s.pending[n:])]
+}
+
+// Fork returns a new session holding a copy of this one's sequence and
+// state (pending tokens included), so that several continuations of one
+// prompt share its prefill: each fork then continues exactly, bit for
+// bit, as this session would. The fork takes its own place in the RAM
+// budget (ErrBudget when none is left) and must be closed. The state is
+// copied through a pipe, so the copy needs no buffer of the state's size.
+func (s *Session) Fork() (*Session, error) {
+	if s.broken {
+		return nil, fmt.Errorf("k3: Fork: session unusable after a failed step; call Reset")
+	}
+	f := s.m.NewSession()
+	if s.st == nil { // nothing fed yet: only pending tokens, if any
+		f.pending = append(f.pending, s.pending...)
+		return f, nil
+	}
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(s.st.Save(pw, s.tokens, s.pending)) }()
+	err := f.Load(pr, -1)
+	pr.CloseWithError(io.ErrClosedPipe) // stops the writer if Load gave up early
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("k3: Fork: %w", err)
+	}
+	return f, nil
 }

@@ -53,7 +53,7 @@ func (sp *speculator) adapt(accepted, n int) {
 // keeps the rows up to the last emitted token's predecessor, which is
 // pending afterwards, exactly as plain decoding leaves it. ran is false
 // when no pass ran (no draft); goOn is emit's verdict.
-func (s *Session) speculate(ctx context.Context, sp *speculator, smp *sampler, emit func(int) bool) (ran, goOn bool, err error) {
+func (s *Session) speculate(ctx context.Context, sp *speculator, smp *sampler, emit func(int, []float32) bool) (ran, goOn bool, err error) {
 	if sp.cooldown > 0 {
 		sp.cooldown--
 		return false, true, nil
@@ -108,9 +108,10 @@ func (s *Session) speculate(ctx context.Context, sp *speculator, smp *sampler, e
 	emitted, accepted := 0, 0
 	goOn = true
 	for j := 0; j < rows && goOn; j++ {
-		id := smp.pick(out[j*V : (j+1)*V])
+		row := out[j*V : (j+1)*V]
+		id := smp.pick(row)
 		emitted++
-		goOn = emit(id) // sets s.pending to id
+		goOn = emit(id, row) // sets s.pending to id
 		if j < len(draft) && id == draft[j] {
 			accepted++
 			continue

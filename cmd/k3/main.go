@@ -51,6 +51,8 @@ func init() {
 		{"synth", "write a synthetic checkpoint (tiny, medium, quickstart or custom)", runSynth},
 		{"bench", "measure prefill and decode speed against the roofline, or batches of sessions (--batch)", runBench},
 		{"plan", "project bytes and s/token per budget and batch size from the memory planner (reads no weights)", runPlan},
+		{"serve", "serve the model with the OpenAI API, /health, /metrics, /tokenize (llama-server and ollama style)", runServe},
+		{"bench-serve", "measure the server end to end: aggregate tokens/s of concurrent streaming clients on loopback", runBenchServe},
 		{"doctor", "check this machine: CPU, kernels, RAM, disk bandwidth, advice for a checkpoint", runDoctor},
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -20,7 +20,7 @@ import (
 // emit one through the script hook; rendering, parsing and the API are the
 // real ones), the tool's result goes back, and the model answers. Streamed,
 // the call arrives as OpenAI deltas that the client's accumulator puts
-// together; tool_choice, response_format and reasoning_effort reach the
+// together; tool_choice and reasoning_effort reach the
 // prompt as the release renders them.
 func TestOpenAIClientTools(t *testing.T) {
 	var mu sync.Mutex
@@ -123,11 +123,10 @@ func TestOpenAIClientTools(t *testing.T) {
 		t.Errorf("thinking off, yet the prompt thinks: %q", second)
 	}
 
-	// Streamed, with tool_choice, response_format and an effort.
+	// Streamed, with tool_choice and an effort.
 	params.Messages = params.Messages[:2]
 	params.MaxCompletionTokens = openai.Int(400)
 	params.ToolChoice = openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String("required")}
-	params.ResponseFormat = openai.ChatCompletionNewParamsResponseFormatUnion{OfJSONObject: &shared.ResponseFormatJSONObjectParam{}}
 	params.ReasoningEffort = shared.ReasoningEffortHigh
 	stream := client.Chat.Completions.NewStreaming(ctx, params)
 	var acc openai.ChatCompletionAccumulator
@@ -168,7 +167,6 @@ func TestOpenAIClientTools(t *testing.T) {
 	for _, want := range []string{
 		"`thinking_effort=high`",
 		"What is the weather in Paris?<|close|>message<|sep|><|end_of_msg|><|open|>message role=\"system\" type=\"tool-choice\"<|sep|>The system is invoked with `tool_choice=required`.",
-		"<|open|>message role=\"system\" type=\"response-format\"<|sep|>The system is invoked with `response_format=json_object`.",
 	} {
 		if !strings.Contains(third, want) {
 			t.Errorf("third prompt %q lacks %q", third, want)

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"bufio"
@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,7 +30,7 @@ func newTestServer(t *testing.T, parallel int, hook func(*Server)) (*Server, *ht
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close() })
-	s, err := NewServer(m, ServerOptions{Name: "k3-test", Parallel: parallel})
+	s, err := New(m, Options{Name: "k3-test", Sessions: parallel})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,6 +342,9 @@ func TestChat(t *testing.T) {
 	}
 }
 
+// goTypeName matches Go type names that must not reach a user.
+var goTypeName = regexp.MustCompile(`\b(u?int(8|16|32|64)|float(32|64))\b|\*[a-z]|\[\][a-z]|json\.|Go (value|struct)|\bstruct\b|\b(chat|server|k3|main)[.:]`)
+
 func TestErrors(t *testing.T) {
 	_, ts, _ := newTestServer(t, 0, nil)
 	big := `{"prompt":"` + strings.Repeat("a", 9<<20) + `"}`
@@ -356,14 +360,23 @@ func TestErrors(t *testing.T) {
 		{"POST", "/v1/completions", `{"prompt":""}`, 400, ""},
 		{"POST", "/v1/completions", `{"prompt":["a","b"]}`, 400, ""},
 		{"POST", "/v1/completions", `{"prompt":[1,2,99999]}`, 400, ""},
-		{"POST", "/v1/completions", `{"prompt":"x","n":2}`, 400, ""},
+		{"POST", "/v1/completions", `{"prompt":"x","n":5}`, 400, ""},
+		{"POST", "/v1/completions", `{"prompt":"x","n":0}`, 400, ""},
+		{"POST", "/v1/completions", `{"prompt":"x","frobnicate":1}`, 400, "unsupported_parameter"},
+		{"POST", "/v1/completions", `{"prompt":"x","logit_bias":{"5":10}}`, 400, "unsupported_parameter"},
+		{"POST", "/v1/completions", `{"prompt":"x","suffix":"y"}`, 400, "unsupported_parameter"},
+		{"POST", "/v1/completions", `{"prompt":"x","best_of":2}`, 400, "unsupported_parameter"},
+		{"POST", "/v1/completions", `[1,2]`, 400, ""},
+		{"POST", "/v1/completions", ``, 400, ""},
+		{"POST", "/v1/completions", `{"prompt":"` + strings.Repeat("a", 6<<20) + `"}`, 400, "context_length_exceeded"},
 		{"POST", "/v1/completions", `{"prompt":"x","temperature":3}`, 400, ""},
 		{"POST", "/v1/completions", `{"prompt":"x","top_p":0}`, 400, ""},
 		{"POST", "/v1/completions", `{"prompt":"x","max_tokens":0}`, 400, ""},
 		{"POST", "/v1/completions", `{"prompt":"x","max_tokens":100000}`, 400, "context_length_exceeded"},
 		{"POST", "/v1/completions", `{"prompt":"x","stop":["a","b","c","d","e"]}`, 400, ""},
 		{"POST", "/v1/completions", `{"prompt":"x","stop":""}`, 400, ""},
-		{"POST", "/v1/completions", `{"prompt":"x","logprobs":2}`, 400, ""},
+		{"POST", "/v1/completions", `{"prompt":"x","logprobs":21}`, 400, ""},
+		{"POST", "/v1/completions", `{"prompt":"x","logprobs":-1}`, 400, ""},
 		{"POST", "/v1/completions", `{"prompt":"x","presence_penalty":5}`, 400, ""},
 		{"POST", "/v1/completions", `{"prompt":"x","model":"gpt-4"}`, 404, "model_not_found"},
 		{"POST", "/v1/completions", big, 413, ""},
@@ -377,8 +390,19 @@ func TestErrors(t *testing.T) {
 		{"POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"thinking":{"type":"disabled"},"reasoning_effort":"low"}`, 400, ""},
 		{"POST", "/v1/chat/completions", `{"messages":[{"role":"assistant","tool_calls":[{"id":"a","type":"function","function":{"name":"f","arguments":"[1]"}}]}]}`, 400, ""},
 		{"POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":[{"type":"image_url"}]}]}`, 400, ""},
-		{"POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"logprobs":true}`, 400, ""},
-		{"POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"stream":true,"n":3}`, 400, ""},
+		{"POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"top_logprobs":3}`, 400, ""},
+		{"POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":21}`, 400, ""},
+		{"POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"stream":true,"n":7}`, 400, ""},
+		{"POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}}`, 400, "unsupported_parameter"},
+		{"POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"a","schema":{}}}}`, 400, "unsupported_parameter"},
+		{"POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"audio":{}}`, 400, "unsupported_parameter"},
+		{"POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"parallel_tool_calls":false}`, 400, "unsupported_parameter"},
+		{"POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":5}]}`, 400, ""},
+		{"POST", "/v1/chat/completions", `{"messages":"hi"}`, 400, ""},
+		{"POST", "/tokenize", `{"content":5}`, 400, ""},
+		{"POST", "/detokenize", `{"tokens":[-1]}`, 400, ""},
+		{"GET", "/v1/models/gpt-4", ``, 404, "model_not_found"},
+		{"GET", "/tokenize", ``, 405, ""},
 		{"GET", "/v1/completions", ``, 405, ""},
 		{"POST", "/v1/models", `{}`, 405, ""},
 		{"GET", "/v1/embeddings", ``, 404, "unknown_url"},
@@ -392,6 +416,9 @@ func TestErrors(t *testing.T) {
 		resp.Body.Close()
 		got := parse(t, b)
 		name := c.path + " " + c.body[:min(len(c.body), 60)]
+		if got.Error != nil && goTypeName.MatchString(got.Error.Message) {
+			t.Errorf("%s: the message %q names a Go type", name, got.Error.Message)
+		}
 		if resp.StatusCode != c.status || got.Error == nil || got.Error.Message == "" || got.Error.Type == "" || resp.Header.Get("Content-Type") != "application/json" {
 			t.Errorf("%s: %d %s, want %d and an error object", name, resp.StatusCode, b, c.status)
 			continue
@@ -411,7 +438,7 @@ func TestErrors(t *testing.T) {
 // plain server's.
 func TestSpeculatingServer(t *testing.T) {
 	_, plain, _ := newTestServer(t, 0, nil)
-	_, spec, m := newTestServer(t, 0, func(s *Server) { s.speculate = 4 })
+	_, spec, m := newTestServer(t, 0, func(s *Server) { s.opts.Speculate = 4 })
 	body := `{"prompt":"one two three one two three one two","max_tokens":24,"temperature":0}`
 	want, _, _ := complete(t, plain, "/v1/completions", body)
 	before := m.Stats()
@@ -471,7 +498,7 @@ func TestConcurrent(t *testing.T) {
 		}
 	}
 	if n := maxActive.Load(); n < 2 || n > 3 {
-		t.Errorf("at most %d generations ran at once, want 2 or 3 (Parallel 3)", n)
+		t.Errorf("at most %d generations ran at once, want 2 or 3 (Sessions 3)", n)
 	}
 	if srv.Active() != 0 {
 		t.Errorf("%d generations still active", srv.Active())

@@ -1,0 +1,187 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/k3go/k3"
+	"github.com/k3go/k3/internal/server"
+)
+
+const serveUsage = `--model DIR [--budget SIZE | --preset NAME] [--addr 127.0.0.1:8080] [--max-batch N] [--sessions N] [--queue N] [--api-key KEY] [--cors ORIGIN] [flags]
+
+Serves the model with the OpenAI API (GET /v1/models, /v1/models/{id};
+POST /v1/completions, /v1/chat/completions, with and without streaming),
+GET /health (503 while loading or draining), GET /metrics (Prometheus), and
+POST /tokenize, /detokenize (llama-server's shapes). Concurrent requests
+share passes over the weights. Beyond --sessions running sequences and
+--queue waiting requests, a request gets 429 with Retry-After.
+
+SIGTERM or SIGINT stops accepting connections, lets running requests
+finish within --shutdown-timeout, then cancels them, and exits 0.`
+
+// serveOpts are the parsed flags of k3 serve.
+type serveOpts struct {
+	mf              modelFlags
+	tokenizer       string
+	addr, name      string
+	maxBatch        int
+	sessions, queue int
+	apiKey, cors    string
+	logFormat       string
+	spec            int
+	shutdown        time.Duration
+	request         time.Duration
+	body            time.Duration
+	maxBody         string
+}
+
+func runServe(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("serve", serveUsage, stderr)
+	var o serveOpts
+	o.mf.register(fs)
+	fs.StringVar(&o.tokenizer, "tokenizer", "", "`directory` with tiktoken.model and tokenizer_config.json (default: the checkpoint directory)")
+	fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "listen `address` (host:port)")
+	fs.StringVar(&o.name, "name", "", "model id in the API (default: the checkpoint directory's name)")
+	fs.IntVar(&o.maxBatch, "max-batch", 0, "most token rows one pass over the weights carries, all sequences together (0 = the prefill chunk, 64)")
+	fs.IntVar(&o.sessions, "sessions", 4, "sequences that generate at once (a request with n choices runs n); the budget reserves state for each")
+	fs.IntVar(&o.queue, "queue", 0, "requests that wait beyond the running ones before 429 (0 = 4 × --sessions)")
+	fs.StringVar(&o.apiKey, "api-key", "", "require \"Authorization: Bearer `KEY`\" on every request but /health (default: none)")
+	fs.StringVar(&o.cors, "cors", "", "allow browser requests from `ORIGIN` (\"*\" for any; default: no CORS headers)")
+	fs.StringVar(&o.logFormat, "log-format", "text", "access log `format` on stderr: text or json")
+	fs.IntVar(&o.spec, "spec", 0, "speculative decoding: verify up to `N` drafted tokens per pass (0 = off); the text is exactly that of plain decoding")
+	fs.DurationVar(&o.shutdown, "shutdown-timeout", 30*time.Second, "on SIGTERM, how long running requests may take to finish before they are cancelled")
+	fs.DurationVar(&o.request, "request-timeout", 10*time.Minute, "most time one request may take, queueing included")
+	fs.DurationVar(&o.body, "body-timeout", 30*time.Second, "most time to read a request body once its turn comes")
+	fs.StringVar(&o.maxBody, "max-body", "8MiB", "largest request body, e.g. 8MiB")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	maxBody, err := parseSize(o.maxBody)
+	switch {
+	case err != nil:
+		return usagef("--max-body: %v", err)
+	case maxBody <= 0:
+		return usagef("--max-body must be positive")
+	case o.mf.dir == "":
+		return usagef("--model is required")
+	case o.sessions <= 0:
+		return usagef("--sessions must be positive")
+	case o.queue < 0:
+		return usagef("--queue must not be negative")
+	case o.maxBatch < 0:
+		return usagef("--max-batch must not be negative")
+	case o.spec < 0:
+		return usagef("--spec must not be negative")
+	case o.shutdown < 0 || o.request <= 0 || o.body <= 0:
+		return usagef("--shutdown-timeout must not be negative; --request-timeout and --body-timeout must be positive")
+	case o.logFormat != "text" && o.logFormat != "json":
+		return usagef("--log-format must be text or json")
+	}
+	if _, err := o.mf.budget.bytes(); err != nil {
+		return err
+	}
+	var log *slog.Logger
+	if o.logFormat == "json" {
+		log = slog.New(slog.NewJSONHandler(stderr, nil))
+	} else {
+		log = slog.New(slog.NewTextHandler(stderr, nil))
+	}
+	if o.name == "" {
+		o.name = filepath.Base(filepath.Clean(o.mf.dir))
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ln, err := net.Listen("tcp", o.addr)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", o.addr, err)
+	}
+	// The listener is up while the model loads: /health says 503 until
+	// the real handler takes over.
+	var h atomic.Pointer[http.Handler]
+	loading := server.Loading()
+	h.Store(&loading)
+	base, cancelAll := context.WithCancelCause(context.Background())
+	defer cancelAll(nil)
+	hs := &http.Server{
+		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*h.Load()).ServeHTTP(w, r) }),
+		BaseContext:       func(net.Listener) context.Context { return base },
+		ReadHeaderTimeout: 10 * time.Second,
+		// A backstop for the whole request read; the server sets a tighter
+		// deadline (--body-timeout) when it reads a body.
+		ReadTimeout: o.body + 30*time.Second,
+		IdleTimeout: 2 * time.Minute,
+		ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	log.Info("listening", "addr", ln.Addr().String(), "model", o.mf.dir)
+
+	m, err := o.mf.openWith(ctx, func(k *k3.Options) {
+		k.Sessions, k.MaxBatch, k.Speculate, k.TokenizerDir = o.sessions, o.maxBatch, o.spec, o.tokenizer
+	})
+	if err != nil {
+		hs.Close()
+		if ctx.Err() != nil {
+			log.Info("stopped while loading")
+			return nil
+		}
+		return err
+	}
+	defer m.Close()
+	if m.Tokenizer() == nil {
+		hs.Close()
+		return usagef("%s has no tokenizer; give --tokenizer DIR", o.mf.dir)
+	}
+	srv, err := server.New(m, server.Options{Name: o.name, MaxContext: o.mf.maxContext, Sessions: o.sessions, Queue: o.queue,
+		MaxBodyBytes: maxBody, BodyTimeout: o.body, RequestTimeout: o.request, APIKey: o.apiKey, CORSOrigin: o.cors,
+		Speculate: o.spec, Logger: log})
+	if err != nil {
+		hs.Close()
+		return err
+	}
+	ready := srv.Handler()
+	h.Store(&ready)
+	fmt.Fprintf(stdout, "serving %s on http://%s/v1\n", o.name, ln.Addr())
+	if f, ok := stdout.(*os.File); ok {
+		f.Sync()
+	}
+
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	stop() // a second signal kills the process the default way
+	log.Info("shutting down", "timeout", o.shutdown.String())
+	srv.Drain()
+	sctx, cancel := context.WithTimeout(context.Background(), o.shutdown)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		if !errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+		// Time is up: cancel what still runs, and give the handlers a
+		// moment to write their last event.
+		log.Warn("shutdown timeout: cancelling the requests still running", "active", srv.Active())
+		cancelAll(server.ErrShutdown)
+		c2, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel2()
+		hs.Shutdown(c2)
+		hs.Close()
+	}
+	log.Info("stopped")
+	return nil
+}

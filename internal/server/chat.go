@@ -1,0 +1,428 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/k3go/k3"
+	"github.com/k3go/k3/chat"
+)
+
+// chatRequest is a POST /v1/chat/completions body.
+type chatRequest struct {
+	params
+	Messages            []json.RawMessage    `json:"messages"`
+	MaxTokens           *int                 `json:"max_tokens"`
+	MaxCompletionTokens *int                 `json:"max_completion_tokens"`
+	Logprobs            bool                 `json:"logprobs"`
+	TopLogprobs         *int                 `json:"top_logprobs"`
+	ParallelToolCalls   *bool                `json:"parallel_tool_calls"`
+	Tools               json.RawMessage      `json:"tools"`
+	ToolChoice          json.RawMessage      `json:"tool_choice"`
+	ResponseFormat      *chat.ResponseFormat `json:"response_format"`
+	ReasoningEffort     string               `json:"reasoning_effort"`
+	Thinking            *struct {
+		Type string `json:"type"`
+	} `json:"thinking"`
+}
+
+type chatDelta struct {
+	Role             string     `json:"role,omitempty"`
+	Content          *string    `json:"content,omitempty"`
+	ReasoningContent *string    `json:"reasoning_content,omitempty"`
+	ToolCalls        []toolCall `json:"tool_calls,omitempty"`
+}
+
+// chatMessage is a reply: its content is null when the reply only calls
+// tools.
+type chatMessage struct {
+	Role             string     `json:"role"`
+	Content          *string    `json:"content"`
+	ReasoningContent *string    `json:"reasoning_content,omitempty"`
+	ToolCalls        []toolCall `json:"tool_calls,omitempty"`
+}
+
+type toolCall struct {
+	Index    *int              `json:"index,omitempty"` // in stream deltas
+	ID       string            `json:"id"`
+	Type     string            `json:"type"`
+	Function chat.FunctionCall `json:"function"`
+}
+
+type chatChoice struct {
+	Index        int          `json:"index"`
+	Message      *chatMessage `json:"message,omitempty"`
+	Delta        *chatDelta   `json:"delta,omitempty"`
+	Logprobs     any          `json:"logprobs"`
+	FinishReason *string      `json:"finish_reason"`
+}
+
+type chatResponse struct {
+	ID      string       `json:"id"`
+	Object  string       `json:"object"`
+	Created int64        `json:"created"`
+	Model   string       `json:"model"`
+	Choices []chatChoice `json:"choices"`
+	Usage   *usage       `json:"usage,omitempty"`
+}
+
+// chatMessages reads the messages: roles system (or developer), user,
+// assistant (with reasoning_content and tool_calls) and tool; content a
+// string or text parts.
+func chatMessages(raw []json.RawMessage) ([]chat.Message, *apiError) {
+	if len(raw) == 0 {
+		return nil, badRequest("messages", "", "messages must not be empty")
+	}
+	msgs := make([]chat.Message, len(raw))
+	for i, r := range raw {
+		var m chat.Message
+		if err := json.Unmarshal(r, &m); err != nil {
+			return nil, badRequest(fmt.Sprintf("messages[%d]", i), "", "messages[%d] is not a valid message: %s", i, jsonMessage(err))
+		}
+		switch m.Role {
+		case "developer":
+			m.Role = chat.RoleSystem
+		case chat.RoleSystem, chat.RoleUser, chat.RoleAssistant:
+		case chat.RoleTool:
+			if m.Tool == "" && m.Name != "" { // the legacy name of the function
+				m.Tool, m.Name = m.Name, ""
+			}
+		default:
+			return nil, badRequest(fmt.Sprintf("messages[%d].role", i), "", "role %q is not supported (system, developer, user, assistant, tool)", m.Role)
+		}
+		for _, p := range m.Parts {
+			if p.Type != "text" {
+				return nil, badRequest(fmt.Sprintf("messages[%d].content", i), "", "content parts of type %q are not supported", p.Type)
+			}
+		}
+		msgs[i] = m
+	}
+	return msgs, nil
+}
+
+// chatOptions turns the request's tools, tool_choice, response_format,
+// reasoning_effort and thinking into rendering options, with the defaults
+// of the release's apply_chat_template (thinking on, effort max).
+func chatOptions(req *chatRequest) (chat.Options, *apiError) {
+	var o chat.Options
+	if t := bytes.TrimSpace(req.Tools); len(t) > 0 && string(t) != "null" {
+		if t[0] != '[' {
+			return o, badRequest("tools", "", "tools must be an array")
+		}
+		o.Tools = req.Tools
+	}
+	tc, err := chat.ParseToolChoice(req.ToolChoice)
+	if err != nil {
+		return o, badRequest("tool_choice", "", "tool_choice must be \"auto\", \"none\", \"required\" or a function")
+	}
+	switch tc {
+	case "", chat.ToolChoiceAuto, chat.ToolChoiceNone, chat.ToolChoiceRequired:
+	default:
+		return o, badRequest("tool_choice", "", "tool_choice %q is not supported (auto, none, required)", tc)
+	}
+	o.ToolChoice = tc
+	if rf := req.ResponseFormat; rf != nil && rf.Type != "text" {
+		// The server cannot honour a JSON format: it does not constrain
+		// decoding, so the reply could be anything. It refuses rather than
+		// answer with text that may not parse.
+		return o, unsupported("response_format", "response_format %q is not supported: this server does not constrain its output to JSON (only \"text\"); ask for JSON in the messages instead", rf.Type)
+	}
+	if req.ParallelToolCalls != nil && !*req.ParallelToolCalls {
+		return o, unsupported("parallel_tool_calls", "parallel_tool_calls false is not supported: the model may call several tools in one reply")
+	}
+	if req.Thinking != nil {
+		switch req.Thinking.Type {
+		case "enabled":
+		case "disabled":
+			o.NoThinking = true
+		default:
+			return o, badRequest("thinking.type", "", "thinking.type must be \"enabled\" or \"disabled\"")
+		}
+	}
+	switch req.ReasoningEffort {
+	case "":
+	case chat.EffortLow, chat.EffortHigh, chat.EffortMax:
+		if o.NoThinking {
+			return o, badRequest("reasoning_effort", "", "reasoning_effort needs thinking (thinking is disabled)")
+		}
+		o.ThinkingEffort = req.ReasoningEffort
+	default:
+		return o, badRequest("reasoning_effort", "", "reasoning_effort %q is not supported (low, high, max)", req.ReasoningEffort)
+	}
+	return o.WithDefaults(), nil
+}
+
+// chatPrompt renders the messages in Kimi K3's chat format, as the
+// release's apply_chat_template does. Contents are plain text:
+// "<|end_of_msg|>" in a message is not a control token.
+func (s *Server) chatPrompt(msgs []chat.Message, o chat.Options) ([]int, *apiError) {
+	segs, err := chat.Render(msgs, o)
+	if err != nil {
+		if errors.Is(err, chat.ErrFormat) {
+			return nil, badRequest("messages", "", "%s", strings.TrimPrefix(err.Error(), "chat: "))
+		}
+		return nil, s.serverError(err)
+	}
+	size := 0
+	for _, sg := range segs {
+		size += len(sg.Text)
+	}
+	if size > s.opts.MaxContext*s.maxTokenBytes {
+		return nil, badRequest("messages", "context_length_exceeded", "the messages (%d bytes) are longer than the context of %d tokens can hold", size, s.opts.MaxContext)
+	}
+	ids, err := chat.Encode(s.tok, segs)
+	if err != nil {
+		return nil, s.serverError(err)
+	}
+	return ids, nil
+}
+
+// jsonMessage describes a JSON decoding error without Go type names.
+func jsonMessage(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		if te.Field != "" {
+			return fmt.Sprintf("%s must be %s", te.Field, jsonKind(te.Type))
+		}
+		return "it must be " + jsonKind(te.Type)
+	}
+	return strings.TrimPrefix(err.Error(), "chat: ")
+}
+
+// chatLogprob is one token's entry in a chat choice's logprobs.content.
+type chatLogprob struct {
+	Token       string       `json:"token"`
+	Logprob     float32      `json:"logprob"`
+	Bytes       []int        `json:"bytes"`
+	TopLogprobs []chatTopOne `json:"top_logprobs"`
+}
+
+type chatTopOne struct {
+	Token   string  `json:"token"`
+	Logprob float32 `json:"logprob"`
+	Bytes   []int   `json:"bytes"`
+}
+
+type chatLogprobs struct {
+	Content []chatLogprob `json:"content"`
+	Refusal []chatLogprob `json:"refusal"`
+}
+
+func (s *Server) chatLogprobOf(t k3.Token) chatLogprob {
+	text, b := s.tokenText(t.ID)
+	e := chatLogprob{Token: text, Logprob: t.Logprob, Bytes: b, TopLogprobs: make([]chatTopOne, 0, len(t.TopLogprobs))}
+	for _, a := range t.TopLogprobs {
+		at, ab := s.tokenText(a.ID)
+		e.TopLogprobs = append(e.TopLogprobs, chatTopOne{Token: at, Logprob: a.Logprob, Bytes: ab})
+	}
+	return e
+}
+
+func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
+	s.admitted(w, r, func(r *http.Request) func(context.Context) {
+		var req chatRequest
+		if e := s.decode(w, r, &req); e != nil {
+			writeAPIError(w, e)
+			return nil
+		}
+		if req.TopLogprobs != nil {
+			switch {
+			case *req.TopLogprobs < 0 || *req.TopLogprobs > k3.MaxTopLogprobs:
+				writeAPIError(w, badRequest("top_logprobs", "", "top_logprobs must be between 0 and %d", k3.MaxTopLogprobs))
+				return nil
+			case !req.Logprobs:
+				writeAPIError(w, badRequest("top_logprobs", "", "top_logprobs needs logprobs: true"))
+				return nil
+			}
+		}
+		msgs, e := chatMessages(req.Messages)
+		if e != nil {
+			writeAPIError(w, e)
+			return nil
+		}
+		copts, e := chatOptions(&req)
+		if e != nil {
+			writeAPIError(w, e)
+			return nil
+		}
+		prompt, e := s.chatPrompt(msgs, copts)
+		if e != nil {
+			writeAPIError(w, e)
+			return nil
+		}
+		maxTokens := req.MaxCompletionTokens
+		if maxTokens == nil {
+			maxTokens = req.MaxTokens
+		}
+		opts, n, e := s.options(&req.params, len(prompt), maxTokens, math.MaxInt)
+		if e != nil {
+			writeAPIError(w, e)
+			return nil
+		}
+		if !req.IgnoreEOS {
+			opts.StopTokens = slices.Clone(s.chatStop)
+		}
+		if req.Logprobs {
+			opts.Logprobs = true
+			if req.TopLogprobs != nil {
+				opts.TopLogprobs = *req.TopLogprobs
+			}
+		}
+		req.Messages, req.Tools = nil, nil // the body's memory goes before the request waits
+		return func(ctx context.Context) { s.chat(ctx, w, &req, copts, prompt, n, opts) }
+	})
+}
+
+func (s *Server) chat(ctx context.Context, w http.ResponseWriter, req *chatRequest, copts chat.Options, prompt []int, n int, opts k3.GenerateOptions) {
+	parsers := make([]*chat.Parser, n)
+	for i := range parsers {
+		p, err := chat.NewParser(s.tok, copts.Thinking())
+		if err != nil {
+			writeAPIError(w, s.serverError(err))
+			return
+		}
+		parsers[i] = p
+	}
+	callID := newID("call_")
+	calls := func(i int, cs []chat.ToolCall, stream bool) []toolCall {
+		var out []toolCall
+		for _, c := range cs {
+			k := len(out)
+			tc := toolCall{ID: fmt.Sprintf("%s_%d_%d", callID, i, k), Type: "function", Function: c.Function}
+			if stream {
+				tc.Index = &k
+			}
+			out = append(out, tc)
+		}
+		return out
+	}
+	finish := func(i int, q *seqResult) *string {
+		f := q.finish
+		if len(parsers[i].Message().ToolCalls) > 0 {
+			f = "tool_calls"
+		}
+		return &f
+	}
+	lps := make([]*chatLogprobs, n)
+	if opts.Logprobs {
+		for i := range lps {
+			lps[i] = &chatLogprobs{Content: []chatLogprob{}}
+		}
+	}
+	resp := chatResponse{ID: newID("chatcmpl-"), Created: time.Now().Unix(), Model: s.opts.Name}
+	if !req.Stream {
+		res, err := s.generate(ctx, prompt, n, opts, func(i int, t k3.Token) error {
+			parsers[i].Write(t.ID)
+			if opts.Logprobs && !isStop(&opts, t.ID) {
+				lps[i].Content = append(lps[i].Content, s.chatLogprobOf(t))
+			}
+			return nil
+		})
+		if err != nil {
+			writeAPIError(w, s.serverError(err))
+			return
+		}
+		resp.Object = "chat.completion"
+		for i, q := range res.seqs {
+			p := parsers[i]
+			p.Finish()
+			m := p.Message()
+			msg := &chatMessage{Role: "assistant", ToolCalls: calls(i, m.ToolCalls, false)}
+			if m.Content != "" || len(m.ToolCalls) == 0 {
+				msg.Content = &m.Content
+			}
+			if m.ReasoningContent != "" {
+				msg.ReasoningContent = &m.ReasoningContent
+			}
+			c := chatChoice{Index: i, Message: msg, FinishReason: finish(i, q)}
+			if lps[i] != nil {
+				c.Logprobs = lps[i]
+			}
+			resp.Choices = append(resp.Choices, c)
+		}
+		resp.Usage = res.usage()
+		writeJSON(w, http.StatusOK, resp)
+		return
+	}
+	resp.Object = "chat.completion.chunk"
+	stream := startSSE(w)
+	chunk := func(i int, d chatDelta, lp *chatLogprobs, finish *string) error {
+		c := chatChoice{Index: i, Delta: &d, FinishReason: finish}
+		if lp != nil {
+			c.Logprobs = lp
+		}
+		resp.Choices = []chatChoice{c}
+		return stream.send(resp)
+	}
+	empty := ""
+	for i := range n {
+		if chunk(i, chatDelta{Role: "assistant", Content: &empty}, nil, nil) != nil {
+			return
+		}
+	}
+	ncalls := make([]int, n)
+	// held are logprobs of tokens whose text the parser has not released
+	// yet: they go with the next chunk of that choice.
+	held := make([][]chatLogprob, n)
+	send := func(i int, d chat.Delta) error {
+		var cd chatDelta
+		if d.Reasoning != "" {
+			cd.ReasoningContent = &d.Reasoning
+		}
+		if d.Content != "" {
+			cd.Content = &d.Content
+		}
+		if d.ToolCall != nil {
+			k := ncalls[i]
+			ncalls[i]++
+			cd.ToolCalls = []toolCall{{Index: &k, ID: fmt.Sprintf("%s_%d_%d", callID, i, k), Type: "function", Function: d.ToolCall.Function}}
+		}
+		if cd.ReasoningContent == nil && cd.Content == nil && cd.ToolCalls == nil {
+			return nil
+		}
+		var lp *chatLogprobs
+		if len(held[i]) > 0 {
+			lp = &chatLogprobs{Content: held[i]}
+			held[i] = nil
+		}
+		return chunk(i, cd, lp, nil)
+	}
+	res, err := s.generate(ctx, prompt, n, opts, func(i int, t k3.Token) error {
+		if opts.Logprobs && !isStop(&opts, t.ID) {
+			held[i] = append(held[i], s.chatLogprobOf(t))
+		}
+		return send(i, parsers[i].Write(t.ID))
+	})
+	if err != nil {
+		if context.Cause(ctx) != context.Canceled {
+			stream.fail(s.serverError(err))
+		}
+		return
+	}
+	for i, q := range res.seqs {
+		if send(i, parsers[i].Finish()) != nil {
+			return
+		}
+		var lp *chatLogprobs
+		if len(held[i]) > 0 {
+			lp = &chatLogprobs{Content: held[i]}
+		}
+		if chunk(i, chatDelta{}, lp, finish(i, q)) != nil {
+			return
+		}
+	}
+	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
+		resp.Choices = []chatChoice{}
+		resp.Usage = res.usage()
+		stream.send(resp)
+	}
+	stream.done()
+}
