@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/k3go/k3/internal/server"
 	"io"
 	"net/http"
 	"os"
@@ -37,19 +38,17 @@ type batchHandlerOptions struct {
 	RequestTimeout time.Duration
 }
 
-// newBatchHandler builds the OpenAI-compatible handler that k3 batch sends
-// its requests to, in process. It is the one seam between the batch runner
-// and the API server: nil until internal/server is wired here, as
-//
-//	newBatchHandler = func(m *k3.Model, o batchHandlerOptions) (http.Handler, error) {
-//		s, err := server.New(m, server.Options{Name: o.Name, MaxContext: o.MaxContext, Sessions: o.Parallel,
-//			Queue: o.Queue, RequestTimeout: o.RequestTimeout})
-//		if err != nil {
-//			return nil, err
-//		}
-//		return s.Handler(), nil
-//	}
-var newBatchHandler func(m *k3.Model, o batchHandlerOptions) (http.Handler, error)
+// newBatchHandler builds the OpenAI-compatible handler k3 batch sends its
+// requests to, in process: the same internal/server that k3 serve runs, so a
+// batch result's body is exactly what the server would have answered.
+func newBatchHandler(m *k3.Model, o batchHandlerOptions) (http.Handler, error) {
+	s, err := server.New(m, server.Options{Name: o.Name, MaxContext: o.MaxContext, Sessions: o.Parallel,
+		Queue: o.Queue, RequestTimeout: o.RequestTimeout})
+	if err != nil {
+		return nil, err
+	}
+	return s.Handler(), nil
+}
 
 // batchConfig is a parsed k3 batch command line.
 type batchConfig struct {
@@ -105,9 +104,6 @@ func runBatch(args []string, stdout, stderr io.Writer) error {
 	c, err := parseBatch(args, stderr)
 	if err != nil {
 		return err
-	}
-	if newBatchHandler == nil {
-		return errors.New("this build has no API server to send the requests to (internal/server is not wired into k3 batch yet)")
 	}
 	// SIGTERM too: it is how Kubernetes stops a pod. Requests in flight
 	// are dropped and sent again by the rerun.

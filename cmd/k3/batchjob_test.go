@@ -1,60 +1,17 @@
 package main
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/k3go/k3"
 	"github.com/k3go/k3/internal/testmodel"
 )
-
-// standInHandler answers POST /v1/completions with token-id prompts,
-// greedy, in OpenAI's shape, for TestBatchQuickstart while k3 batch has no
-// server wired in (newBatchHandler is nil). It is a test double, not the
-// server: once internal/server is wired, the test runs against that.
-func standInHandler(m *k3.Model, o batchHandlerOptions) (http.Handler, error) {
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) {
-		var req struct {
-			Prompt    []int `json:"prompt"`
-			MaxTokens int   `json:"max_tokens"`
-		}
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || len(req.Prompt) == 0 || req.MaxTokens < 1 {
-			w.WriteHeader(http.StatusBadRequest)
-			fmt.Fprintf(w, `{"error":{"message":"want a prompt of ids and max_tokens","type":"invalid_request_error"}}`)
-			return
-		}
-		var text strings.Builder
-		n := 0
-		for tok, err := range m.Generate(r.Context(), req.Prompt, k3.GenerateOptions{MaxTokens: req.MaxTokens}) {
-			if err != nil {
-				w.WriteHeader(http.StatusInternalServerError)
-				fmt.Fprintf(w, `{"error":{"message":%q,"type":"server_error"}}`, err.Error())
-				return
-			}
-			text.WriteString(tok.Text)
-			n++
-		}
-		id := make([]byte, 8)
-		rand.Read(id)
-		json.NewEncoder(w).Encode(map[string]any{
-			"id": "cmpl-" + hex.EncodeToString(id), "object": "text_completion", "created": time.Now().Unix(), "model": o.Name,
-			"choices": []any{map[string]any{"text": text.String(), "index": 0, "logprobs": nil, "finish_reason": "length"}},
-			"usage":   map[string]int{"prompt_tokens": len(req.Prompt), "completion_tokens": n, "total_tokens": len(req.Prompt) + n},
-		})
-	})
-	return mux, nil
-}
 
 // batchResults reads a k3 batch output into comparable lines: sorted, with
 // the response body's "id" and "created" removed (a server sets those per
@@ -93,10 +50,6 @@ func batchResults(t *testing.T, paths ...string) []string {
 // request answered once; the shards together and a run resumed from a
 // killed one's output (whole lines and a torn one) equal the plain run.
 func TestBatchQuickstart(t *testing.T) {
-	if newBatchHandler == nil {
-		newBatchHandler = standInHandler
-		t.Cleanup(func() { newBatchHandler = nil })
-	}
 	dir := testmodel.Dir(t)
 	tmp := t.TempDir()
 	var in strings.Builder
@@ -190,10 +143,6 @@ func TestBatchUsage(t *testing.T) {
 	input := filepath.Join(tmp, "in.jsonl")
 	os.WriteFile(input, []byte(`{"custom_id":"a","method":"POST","url":"/v1/completions","body":{}}`+"\n"+
 		`{"custom_id":"a","method":"POST","url":"/v1/completions","body":{}}`+"\n"), 0o644)
-	if newBatchHandler == nil {
-		newBatchHandler = standInHandler
-		t.Cleanup(func() { newBatchHandler = nil })
-	}
 	out := filepath.Join(tmp, "out.jsonl")
 	for _, c := range []struct {
 		args []string
