@@ -259,9 +259,18 @@ func TestPeakRSSWithinBudget(t *testing.T) {
 	}
 	total := in.Sizes.TrunkBuffers + in.Sizes.Experts*in.Sizes.ExpertBytes + in.Sizes.LMHead + in.Sizes.Embed
 	floor := doctorFloor(t, dir)
-	m := runMeasured(t, "generate", "--model", dir, "--budget", strconv.FormatInt(floor-1, 10), "--ids", "1,2,3")
-	if m.exitCode != 5 || !strings.Contains(m.stderr, "the floor needs "+model.Human(floor)) {
-		t.Errorf("a budget one byte under doctor's floor %s: exit %d (want 5, ErrBudget) with the same floor:\n%s", model.Human(floor), m.exitCode, m.stderr)
+	// One byte under doctor's floor is refused by every command with that
+	// same floor.
+	under := strconv.FormatInt(floor-1, 10)
+	for _, args := range [][]string{
+		{"generate", "--model", dir, "--budget", under, "--ids", "1,2,3"},
+		{"bench", "--model", dir, "--budget", under, "--tokens", "1", "--probe", "0"},
+		{"run", "--model", dir, "--budget", under, "--prompt", "x"},
+	} {
+		m := runMeasured(t, args...)
+		if m.exitCode != 5 || !strings.Contains(m.stderr, "the floor needs "+model.Human(floor)) {
+			t.Errorf("k3 %s one byte under doctor's floor %s: exit %d (want 5, ErrBudget) with the same floor:\n%s", args[0], model.Human(floor), m.exitCode, m.stderr)
+		}
 	}
 	for _, budget := range []int64{floor, floor + (total-floor)/4} {
 		if budget >= total {
