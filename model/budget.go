@@ -40,7 +40,8 @@ type BudgetRequest struct {
 	// Executable is what the running program's own file and zero-filled
 	// data can make resident (rss.ExecutableBytes).
 	Executable int64
-	// Tokenizer is the heap the tokenizer's tables take (TokenizerBytes).
+	// Tokenizer is the heap the tokenizer's tables take (k3 estimates it
+	// from the size of the tokenizer's files).
 	Tokenizer int64
 }
 
@@ -175,10 +176,10 @@ const (
 	// (measured: 4.5 MB for a small program), the command's and the
 	// engine's small allocations, the vDSO.
 	runtimeFixed = 8 << 20
-	// perThread is what one thread may hold: a goroutine stack grown by a
-	// kernel (8-32 KB measured), an OS thread's system and signal stacks
-	// (16 and 32 KB). At least minThreads are counted, so that the floor
-	// is the same at every thread count up to it.
+	// perThread is what one thread may hold: a worker's goroutine stack
+	// (8 KB, grown by the frames of a kernel), an OS thread's system and
+	// signal stacks (16 and 32 KB). At least minThreads are counted, so
+	// that the floor is the same at every thread count up to it.
 	perThread  = 128 << 10
 	minThreads = 32
 	// gcHeadroom is the room the garbage collector needs above the live
