@@ -33,6 +33,10 @@ type engine struct {
 	mu   sync.Mutex
 	bufs []*iox.Buffer
 
+	// limit is this engine's claim on the Go runtime's memory limit
+	// (nil without a budget).
+	limit *limitClaim
+
 	pathChecked atomic.Int64          // unix nanoseconds of the last path check
 	filesErr    atomic.Pointer[error] // the first change found in the files
 
@@ -41,8 +45,8 @@ type engine struct {
 	loadBusy  time.Duration
 }
 
-func newEngine(ctx context.Context, ck *iox.Checkpoint, plan *model.Plan, opts Options, log *slog.Logger) (_ *engine, err error) {
-	e := &engine{ck: ck}
+func newEngine(ctx context.Context, ck *iox.Checkpoint, plan *model.Plan, opts Options, limit *limitClaim, log *slog.Logger) (_ *engine, err error) {
+	e := &engine{ck: ck, limit: limit}
 	defer func() {
 		if err != nil {
 			e.close()
@@ -68,10 +72,12 @@ func newEngine(ctx context.Context, ck *iox.Checkpoint, plan *model.Plan, opts O
 	if e.reader, err = iox.NewReader(iox.ReaderOptions{QueueDepth: opts.IOQueueDepth}); err != nil {
 		return nil, fmt.Errorf("k3: %w", err)
 	}
-	req := model.BudgetRequest{Budget: opts.RAMBudget, Sessions: opts.Sessions, MaxContext: opts.MaxContext, Chunk: opts.PrefillChunk, MaxBatch: opts.MaxBatch, Speculate: opts.Speculate}
-	if e.mem, err = plan.PlanMemory(req); err != nil {
+	if e.mem, err = plan.PlanMemory(budgetRequest(ck.Dir, opts)); err != nil {
 		return nil, fmt.Errorf("k3: %w", err)
 	}
+	// From here on the Go heap (and its garbage) must fit beside the
+	// off-heap buffers about to be allocated.
+	e.limit.set(e.mem.HeapLimit())
 	log.Info("k3: memory plan", "plan", e.mem.String())
 	e.pool = par.New(opts.Threads)
 	mo := model.Options{Chunk: opts.PrefillChunk, Pool: e.pool, Alloc: e.alloc}
@@ -190,7 +196,9 @@ func (e *engine) read(ctx context.Context, x model.Extent, buf []byte) error {
 // kernel allows, pre-faulted so that direct reads run at full speed and the
 // memory shows in RSS at once.
 func (e *engine) alloc(n int64) ([]byte, error) {
-	b, err := iox.AllocAligned(int(n), iox.BufferOptions{HugePages: true, Populate: true})
+	// Huge pages only where their 2 MiB rounding is small; the plan counts
+	// it (model.BufferBytes).
+	b, err := iox.AllocAligned(int(n), iox.BufferOptions{HugePages: n >= model.HugeBufferMin, Populate: true})
 	if err != nil {
 		return nil, fmt.Errorf("allocating %d bytes: %w", n, err)
 	}
@@ -222,6 +230,7 @@ func (e *engine) close() error {
 	if e.pool != nil {
 		e.pool.Close()
 	}
+	e.limit.release()
 	errs = append(errs, e.ck.Close())
 	return errors.Join(errs...)
 }

@@ -28,8 +28,11 @@ type Inspection struct {
 	req  model.BudgetRequest
 }
 
-// Inspect reads a checkpoint's config and headers and plans its memory.
-// Only opts.MaxContext, Sessions, PrefillChunk and MaxBatch matter.
+// Inspect reads a checkpoint's config and headers and plans its memory
+// exactly as Open would with the same options (RAMBudget is ignored), so
+// FloorBytes is the smallest budget Open accepts. The plan counts the
+// whole process: the executable that calls Inspect, the Go runtime, the
+// tokenizer, the index, as Open does.
 func Inspect(dir string, opts Options) (*Inspection, error) {
 	raw, err := os.ReadFile(filepath.Join(dir, "config.json"))
 	if err != nil {
@@ -48,10 +51,8 @@ func Inspect(dir string, opts Options) (*Inspection, error) {
 	if err != nil {
 		return nil, fmt.Errorf("k3: %w", checkpointErr(err))
 	}
-	if opts.MaxContext == 0 {
-		opts.MaxContext = defaultMaxContext
-	}
-	req := model.BudgetRequest{Sessions: opts.Sessions, MaxContext: opts.MaxContext, Chunk: opts.PrefillChunk, MaxBatch: opts.MaxBatch}
+	req := budgetRequest(dir, opts)
+	req.Budget = 0
 	in := &Inspection{Config: *cfg, Tensors: ck.Len(), Sizes: plan.Sizes(), plan: plan, req: req}
 	in.FloorBytes = plan.FloorBudget(req)
 	in.FullBytes = plan.FullBudget(req)

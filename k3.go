@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/k3go/k3/internal/rss"
 	"github.com/k3go/k3/iox"
 	"github.com/k3go/k3/model"
 	"github.com/k3go/k3/tokenizer"
@@ -20,9 +21,13 @@ type Config = model.Config
 // Options configure Open. The zero value is valid: everything resident,
 // GOMAXPROCS threads, a 4096-position context per session.
 type Options struct {
-	// RAMBudget is a hard limit in bytes on the memory the engine uses for
-	// weights, caches, state and buffers. Zero means no limit: every
-	// weight is read into memory at Open.
+	// RAMBudget is a hard limit in bytes on the peak resident set of the
+	// process: weights, caches, state and buffers, the Go heap with its
+	// garbage and the runtime, the tokenizer, the executable's own pages.
+	// Open sets the Go runtime's memory limit (runtime/debug) to the
+	// heap's share of it until Close. Memory the rest of the program holds
+	// counts against it too; the plan leaves a few MB for that. Zero means
+	// no limit: every weight is read into memory at Open.
 	RAMBudget int64
 	// Threads is the number of goroutines the kernels use; zero means
 	// GOMAXPROCS.
@@ -148,6 +153,13 @@ func OpenContext(ctx context.Context, dir string, opts Options) (*Model, error) 
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	limit := openMemoryLimit(opts)
+	opened := false
+	defer func() {
+		if !opened {
+			limit.release()
+		}
+	}()
 	cfgPath := filepath.Join(dir, "config.json")
 	raw, err := os.ReadFile(cfgPath)
 	if err != nil {
@@ -179,10 +191,11 @@ func OpenContext(ctx context.Context, dir string, opts Options) (*Model, error) 
 	if err != nil {
 		return nil, err
 	}
-	e, err := newEngine(ctx, ck, plan, opts, log)
+	e, err := newEngine(ctx, ck, plan, opts, limit, log)
 	if err != nil {
 		return nil, err
 	}
+	opened = true
 	log.Info("k3: model loaded", "dir", dir, "layers", cfg.Layers, "experts", cfg.Experts, "vocab", cfg.Vocab)
 	ok = true
 	mod := &Model{m: e.m, e: e, tok: tok, eos: eos, opts: opts, log: log}
@@ -195,6 +208,17 @@ func OpenContext(ctx context.Context, dir string, opts Options) (*Model, error) 
 	}
 	mod.b = newBatcher(e.m, e.mem.Rows, chunk)
 	return mod, nil
+}
+
+// openMemoryLimit claims, while Open reads the index and plans, the whole
+// budget less the executable for the Go runtime; the engine narrows the
+// claim to the plan's heap share before it allocates its buffers, and
+// releases it at Close. Without a budget it claims nothing.
+func openMemoryLimit(opts Options) *limitClaim {
+	if opts.RAMBudget <= 0 {
+		return nil
+	}
+	return claimMemoryLimit(opts.RAMBudget - rss.ExecutableBytes())
 }
 
 // loadTokenizer loads the tokenizer from dir (or the checkpoint directory).

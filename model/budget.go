@@ -29,6 +29,20 @@ type BudgetRequest struct {
 	// Speculate is the most drafted tokens per speculative pass; each
 	// session then holds a copy of its KDA state and a record of its rows.
 	Speculate int
+
+	// What the process holds besides the engine's own buffers, so that a
+	// budget bounds the peak resident set of the whole process:
+	//
+	// Threads is the number of kernel threads and IOQueueDepth
+	// the reads in flight (zero: 8); each may hold an OS thread and its
+	// stacks.
+	Threads, IOQueueDepth int
+	// Executable is what the running program's own file and zero-filled
+	// data can make resident (rss.ExecutableBytes).
+	Executable int64
+	// Tokenizer is the heap the tokenizer's tables take (k3 estimates it
+	// from the size of the tokenizer's files).
+	Tokenizer int64
 }
 
 // MemoryPlan says where every byte of the budget goes. The plan decides
@@ -38,12 +52,20 @@ type MemoryPlan struct {
 	Budget int64 // 0 = unlimited
 
 	// Fixed floor. State and KV are for Sessions sessions; Scratch is one
-	// pass of Rows rows.
+	// pass of Rows rows. Overhead is the sum of the process's costs
+	// outside the weights and state: Index (the checkpoint's tensor index
+	// and the plan), Tokenizer, SessionVocab (each session's logits and
+	// sampler buffers), Runtime (the Go runtime, thread stacks and the
+	// garbage collector's headroom) and Executable (the program's own
+	// pages).
 	LMHead, Embed, Vectors, State, KV, Scratch, Overhead int64
+	Index, Tokenizer, SessionVocab, Runtime, Executable  int64
 	EmbedResident                                        bool
 	Sessions, Rows                                       int
 
 	// Trunk: pinned parts stay resident; the rest stream through a ring.
+	// PinnedBytes counts the pinned parts' buffers as mapped (BufferBytes
+	// of each); RingSlotBytes is one slot's length before that rounding.
 	Pinned        []bool // by unit(layer, part)
 	PinnedBytes   int64
 	PinnedLayers  int // layers with both parts pinned
@@ -58,14 +80,59 @@ type MemoryPlan struct {
 	TrunkBytesPerPass int64
 }
 
-// Total returns the planned bytes.
-func (p *MemoryPlan) Total() int64 {
-	t := p.LMHead + p.Vectors + p.State + p.KV + p.Scratch + p.Overhead + p.PinnedBytes +
-		int64(p.RingSlots)*p.RingSlotBytes + int64(p.CacheSlots)*p.CacheSlotBytes
+// Total returns the planned bytes: the peak resident set the process may
+// reach.
+func (p *MemoryPlan) Total() int64 { return p.OffHeap() + p.Heap() + p.Executable }
+
+// OffHeap returns the bytes of the engine's buffers mapped outside the Go
+// heap (pinned trunk parts, ring slots, the expert cache's arena), each as
+// mapped (BufferBytes).
+func (p *MemoryPlan) OffHeap() int64 {
+	return p.PinnedBytes + int64(p.RingSlots)*BufferBytes(p.RingSlotBytes) + BufferBytes(int64(p.CacheSlots)*p.CacheSlotBytes)
+}
+
+// Heap returns what the plan puts on the Go heap, runtime and collector's
+// headroom included: everything but the off-heap buffers and the
+// executable.
+func (p *MemoryPlan) Heap() int64 {
+	t := p.LMHead + p.Vectors + p.State + p.KV + p.Scratch + p.Overhead - p.Executable
 	if p.EmbedResident {
 		t += p.Embed
 	}
 	return t
+}
+
+// HeapLimit returns the limit for the Go runtime's memory
+// (runtime/debug.SetMemoryLimit) that keeps the process within the
+// budget: the budget less the off-heap buffers and the executable. It is
+// at least Heap; zero without a budget.
+func (p *MemoryPlan) HeapLimit() int64 {
+	if p.Budget <= 0 {
+		return 0
+	}
+	return p.Budget - p.OffHeap() - p.Executable
+}
+
+// HugeBufferMin is the smallest engine buffer that gets transparent huge
+// pages (the engine asks for them from this size on). A huge-page buffer
+// is mapped in whole 2 MiB pages; at this size the rounding costs at most
+// 3%, and BufferBytes counts it.
+const HugeBufferMin = 64 << 20
+
+// hugePage is the size of a transparent huge page on amd64 and arm64.
+const hugePage = 2 << 20
+
+// BufferBytes returns the resident bytes of an engine buffer of n bytes:
+// n rounded up to the page, or to the 2 MiB huge page from HugeBufferMin on
+// (the buffers are pre-faulted, so every mapped byte is resident).
+func BufferBytes(n int64) int64 {
+	if n <= 0 {
+		return 0
+	}
+	if n >= HugeBufferMin {
+		return (n + hugePage - 1) &^ (hugePage - 1)
+	}
+	return iox.AlignUp(n)
 }
 
 // Streaming reports whether any trunk part streams.
@@ -85,8 +152,10 @@ func (p *MemoryPlan) String() string {
 		emb = gb(p.Embed)
 	}
 	fmt.Fprintf(&b, "  lm_head %s, embeddings %s, vectors %s\n", gb(p.LMHead), emb, gb(p.Vectors))
-	fmt.Fprintf(&b, "  %d sessions: state %s, KV cache %s; scratch %s for %d rows per pass; overhead %s\n",
-		p.Sessions, gb(p.State), gb(p.KV), gb(p.Scratch), p.Rows, gb(p.Overhead))
+	fmt.Fprintf(&b, "  %d sessions: state %s, KV cache %s; scratch %s for %d rows per pass\n",
+		p.Sessions, gb(p.State), gb(p.KV), gb(p.Scratch), p.Rows)
+	fmt.Fprintf(&b, "  process: tensor index %s, tokenizer %s, logits and samplers %s, Go runtime and GC headroom %s, executable %s (Go memory limit %s)\n",
+		gb(p.Index), gb(p.Tokenizer), gb(p.SessionVocab), gb(p.Runtime), gb(p.Executable), gb(p.HeapLimit()))
 	n := 0
 	for _, x := range p.Pinned {
 		if x {
@@ -99,13 +168,29 @@ func (p *MemoryPlan) String() string {
 	return b.String()
 }
 
-// Floors and overheads the planner adds to what it can count exactly.
+// Floors and overheads the planner adds to what it can count exactly. Each
+// is an upper bound of a measured value (TestPlanCoversHeap and the
+// subprocess test TestPeakRSSWithinBudget check them).
 const (
-	// runtimeOverhead covers the Go runtime, goroutine stacks, the worker
-	// pool and the I/O layer's bookkeeping.
-	runtimeOverhead = 48 << 20
-	// perTensorOverhead is the checkpoint index's memory per tensor.
-	perTensorOverhead = 320
+	// runtimeFixed is the Go runtime's own memory with an empty heap
+	// (measured: 4.5 MB for a small program), the command's and the
+	// engine's small allocations, the vDSO.
+	runtimeFixed = 8 << 20
+	// perThread is what one thread may hold: a worker's goroutine stack
+	// (8 KB, grown by the frames of a kernel), an OS thread's system and
+	// signal stacks (16 and 32 KB). At least minThreads are counted, so
+	// that the floor is the same at every thread count up to it.
+	perThread  = 128 << 10
+	minThreads = 32
+	// gcHeadroom is the room the garbage collector needs above the live
+	// heap to collect Open's garbage without running continuously, plus
+	// gcHeadroomShift: a 1/32 share of the planned heap (the runtime's
+	// per-arena metadata and size-class rounding).
+	gcHeadroom      = 8 << 20
+	gcHeadroomShift = 5
+	// perTensorOverhead is the checkpoint index's and the plan's memory
+	// per tensor (measured: 438 B on the released shape's 497,052 tensors).
+	perTensorOverhead = 512
 	// perSessionVocabBytes is what a session holds per vocabulary entry
 	// outside its state: its logits (4 bytes) and its sampler's logits,
 	// order and probabilities (4 + 4 + 8).
@@ -146,14 +231,23 @@ func (p *Plan) PlanMemory(req BudgetRequest) (*MemoryPlan, error) {
 	}
 	mp.KV = s * perPos * int64(req.MaxContext)
 	mp.Scratch = scratchBytes(c, mp.Rows, req.MaxContext)
-	mp.Overhead = runtimeOverhead + int64(p.Ckpt.Len())*perTensorOverhead +
-		s*perSessionVocabBytes*int64(c.Vocab)
+	mp.Index = int64(p.Ckpt.Len()) * perTensorOverhead
+	mp.Tokenizer = req.Tokenizer
+	mp.SessionVocab = s * perSessionVocabBytes * int64(c.Vocab)
+	mp.Executable = req.Executable
+	// The lm_head is read into a heap buffer with room for the direct
+	// read's alignment on both sides.
+	mp.LMHead += 2 * iox.Align
+	threads := max(req.Threads, minThreads) + max(req.IOQueueDepth, 8) + 4
+	heap := mp.LMHead + mp.Vectors + mp.State + mp.KV + mp.Scratch + mp.Index + mp.Tokenizer + mp.SessionVocab
+	mp.Runtime = runtimeFixed + int64(threads)*perThread + gcHeadroom + heap>>gcHeadroomShift
+	mp.Overhead = mp.Index + mp.Tokenizer + mp.SessionVocab + mp.Runtime + mp.Executable
 	mp.CacheSlotBytes = iox.AlignUp(p.experts.SlotBytes())
-	minCache := int64(c.TopK+1) * mp.CacheSlotBytes
+	minCache := BufferBytes(int64(c.TopK+1) * mp.CacheSlotBytes)
 
 	var trunk int64
 	for u := range p.parts {
-		trunk += p.parts[u].bytes
+		trunk += BufferBytes(p.parts[u].bytes)
 	}
 	totalExperts := p.experts.Count()
 	if req.Budget == 0 {
@@ -179,11 +273,11 @@ func (p *Plan) PlanMemory(req BudgetRequest) (*MemoryPlan, error) {
 	fits := func(k, slots int) (int64, bool) {
 		var pinned int64
 		for _, u := range order[:k] {
-			pinned += p.parts[u].bytes
+			pinned += BufferBytes(p.parts[u].bytes)
 		}
 		var slot int64
 		if k < len(order) {
-			slot = p.parts[order[k]].bytes
+			slot = BufferBytes(p.parts[order[k]].bytes)
 		} else {
 			slots = 0
 		}
@@ -204,14 +298,15 @@ func (p *Plan) PlanMemory(req BudgetRequest) (*MemoryPlan, error) {
 	}
 	if chosenK < 0 {
 		need, _ := fits(0, 1)
-		return nil, fmt.Errorf("%w: the floor needs %s (lm_head %s, vectors %s, state %s, KV cache %s for %d positions × %d sessions, scratch %s, overhead %s, %d expert slots %s, one ring slot %s); the budget is %s",
+		return nil, fmt.Errorf("%w: the floor needs %s (lm_head %s, vectors %s, state %s, KV cache %s for %d positions × %d sessions, scratch %s, %d expert slots %s, one ring slot %s; the process %s: executable %s, Go runtime and GC headroom %s, tensor index %s, tokenizer %s, logits %s); the budget is %s",
 			ErrBudget, Human(need), Human(mp.LMHead), Human(mp.Vectors), Human(mp.State), Human(mp.KV), req.MaxContext, req.Sessions,
-			Human(mp.Scratch), Human(mp.Overhead), c.TopK+1, Human(minCache), Human(p.parts[order[0]].bytes), Human(req.Budget))
+			Human(mp.Scratch), c.TopK+1, Human(minCache), Human(BufferBytes(p.parts[order[0]].bytes)),
+			Human(mp.Overhead), Human(mp.Executable), Human(mp.Runtime), Human(mp.Index), Human(mp.Tokenizer), Human(mp.SessionVocab), Human(req.Budget))
 	}
 	need, _ := fits(chosenK, chosenSlots)
 	for _, u := range order[:chosenK] {
 		mp.Pinned[u] = true
-		mp.PinnedBytes += p.parts[u].bytes
+		mp.PinnedBytes += BufferBytes(p.parts[u].bytes)
 	}
 	if chosenK < len(order) {
 		mp.RingSlots, mp.RingSlotBytes = chosenSlots, p.parts[order[chosenK]].bytes
@@ -228,12 +323,23 @@ func (p *Plan) PlanMemory(req BudgetRequest) (*MemoryPlan, error) {
 	}
 	// The rest feeds the expert cache (and the embeddings, once the cache
 	// could hold every expert).
-	left := req.Budget - need
-	mp.CacheSlots = c.TopK + 1 + int(left/max(mp.CacheSlotBytes, 1))
-	if int64(mp.CacheSlots) > totalExperts {
+	// The arena is one buffer: the slots that fit once it is rounded.
+	left := req.Budget - (need - minCache)
+	mp.CacheSlots = c.TopK + 1
+	if slot := max(mp.CacheSlotBytes, 1); left > 0 {
+		n := int(min(left/slot, totalExperts))
+		for n > mp.CacheSlots && BufferBytes(int64(n)*slot) > left {
+			n--
+		}
+		mp.CacheSlots = max(n, mp.CacheSlots)
+	}
+	if int64(mp.CacheSlots) >= totalExperts {
 		mp.CacheSlots = int(max(totalExperts, int64(c.TopK+1)))
-		if mp.Total()+mp.Embed <= req.Budget {
+		// Resident embeddings add to the heap and to the collector's share.
+		if mp.Total()+mp.Embed+mp.Embed>>gcHeadroomShift <= req.Budget {
 			mp.EmbedResident = true
+			mp.Runtime += mp.Embed >> gcHeadroomShift
+			mp.Overhead += mp.Embed >> gcHeadroomShift
 		}
 	}
 	return mp, nil

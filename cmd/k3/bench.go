@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"sort"
 	"strings"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/k3go/k3"
 	"github.com/k3go/k3/internal/par"
+	"github.com/k3go/k3/internal/rss"
 	"github.com/k3go/k3/iox"
 	"github.com/k3go/k3/quant"
 	"github.com/k3go/k3/tensor"
@@ -46,6 +49,9 @@ type benchResult struct {
 	OtherSPerToken     float64 `json:"other_s_per_token"`
 	CacheHitRate       float64 `json:"cache_hit_rate"`
 	PeakRSSBytes       int64   `json:"peak_rss_bytes"`
+	// FloorBytes is the smallest budget for these options, as k3 doctor
+	// and the error refusing a smaller budget report it.
+	FloorBytes int64 `json:"floor_bytes"`
 
 	// The roofline for this run: the bytes it had to read over the
 	// device's bandwidth, and the compute time at the kernels' rates
@@ -136,6 +142,29 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	}
 	r := &benchResult{Model: mf.dir, BudgetBytes: budget, PromptLen: *promptLen, DecodeTokens: *tokens,
 		Kernels: tensor.Implementation() + "/" + quant.Implementation()}
+	// The options every model command opens with (the same floor as k3
+	// doctor's), with room for the prompt and the decoded tokens.
+	opts := k3.Options{Threads: mf.threads, MaxContext: mf.maxContext, RAMBudget: budget, TrunkDir: mf.trunk}
+	if need := *promptLen + *tokens + 1; max(opts.MaxContext, 4096) < need {
+		opts.MaxContext = need
+	}
+	// Everything measured outside the engine is measured before Open,
+	// inside the budget, and freed before the engine plans its memory:
+	// the checkpoint's sizes, the device probe's buffers, the kernels'
+	// test matrices.
+	in, err := k3.Inspect(mf.dir, opts)
+	if err != nil {
+		return err
+	}
+	sz, cfg := in.Sizes, in.Config
+	r.FloorBytes = in.FloorBytes
+	if budget > 0 {
+		if _, err := in.Plan(budget); err != nil {
+			return err
+		}
+	}
+	in = nil
+	releaseHeap()
 
 	shards, err := filepath.Glob(filepath.Join(mf.dir, "*.safetensors"))
 	if err != nil || len(shards) == 0 {
@@ -147,28 +176,39 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	if *cold {
 		r.Cold = dropCaches(shards)
 	}
+	// What may be allocated outside the engine before Open: the budget
+	// less the executable and a margin for the runtime.
+	room := int64(math.MaxInt64)
+	if budget > 0 {
+		room = budget - rss.ExecutableBytes() - 32<<20
+	}
 	if pb > 0 {
-		fmt.Fprintf(stderr, "bench: measuring the device with %s of O_DIRECT reads...\n", human(pb))
-		if r.DeviceGBps, err = deviceBandwidth(ctx, shards, pb); err != nil {
-			return fmt.Errorf("device probe: %w", err)
+		chunk, qd := probeShape(room / 2)
+		if chunk == 0 {
+			fmt.Fprintf(stderr, "bench: the budget leaves no room for the device probe's buffers; skipped\n")
+		} else {
+			fmt.Fprintf(stderr, "bench: measuring the device with %s of O_DIRECT reads...\n", human(pb))
+			if r.DeviceGBps, err = deviceBandwidth(ctx, shards, pb, chunk, qd); err != nil {
+				return fmt.Errorf("device probe: %w", err)
+			}
 		}
 	}
+	r.Threads = mf.threads
+	if r.Threads == 0 {
+		r.Threads = defaultThreads()
+	}
+	fmt.Fprintf(stderr, "bench: measuring the kernels...\n")
+	r.BF16GFLOPs, r.MXFP4GFLOPs = kernelRates(cfg, r.Threads, room/2)
+	releaseHeap()
 
 	start := time.Now()
-	m, err := k3.OpenContext(ctx, mf.dir, k3.Options{Threads: mf.threads, MaxContext: max(mf.maxContext, *promptLen+*tokens+1),
-		RAMBudget: budget, TrunkDir: mf.trunk})
+	m, err := k3.OpenContext(ctx, mf.dir, opts)
 	if err != nil {
 		return err
 	}
 	defer m.Close()
 	r.LoadSeconds = time.Since(start).Seconds()
-	cfg := m.Config()
-	r.Threads = mf.threads
-	if r.Threads == 0 {
-		r.Threads = defaultThreads()
-	}
-	fmt.Fprintf(stderr, "bench: loaded in %.1f s; measuring the kernels...\n", r.LoadSeconds)
-	r.BF16GFLOPs, r.MXFP4GFLOPs = kernelRates(cfg, r.Threads)
+	fmt.Fprintf(stderr, "bench: loaded in %.1f s\n", r.LoadSeconds)
 
 	rng := rand.New(rand.NewPCG(*seed, 0))
 	prompt := make([]int, *promptLen)
@@ -211,11 +251,6 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	}
 	r.PeakRSSBytes = m.Stats().PeakRSSBytes
 
-	in, err := k3.Inspect(mf.dir, k3.Options{MaxContext: max(mf.maxContext, *promptLen+*tokens+1)})
-	if err != nil {
-		return err
-	}
-	sz := in.Sizes
 	flops := func(macs int64, gflops float64) float64 {
 		if gflops <= 0 {
 			return 0
@@ -253,7 +288,7 @@ func printBench(w io.Writer, r *benchResult) {
 		human(r.BytesReadPerToken), human(r.TrunkBytesPerToken), human(r.ExpertBytesPerTok), r.ReadGBps, r.DeviceGBps)
 	fmt.Fprintf(w, "time per token  waiting for weights %.3f s, compute %.3f s, other %.3f s\n", r.IOWaitSPerToken, r.MeasuredCompute, r.OtherSPerToken)
 	fmt.Fprintf(w, "cache hit rate  %8.1f %%\n", 100*r.CacheHitRate)
-	fmt.Fprintf(w, "peak RSS        %8s\n", human(r.PeakRSSBytes))
+	fmt.Fprintf(w, "peak RSS        %8s (floor %s)\n", human(r.PeakRSSBytes), human(r.FloorBytes))
 	fmt.Fprintf(w, "roofline        I/O %.3f s/token (bytes ÷ device), compute %.3f s/token (BF16 %.1f, MXFP4 %.1f GFLOP/s); decode is %.2f× the bound\n",
 		r.RooflineSPerToken, r.ComputeSPerToken, r.BF16GFLOPs, r.MXFP4GFLOPs, r.VsBound)
 }
@@ -278,11 +313,34 @@ func dropCaches(paths []string) string {
 	return "checkpoint pages dropped from the page cache (POSIX_FADV_DONTNEED); engine reads use O_DIRECT"
 }
 
+// releaseHeap collects what the measurements before Open left and returns
+// it to the system, so that the engine's plan starts from an empty heap.
+func releaseHeap() {
+	runtime.GC()
+	debug.FreeOSMemory()
+}
+
+// probeShape returns the device probe's read size and reads in flight
+// (16 MiB × 8) shrunk to fit room bytes of buffers; 0, 0 if even 1 MiB
+// does not fit.
+func probeShape(room int64) (chunk int64, qd int) {
+	chunk, qd = 16<<20, 8
+	for int64(qd)*chunk > room && qd > 1 {
+		qd /= 2
+	}
+	for chunk > room && chunk > 1<<20 {
+		chunk /= 2
+	}
+	if chunk > room {
+		return 0, 0
+	}
+	return chunk, qd
+}
+
 // deviceBandwidth reads about n bytes of the given files at random aligned
-// 16 MiB windows, 8 reads in flight, with O_DIRECT, and returns GB/s.
-func deviceBandwidth(ctx context.Context, paths []string, n int64) (float64, error) {
-	const chunk = 16 << 20
-	const qd = 8
+// windows of chunk bytes, qd reads in flight, with O_DIRECT, and returns
+// GB/s.
+func deviceBandwidth(ctx context.Context, paths []string, n, chunk int64, qd int) (float64, error) {
 	type src struct {
 		f    *iox.File
 		size int64
@@ -303,14 +361,14 @@ func deviceBandwidth(ctx context.Context, paths []string, n int64) (float64, err
 	if len(srcs) == 0 {
 		return 0, fmt.Errorf("no file of at least %d bytes to read", chunk)
 	}
-	rd, err := iox.NewReader(iox.ReaderOptions{QueueDepth: qd, ChunkSize: chunk})
+	rd, err := iox.NewReader(iox.ReaderOptions{QueueDepth: qd, ChunkSize: int(chunk)})
 	if err != nil {
 		return 0, err
 	}
 	defer rd.Close()
 	bufs := make([]*iox.Buffer, qd)
 	for i := range bufs {
-		if bufs[i], err = iox.AllocAligned(chunk, iox.BufferOptions{HugePages: true, Populate: true}); err != nil {
+		if bufs[i], err = iox.AllocAligned(int(chunk), iox.BufferOptions{HugePages: true, Populate: true}); err != nil {
 			return 0, err
 		}
 		defer bufs[i].Free()
@@ -342,7 +400,7 @@ func deviceBandwidth(ctx context.Context, paths []string, n int64) (float64, err
 		}
 		if i < reads {
 			s, off := pick()
-			futs[k] = rd.Submit(ctx, iox.Request{Src: s, Off: off, Len: chunk, Dst: bufs[k].Bytes()[:chunk]})
+			futs[k] = rd.Submit(ctx, iox.Request{Src: s, Off: off, Len: int(chunk), Dst: bufs[k].Bytes()[:chunk]})
 		} else {
 			futs[k] = nil
 		}
@@ -351,15 +409,22 @@ func deviceBandwidth(ctx context.Context, paths []string, n int64) (float64, err
 }
 
 // kernelRates measures the BF16 and MXFP4 mat-vec rates at this model's
-// shapes with the given threads, in GFLOP/s.
-func kernelRates(c k3.Config, threads int) (bf16, mx float64) {
+// shapes with the given threads, in GFLOP/s; the BF16 matrix has fewer
+// rows where its bytes would exceed room.
+func kernelRates(c k3.Config, threads int, room int64) (bf16, mx float64) {
 	pool := par.New(threads)
 	defer pool.Close()
 	rng := rand.New(rand.NewPCG(3, 4))
 	rows, cols := c.KDAWidth(), c.Hidden
+	if fit := room / int64(2*cols); int64(rows) > fit {
+		rows = max(int(fit)&^15, 16)
+	}
 	w := tensor.Mat{DType: tensor.BF16, Rows: rows, Cols: cols, Data: make([]byte, rows*cols*2)}
-	for i := range w.Data {
-		w.Data[i] = byte(rng.Uint32() & 0x3f) // small finite bf16 values
+	// Normal weights, about N(0, 0.02) as in a checkpoint: subnormal
+	// operands take a microcode assist on Intel and would measure that.
+	for i := 0; i < len(w.Data); i += 2 {
+		b := math.Float32bits(float32(rng.NormFloat64() * 0.02))
+		w.Data[i], w.Data[i+1] = byte(b>>16), byte(b>>24)
 	}
 	x := make([]float32, cols)
 	for i := range x {

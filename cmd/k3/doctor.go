@@ -39,16 +39,18 @@ type doctorReport struct {
 	ODirectRndGBps float64 `json:"odirect_rand_gbps"`
 	ProbeNote      string  `json:"probe_note,omitempty"`
 
-	Model             string   `json:"model,omitempty"`
-	FloorBytes        int64    `json:"floor_bytes,omitempty"`
-	FullBytes         int64    `json:"full_bytes,omitempty"`
-	RecommendedBudget int64    `json:"recommended_budget_bytes,omitempty"`
-	RecommendedPreset string   `json:"recommended_preset,omitempty"`
-	BytesPerToken     int64    `json:"bytes_per_token,omitempty"`
-	ExpectedSPerToken float64  `json:"expected_s_per_token,omitempty"`
-	SessionsAtBudget  int      `json:"sessions_at_budget,omitempty"`
-	CanRun            bool     `json:"can_run"`
-	Problems          []string `json:"problems,omitempty"`
+	Model             string  `json:"model,omitempty"`
+	FloorBytes        int64   `json:"floor_bytes,omitempty"`
+	FullBytes         int64   `json:"full_bytes,omitempty"`
+	RecommendedBudget int64   `json:"recommended_budget_bytes,omitempty"`
+	RecommendedPreset string  `json:"recommended_preset,omitempty"`
+	BytesPerToken     int64   `json:"bytes_per_token,omitempty"`
+	ExpectedSPerToken float64 `json:"expected_s_per_token,omitempty"`
+	SessionsAtBudget  int     `json:"sessions_at_budget,omitempty"`
+	// Plans is the memory plan at each preset budget from the floor up.
+	Plans    []doctorPlan `json:"plans,omitempty"`
+	CanRun   bool         `json:"can_run"`
+	Problems []string     `json:"problems,omitempty"`
 }
 
 func runDoctor(args []string, stdout, stderr io.Writer) error {
@@ -119,6 +121,46 @@ func runDoctor(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// doctorPlan is the memory plan at one preset budget.
+type doctorPlan struct {
+	Preset        string `json:"preset"`
+	Budget        int64  `json:"budget_bytes"`
+	Fits          bool   `json:"fits"`
+	PinnedParts   int    `json:"pinned_parts"`
+	Parts         int    `json:"parts"`
+	RingSlots     int    `json:"ring_slots"`
+	RingSlotBytes int64  `json:"ring_slot_bytes"`
+	CacheSlots    int    `json:"cache_slots"`
+	TrunkPerPass  int64  `json:"trunk_bytes_per_pass"`
+	BytesPerToken int64  `json:"bytes_per_token"`
+	HeapLimit     int64  `json:"go_memory_limit_bytes"`
+	Planned       int64  `json:"planned_bytes"`
+}
+
+// presetPlans plans the checkpoint at every preset with a budget.
+func presetPlans(in *k3.Inspection) []doctorPlan {
+	var out []doctorPlan
+	for _, p := range presets {
+		if p.bytes == 0 {
+			continue
+		}
+		dp := doctorPlan{Preset: p.name, Budget: p.bytes}
+		if mp, err := in.Plan(p.bytes); err == nil {
+			dp.Fits, dp.Parts = true, len(mp.Pinned)
+			for _, x := range mp.Pinned {
+				if x {
+					dp.PinnedParts++
+				}
+			}
+			dp.RingSlots, dp.RingSlotBytes, dp.CacheSlots = mp.RingSlots, mp.RingSlotBytes, mp.CacheSlots
+			dp.TrunkPerPass, dp.HeapLimit, dp.Planned = mp.TrunkBytesPerPass, mp.HeapLimit(), mp.Total()
+			dp.BytesPerToken, _ = in.BytesPerToken(p.bytes)
+		}
+		out = append(out, dp)
+	}
+	return out
+}
+
 // planFor fills the checkpoint part of the report: the floor, a budget
 // that fits the machine, and the expected speed from the roofline.
 func planFor(r *doctorReport, dir string) error {
@@ -127,6 +169,7 @@ func planFor(r *doctorReport, dir string) error {
 		return err
 	}
 	r.FloorBytes, r.FullBytes = in.FloorBytes, in.FullBytes
+	r.Plans = presetPlans(in)
 	avail := r.RAMAvailable
 	if avail == 0 {
 		avail = r.RAMBytes
@@ -183,7 +226,15 @@ func printDoctor(w io.Writer, r *doctorReport) {
 		fmt.Fprintf(w, "          %s\n", r.ProbeNote)
 	}
 	if r.Model != "" && r.FloorBytes > 0 {
-		fmt.Fprintf(w, "model:    %s: floor %s, everything resident %s\n", r.Model, human(r.FloorBytes), human(r.FullBytes))
+		fmt.Fprintf(w, "model:    %s: floor %s (the peak RSS of a k3 process at that budget stays within it), everything resident %s\n", r.Model, human(r.FloorBytes), human(r.FullBytes))
+		for _, p := range r.Plans {
+			if !p.Fits {
+				fmt.Fprintf(w, "plan:     %-11s %9s: below the floor\n", p.Preset, human(p.Budget))
+				continue
+			}
+			fmt.Fprintf(w, "plan:     %-11s %9s: trunk %d of %d parts pinned, ring %d × %s, %d expert slots; %s of trunk and about %s in all read per token; Go memory limit %s\n",
+				p.Preset, human(p.Budget), p.PinnedParts, p.Parts, p.RingSlots, human(p.RingSlotBytes), p.CacheSlots, human(p.TrunkPerPass), human(p.BytesPerToken), human(p.HeapLimit))
+		}
 		if r.RecommendedBudget > 0 {
 			fmt.Fprintf(w, "advice:   --budget %s (%s): about %s read per token, roofline %.3f s/token at %.2f GB/s\n",
 				human(r.RecommendedBudget), r.RecommendedPreset, human(r.BytesPerToken), r.ExpectedSPerToken, max(r.ODirectSeqGBps, r.ODirectRndGBps))

@@ -41,7 +41,7 @@ type planReport struct {
 
 // runPlan projects what batching buys at given budgets from the engine's
 // memory planner and a model of the expert union: no weights are read, so
-// it works on a header-only checkpoint (k3 synth --profile released
+// it works on a header-only checkpoint (k3 synth --profile full
 // --sparse) as well as on a real one.
 func runPlan(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("plan", "--model DIR [--budget 8GB,32GB,128GB] [--batch 1,4,16,64] [--gbps 6,14] [--trace FILE] [--json]", stderr)

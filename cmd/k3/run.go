@@ -215,10 +215,17 @@ func (o *runOpts) open(ctx context.Context, stderr io.Writer) (*k3.Model, error)
 	if err != nil {
 		return nil, err
 	}
-	// Two sessions: the chat's /load reads into a new conversation before
-	// it replaces the current one.
-	m, err := k3.OpenContext(ctx, dir, k3.Options{Threads: o.mf.threads, MaxContext: o.mf.maxContext, Speculate: o.gen.Speculate,
-		RAMBudget: budget, TrunkDir: o.mf.trunk, TokenizerDir: o.tokenizer, Sessions: 2})
+	// Two sessions where the budget holds them: the chat's /load reads
+	// into a new conversation before it replaces the current one. At the
+	// floor (one session, the floor k3 doctor reports) /load says the
+	// budget is too small.
+	opts := k3.Options{Threads: o.mf.threads, MaxContext: o.mf.maxContext, Speculate: o.gen.Speculate,
+		RAMBudget: budget, TrunkDir: o.mf.trunk, TokenizerDir: o.tokenizer, Sessions: 2}
+	m, err := k3.OpenContext(ctx, dir, opts)
+	if errors.Is(err, k3.ErrBudget) {
+		opts.Sessions = 1
+		m, err = k3.OpenContext(ctx, dir, opts)
+	}
 	if err != nil {
 		return nil, err
 	}

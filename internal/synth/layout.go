@@ -85,13 +85,17 @@ const (
 )
 
 // PlanLayout plans the checkpoint of profile p with shards of about
-// shardSize bytes (DefaultShardSize if zero or negative). No layer's trunk
+// shardSize bytes (if zero or negative: the profile's ShardSize, else
+// DefaultShardSize). No layer's trunk
 // and no expert spans two shards; a unit larger than shardSize gets a shard
 // of its own.
 func PlanLayout(p Profile, shardSize int64) (*Layout, error) {
 	c, err := p.config()
 	if err != nil {
 		return nil, err
+	}
+	if shardSize <= 0 {
+		shardSize = p.ShardSize
 	}
 	if shardSize <= 0 {
 		shardSize = DefaultShardSize

@@ -37,6 +37,9 @@ type Profile struct {
 	// vocabulary (see GenerateTokenizer), as WriteOptions.GenerateTokenizer
 	// does.
 	Tokenizer bool
+	// ShardSize is the shard size PlanLayout uses when it is given none
+	// (zero: DefaultShardSize).
+	ShardSize int64
 }
 
 // DefaultSeed is the seed of the presets.
@@ -87,7 +90,8 @@ func Quickstart() Profile {
 	return p
 }
 
-// ByName returns the preset "tiny", "medium", "quickstart" or "released".
+// ByName returns the preset "tiny", "medium", "quickstart" or "full"
+// ("released" is Full under its first name).
 func ByName(name string) (Profile, error) {
 	switch name {
 	case "tiny":
@@ -96,10 +100,12 @@ func ByName(name string) (Profile, error) {
 		return Medium(), nil
 	case "quickstart":
 		return Quickstart(), nil
+	case "full":
+		return Full(), nil
 	case "released":
 		return Released(), nil
 	}
-	return Profile{}, fmt.Errorf("synth: unknown profile %q (want tiny, medium, quickstart or released)", name)
+	return Profile{}, fmt.Errorf("synth: unknown profile %q (want tiny, medium, quickstart or full)", name)
 }
 
 // MLALayers returns the one-based full_attn_layers of an n-layer model laid

@@ -6,16 +6,34 @@ import (
 	"path/filepath"
 )
 
-// Released returns a profile with the released Kimi K3's shape: the real
+// Full returns a profile with the released Kimi K3's shape: the real
 // widths of Medium, 93 layers (every fourth and the last MLA), 896 routed
-// experts per layer and the release's 163,840-entry vocabulary. Written
-// whole it would be about 1.56 TB; WriteSparse writes its headers only.
-func Released() Profile {
+// experts per layer, top 16, the release's 163,840-entry vocabulary, the
+// released tensor names, shapes and dtypes, in 96 shards (ShardSize) like
+// the release. Written whole it would be 1,560,099,571,613 bytes in
+// 497,052 tensors; the release has 1,560,936,091,448 bytes in 497,220:
+// its other 168 tensors (0.84 GB) are not the language model's (the
+// vision tower that vision_config describes) and no document names them,
+// so they are left out. WriteSparse writes it in seconds as headers and
+// holes.
+func Full() Profile {
 	p := Medium()
-	p.Name = "released"
+	p.Name = "full"
 	p.SetLayers(93)
 	p.Config.Experts = 896
 	p.Config.Vocab = 163840
+	p.ShardSize = fullShardSize
+	return p
+}
+
+// fullShardSize makes PlanLayout cut the full profile into the release's
+// 96 shards.
+const fullShardSize = 16_300_000_000
+
+// Released is Full under the name it had first.
+func Released() Profile {
+	p := Full()
+	p.Name = "released"
 	return p
 }
 
@@ -24,7 +42,9 @@ func Released() Profile {
 // data are holes (zeros, no disk space). The headers describe exactly what
 // Write would write, so a planner or an inspection (k3.Inspect, k3 doctor)
 // sees the full checkpoint; reading weights from it gives zeros. dir must
-// not exist. shardSize is as in PlanLayout.
+// not exist. shardSize is as in PlanLayout. Only the headers take disk
+// space: about 75 MB of JSON for the full profile, as in the release, and
+// the index.
 func WriteSparse(dir string, p Profile, shardSize int64) (*Layout, error) {
 	L, err := PlanLayout(p, shardSize)
 	if err != nil {

@@ -1,0 +1,5 @@
+//go:build !race
+
+package k3_test
+
+const raceEnabled = false
