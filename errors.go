@@ -28,10 +28,13 @@ var (
 	// ErrNoTokenizer: a text operation on a model opened without a
 	// tokenizer (tiktoken.model and tokenizer_config.json).
 	ErrNoTokenizer = errors.New("no tokenizer")
-	// ErrNonFinite: the forward pass produced NaN or infinite logits,
-	// which means corrupt weights (NaN/Inf in a matrix the loader does not
-	// scan) or an overflow; the output would be garbage, so it is refused.
-	ErrNonFinite = errors.New("non-finite logits")
+	// ErrNonFinite: a step's activations, router scores or logits held a
+	// NaN or an infinity, which means corrupt weights (NaN/Inf in a matrix
+	// the loader does not scan), a corrupt saved state or an overflow; the
+	// error names the layer and the op. The output would be garbage, so the
+	// step fails; the sessions of its pass must be reset, the model stays
+	// usable.
+	ErrNonFinite = model.ErrNonFinite
 	// ErrExpertLoad: a routed expert could not be read during a step; the
 	// step fails instead of running without it.
 	ErrExpertLoad = model.ErrExpertLoad

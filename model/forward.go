@@ -307,6 +307,9 @@ func (p *pass) run(ctx context.Context) error {
 			if err := m.embedRow(ctx, sc.pref[r*E:(r+1)*E], id, sc.rowBuf); err != nil {
 				return err
 			}
+			if !allFinite(sc.pref[r*E : (r+1)*E]) {
+				return fmt.Errorf("%w: embedding row of token %d", ErrNonFinite, id)
+			}
 		}
 	}
 	nb := 0
@@ -358,7 +361,7 @@ func (p *pass) logits(nb, nbMax int) error {
 	head := Linear{Dense: m.lmHead}
 	if dsts == 1 {
 		head.MatMul(m.pool, single[:n*V], sc.xn[:n*E], n)
-		return nil
+		return checkFinite(single[:n*V], V, "lm_head")
 	}
 	// Several destinations: blocks of vocabulary rows, every selected row
 	// at once, so the head is read once per pass whatever the batch; each
@@ -371,6 +374,9 @@ func (p *pass) logits(nb, nbMax int) error {
 		w := v1 - v0
 		part := Linear{Dense: head.RowsView(v0, v1)}
 		part.MatMul(m.pool, buf[:n*w], sc.xn[:n*E], n)
+		if err := checkFinite(buf[:n*w], w, "lm_head"); err != nil {
+			return err
+		}
 		k := 0
 		for _, sg := range p.segs {
 			if sg.out == nil {
@@ -435,12 +441,19 @@ func (p *pass) layer(ctx context.Context, l int, nb *int, nbMax int) error {
 	if err != nil {
 		return err
 	}
+	op := "KDA attention"
 	if c.IsMLA(l) {
+		op = "MLA attention"
 		p.mla(l, mats, vec)
 	} else {
 		p.kda(l, mats, vec)
 	}
 	m.layers.Release(l, PartAttn)
+	// One check per op result: a NaN from a matrix, or from a restored
+	// state, stops here, before it can reach the router.
+	if err := checkFinite(sc.attn[:T*E], E, op); err != nil {
+		return err
+	}
 	for i := 0; i < T*E; i++ {
 		if present {
 			sc.pref[i] += sc.attn[i]
@@ -455,13 +468,18 @@ func (p *pass) layer(ctx context.Context, l int, nb *int, nbMax int) error {
 	if mats, err = m.layers.Acquire(ctx, l, PartFFN); err != nil {
 		return err
 	}
+	op = "MoE"
 	if c.IsDense(l) {
+		op = "dense MLP"
 		p.denseFFN(mats)
 	} else {
 		err = p.moe(ctx, l, mats, vec)
 	}
 	m.layers.Release(l, PartFFN)
 	if err != nil {
+		return err
+	}
+	if err := checkFinite(sc.ffn[:T*E], E, op); err != nil {
 		return err
 	}
 	for i := 0; i < T*E; i++ {
