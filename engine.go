@@ -49,6 +49,9 @@ func newEngine(ctx context.Context, ck *iox.Checkpoint, plan *model.Plan, opts O
 		}
 	}()
 	for _, sh := range ck.Shards {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("k3: %w", err)
+		}
 		f, err := iox.OpenFile(sh.Path, iox.FileOptions{Direct: true})
 		if err != nil {
 			return nil, fmt.Errorf("k3: %w", err)
@@ -71,6 +74,11 @@ func newEngine(ctx context.Context, ck *iox.Checkpoint, plan *model.Plan, opts O
 	req := model.BudgetRequest{Budget: opts.RAMBudget, Sessions: opts.Sessions, MaxContext: opts.MaxContext, Chunk: opts.PrefillChunk, MaxBatch: opts.MaxBatch, Speculate: opts.Speculate}
 	if e.mem, err = plan.PlanMemory(req); err != nil {
 		return nil, fmt.Errorf("k3: %w", err)
+	}
+	if opts.RAMBudget == 0 {
+		if err := checkResidentFits(e.mem); err != nil {
+			return nil, fmt.Errorf("k3: %w", err)
+		}
 	}
 	log.Info("k3: memory plan", "plan", e.mem.String())
 	e.pool = par.New(opts.Threads)

@@ -47,7 +47,7 @@ func checkpointErr(err error) error {
 	if err == nil || errors.Is(err, ErrBadCheckpoint) {
 		return err
 	}
-	if errors.Is(err, iox.ErrFormat) || errors.Is(err, iox.ErrCheckpoint) || errors.Is(err, iox.ErrNotFound) {
+	if errors.Is(err, iox.ErrFormat) || errors.Is(err, iox.ErrCheckpoint) || errors.Is(err, iox.ErrNotFound) || errors.Is(err, iox.ErrNotRegular) {
 		return &wrapped{err: err, kind: ErrBadCheckpoint}
 	}
 	return err
