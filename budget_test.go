@@ -106,6 +106,9 @@ func TestPeakRSSWithinBudget(t *testing.T) {
 	if testing.Short() {
 		t.Skip("writes a 250 MB checkpoint")
 	}
+	if raceEnabled {
+		t.Skip("the race detector's shadow memory counts in the RSS")
+	}
 	dir := wideCheckpoint(t)
 	in, err := k3.Inspect(dir, k3.Options{MaxContext: 64})
 	if err != nil {
