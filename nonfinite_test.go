@@ -221,3 +221,93 @@ func TestNonFiniteState(t *testing.T) {
 		}
 	}
 }
+
+// nanState returns a saved state of tokens whose first KDA value is NaN,
+// with a valid checksum.
+func nanState(t *testing.T, m *k3.Model, tokens []int) []byte {
+	t.Helper()
+	s := m.NewSession()
+	defer s.Close()
+	if _, err := s.Step(context.Background(), tokens); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := s.Save(&buf); err != nil {
+		t.Fatal(err)
+	}
+	b := buf.Bytes()
+	binary.LittleEndian.PutUint32(b[36+4*len(tokens):], math.Float32bits(float32(math.NaN())))
+	binary.LittleEndian.PutUint32(b[len(b)-4:], crc32.Checksum(b[:len(b)-4], crc32.MakeTable(crc32.Castagnoli)))
+	return b
+}
+
+// TestNonFiniteInBatch steps four sessions at once under a budget, one of
+// them restored from a state holding a NaN: it fails with ErrNonFinite;
+// a session that shared its pass fails with it (the pass's rows are not
+// isolated: documented), any other gets exactly its solo logits; nothing
+// hangs, and the model then serves a clean session exactly.
+func TestNonFiniteInBatch(t *testing.T) {
+	src := fixtures.Path(t, "oracle/tiny-mxfp4")
+	m, err := k3.Open(src, k3.Options{MaxContext: 64, RAMBudget: 60e6, Sessions: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []int{7, 8, 9}
+	want, err := stepLogits(t, m, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := nanState(t, m, []int{1, 2, 3})
+	ctx := context.Background()
+	shared := 0
+	for round := 0; round < 5; round++ {
+		errs := make([]error, 4)
+		outs := make([][]float32, 4)
+		gate := make(chan struct{})
+		done := make(chan int, 4)
+		for g := range 4 {
+			go func() {
+				defer func() { done <- g }()
+				s := m.NewSession()
+				defer s.Close()
+				if g == 0 {
+					if errs[g] = s.Load(bytes.NewReader(bad), int64(len(bad))); errs[g] != nil {
+						return
+					}
+				}
+				<-gate
+				l, err := s.Step(ctx, ids)
+				outs[g], errs[g] = append([]float32(nil), l...), err
+			}()
+		}
+		close(gate)
+		for range 4 {
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatal("sessions hang after a non-finite step")
+			}
+		}
+		if !errors.Is(errs[0], k3.ErrNonFinite) {
+			t.Fatalf("the NaN session: got %v, want ErrNonFinite", errs[0])
+		}
+		for g := 1; g < 4; g++ {
+			switch {
+			case errors.Is(errs[g], k3.ErrNonFinite): // shared the NaN session's pass
+				shared++
+			case errs[g] != nil:
+				t.Fatalf("session %d: %v", g, errs[g])
+			case !sameBits(outs[g], want):
+				t.Fatalf("session %d: logits differ from its solo run", g)
+			}
+		}
+	}
+	t.Logf("%d of 15 clean steps shared the NaN session's pass", shared)
+	got, err := stepLogits(t, m, ids)
+	if err != nil || !sameBits(got, want) {
+		t.Fatalf("a clean session afterwards: %v, or its logits differ", err)
+	}
+	if err := within(t, "Close", m.Close); err != nil {
+		t.Fatal(err)
+	}
+}
