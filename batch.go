@@ -2,6 +2,7 @@ package k3
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -21,10 +22,11 @@ type request struct {
 	out    []float32
 	all    bool
 
-	fed    int   // tokens fed by completed passes
-	err    error // set with done
-	broken bool  // a pass that carried it failed: its state is undefined
-	done   chan struct{}
+	fed     int   // tokens fed by completed passes
+	err     error // set with done
+	broken  bool  // a pass that carried it failed: its state is undefined
+	passErr error // why, when broken
+	done    chan struct{}
 
 	queued bool      // in the queue (under batcher.mu)
 	doneAt time.Time // when its last step finished (under batcher.mu)
@@ -71,7 +73,7 @@ func (b *batcher) do(r *request) error {
 	if r.done == nil {
 		r.done = make(chan struct{}, 1)
 	}
-	r.fed, r.err, r.broken = 0, nil, false
+	r.fed, r.err, r.broken, r.passErr = 0, nil, false, nil
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -86,7 +88,7 @@ func (b *batcher) do(r *request) error {
 	}
 	<-r.done
 	err := r.err
-	r.ctx, r.st, r.tokens, r.out, r.err = nil, nil, nil, nil, nil
+	r.ctx, r.st, r.tokens, r.out, r.err, r.passErr = nil, nil, nil, nil, nil, nil
 	return err
 }
 
@@ -228,22 +230,29 @@ func (b *batcher) run() {
 	if cancel != nil {
 		cancel()
 	}
-	clear(b.groups)
+	// A non-finite value fails only the sequences whose rows held it.
+	var partial *model.PartialError
+	isPartial := errors.As(err, &partial)
 
 	b.mu.Lock()
 	for i, t := range b.takes {
 		r := b.inPass[i]
-		if err != nil {
-			r.broken = true
+		rerr := err
+		if isPartial {
+			rerr = b.groups[i].Err
+		}
+		if rerr != nil {
+			r.broken, r.passErr = true, rerr
 		} else {
 			r.fed += t.Rows
 		}
 	}
+	clear(b.groups)
 	k := 0
 	for _, r := range b.queue {
 		switch {
 		case r.broken:
-			b.finish(r, err)
+			b.finish(r, r.passErr)
 		case r.fed == len(r.tokens):
 			b.finish(r, nil)
 		default:
