@@ -231,8 +231,7 @@ func (b *batcher) run() {
 		cancel()
 	}
 	// A non-finite value fails only the sequences whose rows held it.
-	var partial *model.PartialError
-	isPartial := errors.As(err, &partial)
+	isPartial := err != nil && isPartialError(err)
 
 	b.mu.Lock()
 	for i, t := range b.takes {
@@ -297,4 +296,12 @@ func (b *batcher) passContext() (context.Context, context.CancelFunc) {
 		}
 		cancel()
 	}
+}
+
+// isPartialError reports whether a pass failed only some of its sequences
+// (each Group.Err says which). Out of line: errors.As's target escapes, so
+// the clean path must not declare it.
+func isPartialError(err error) bool {
+	var partial *model.PartialError
+	return errors.As(err, &partial)
 }
