@@ -136,8 +136,8 @@ func (p *pass) screen(v []float32, width int, op string) error {
 }
 
 // screenLogits checks the logits of the selected rows (pass order, as
-// logits gathers them), columns v0.. of the vocabulary.
-func (p *pass) screenLogits(v []float32, width, v0 int) error {
+// logits gathers them), width columns of the vocabulary each.
+func (p *pass) screenLogits(v []float32, width int) error {
 	if allFinite(v) {
 		return nil
 	}

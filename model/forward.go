@@ -386,7 +386,7 @@ func (p *pass) logits(nb, nbMax int) error {
 	head := Linear{Dense: m.lmHead}
 	if dsts == 1 {
 		head.MatMul(m.pool, single[:n*V], sc.xn[:n*E], n)
-		return p.screenLogits(single[:n*V], V, 0)
+		return p.screenLogits(single[:n*V], V)
 	}
 	// Several destinations: blocks of vocabulary rows, every selected row
 	// at once, so the head is read once per pass whatever the batch; each
@@ -399,7 +399,7 @@ func (p *pass) logits(nb, nbMax int) error {
 		w := v1 - v0
 		part := Linear{Dense: head.RowsView(v0, v1)}
 		part.MatMul(m.pool, buf[:n*w], sc.xn[:n*E], n)
-		if err := p.screenLogits(buf[:n*w], w, v0); err != nil {
+		if err := p.screenLogits(buf[:n*w], w); err != nil {
 			return err
 		}
 		k := 0
