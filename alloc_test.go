@@ -11,6 +11,9 @@ import (
 // runs with no heap allocation (the hot path reuses its scratch, state and
 // logits buffers).
 func TestDecodeStepAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates on its own")
+	}
 	m, _ := openOracle(t, "tiny-mxfp4", k3.Options{MaxContext: 1 << 16})
 	s := m.NewSession()
 	ctx := context.Background()

@@ -2,6 +2,7 @@ package k3
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -21,10 +22,11 @@ type request struct {
 	out    []float32
 	all    bool
 
-	fed    int   // tokens fed by completed passes
-	err    error // set with done
-	broken bool  // a pass that carried it failed: its state is undefined
-	done   chan struct{}
+	fed     int   // tokens fed by completed passes
+	err     error // set with done
+	broken  bool  // a pass that carried it failed: its state is undefined
+	passErr error // why, when broken
+	done    chan struct{}
 
 	queued bool      // in the queue (under batcher.mu)
 	doneAt time.Time // when its last step finished (under batcher.mu)
@@ -86,7 +88,7 @@ func (b *batcher) do(r *request) error {
 	if r.done == nil {
 		r.done = make(chan struct{}, 1)
 	}
-	r.fed, r.err, r.broken = 0, nil, false
+	r.fed, r.err, r.broken, r.passErr = 0, nil, false, nil
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
@@ -101,7 +103,7 @@ func (b *batcher) do(r *request) error {
 	}
 	<-r.done
 	err := r.err
-	r.ctx, r.st, r.tokens, r.out, r.err = nil, nil, nil, nil, nil
+	r.ctx, r.st, r.tokens, r.out, r.err, r.passErr = nil, nil, nil, nil, nil, nil
 	return err
 }
 
@@ -250,22 +252,28 @@ func (b *batcher) run() {
 		}
 		(*f)(rows, b.last)
 	}
-	clear(b.groups)
+	// A non-finite value fails only the sequences whose rows held it.
+	isPartial := err != nil && isPartialError(err)
 
 	b.mu.Lock()
 	for i, t := range b.takes {
 		r := b.inPass[i]
-		if err != nil {
-			r.broken = true
+		rerr := err
+		if isPartial {
+			rerr = b.groups[i].Err
+		}
+		if rerr != nil {
+			r.broken, r.passErr = true, rerr
 		} else {
 			r.fed += t.Rows
 		}
 	}
+	clear(b.groups)
 	k := 0
 	for _, r := range b.queue {
 		switch {
 		case r.broken:
-			b.finish(r, err)
+			b.finish(r, r.passErr)
 		case r.fed == len(r.tokens):
 			b.finish(r, nil)
 		default:
@@ -310,4 +318,12 @@ func (b *batcher) passContext() (context.Context, context.CancelFunc) {
 		}
 		cancel()
 	}
+}
+
+// isPartialError reports whether a pass failed only some of its sequences
+// (each Group.Err says which). Out of line: errors.As's target escapes, so
+// the clean path must not declare it.
+func isPartialError(err error) bool {
+	var partial *model.PartialError
+	return errors.As(err, &partial)
 }

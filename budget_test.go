@@ -252,6 +252,9 @@ func TestPeakRSSWithinBudget(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		t.Skip("writes a 250 MB checkpoint and builds the k3 command")
 	}
+	if raceEnabled {
+		t.Skip("the race detector's shadow memory counts in the RSS")
+	}
 	dir := wideCheckpoint(t)
 	in, err := k3.Inspect(dir, k3.Options{})
 	if err != nil {

@@ -53,6 +53,9 @@ func newEngine(ctx context.Context, ck *iox.Checkpoint, plan *model.Plan, opts O
 		}
 	}()
 	for _, sh := range ck.Shards {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("k3: %w", err)
+		}
 		f, err := iox.OpenFile(sh.Path, iox.FileOptions{Direct: true})
 		if err != nil {
 			return nil, fmt.Errorf("k3: %w", err)
@@ -74,6 +77,11 @@ func newEngine(ctx context.Context, ck *iox.Checkpoint, plan *model.Plan, opts O
 	}
 	if e.mem, err = plan.PlanMemory(budgetRequest(ck.Dir, opts)); err != nil {
 		return nil, fmt.Errorf("k3: %w", err)
+	}
+	if opts.RAMBudget == 0 {
+		if err := checkResidentFits(e.mem); err != nil {
+			return nil, fmt.Errorf("k3: %w", err)
+		}
 	}
 	// From here on the Go heap (and its garbage) must fit beside the
 	// off-heap buffers about to be allocated.

@@ -28,10 +28,13 @@ var (
 	// ErrNoTokenizer: a text operation on a model opened without a
 	// tokenizer (tiktoken.model and tokenizer_config.json).
 	ErrNoTokenizer = errors.New("no tokenizer")
-	// ErrNonFinite: the forward pass produced NaN or infinite logits,
-	// which means corrupt weights (NaN/Inf in a matrix the loader does not
-	// scan) or an overflow; the output would be garbage, so it is refused.
-	ErrNonFinite = errors.New("non-finite logits")
+	// ErrNonFinite: a step's activations, router scores or logits held a
+	// NaN or an infinity, which means corrupt weights (NaN/Inf in a matrix
+	// the loader does not scan), a corrupt saved state or an overflow; the
+	// error names the layer and the op. The output would be garbage, so the
+	// step fails; the sessions of its pass must be reset, the model stays
+	// usable.
+	ErrNonFinite = model.ErrNonFinite
 	// ErrExpertLoad: a routed expert could not be read during a step; the
 	// step fails instead of running without it.
 	ErrExpertLoad = model.ErrExpertLoad
@@ -44,7 +47,7 @@ func checkpointErr(err error) error {
 	if err == nil || errors.Is(err, ErrBadCheckpoint) {
 		return err
 	}
-	if errors.Is(err, iox.ErrFormat) || errors.Is(err, iox.ErrCheckpoint) || errors.Is(err, iox.ErrNotFound) {
+	if errors.Is(err, iox.ErrFormat) || errors.Is(err, iox.ErrCheckpoint) || errors.Is(err, iox.ErrNotFound) || errors.Is(err, iox.ErrNotRegular) {
 		return &wrapped{err: err, kind: ErrBadCheckpoint}
 	}
 	return err

@@ -6,9 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
+
+	"github.com/k3go/k3/iox"
 )
 
 // GenerationConfigFile is the file whose eos_token_id gives a chat's stop
@@ -24,9 +25,12 @@ func loadGenerationEOS(ckptDir, tokDir string) ([]int, error) {
 			continue
 		}
 		path := filepath.Join(dir, GenerationConfigFile)
-		raw, err := os.ReadFile(path)
+		raw, err := iox.ReadFileLimit(path, maxConfigBytes)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
+		}
+		if errors.Is(err, iox.ErrNotRegular) || errors.Is(err, iox.ErrTooLarge) {
+			return nil, fmt.Errorf("k3: %w: %w", ErrBadConfig, err)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("k3: %w", err)

@@ -2,7 +2,6 @@ package k3
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"github.com/k3go/k3/iox"
@@ -34,13 +33,9 @@ type Inspection struct {
 // whole process: the executable that calls Inspect, the Go runtime, the
 // tokenizer, the index, as Open does.
 func Inspect(dir string, opts Options) (*Inspection, error) {
-	raw, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	cfg, err := readConfig(filepath.Join(dir, "config.json"))
 	if err != nil {
-		return nil, fmt.Errorf("k3: %w: %w", ErrBadConfig, err)
-	}
-	cfg, err := model.ParseConfig(raw)
-	if err != nil {
-		return nil, fmt.Errorf("k3: %w", err)
+		return nil, err
 	}
 	ck, err := iox.OpenCheckpoint(dir)
 	if err != nil {

@@ -160,16 +160,11 @@ func OpenContext(ctx context.Context, dir string, opts Options) (*Model, error) 
 			limit.release()
 		}
 	}()
-	cfgPath := filepath.Join(dir, "config.json")
-	raw, err := os.ReadFile(cfgPath)
+	cfg, err := readConfig(filepath.Join(dir, "config.json"))
 	if err != nil {
-		return nil, fmt.Errorf("k3: %w: %w", ErrBadConfig, err)
+		return nil, err
 	}
-	cfg, err := model.ParseConfig(raw)
-	if err != nil {
-		return nil, fmt.Errorf("k3: %s: %w", cfgPath, err)
-	}
-	ck, err := iox.OpenCheckpoint(dir)
+	ck, err := iox.OpenCheckpointContext(ctx, dir)
 	if err != nil {
 		return nil, fmt.Errorf("k3: %w", checkpointErr(err))
 	}
@@ -185,6 +180,9 @@ func OpenContext(ctx context.Context, dir string, opts Options) (*Model, error) 
 	}
 	tok, err := loadTokenizer(dir, opts.TokenizerDir)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkTokenizerFits(tok, cfg); err != nil {
 		return nil, err
 	}
 	eos, err := loadGenerationEOS(dir, opts.TokenizerDir)
@@ -234,7 +232,7 @@ func loadTokenizer(ckptDir, dir string) (*tokenizer.Tokenizer, error) {
 	}
 	tok, err := tokenizer.Load(dir)
 	if err != nil {
-		return nil, fmt.Errorf("k3: tokenizer: %w", err)
+		return nil, fmt.Errorf("k3: tokenizer: %w", checkpointErr(err))
 	}
 	return tok, nil
 }

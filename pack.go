@@ -2,7 +2,9 @@ package k3
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -26,13 +28,9 @@ type PackOptions struct {
 // request. Files are written under temporary names, synced and renamed;
 // the checkpoint is never written to, and out must not be it.
 func Pack(ctx context.Context, dir, out string, opts PackOptions) error {
-	raw, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	cfg, err := readConfig(filepath.Join(dir, "config.json"))
 	if err != nil {
-		return fmt.Errorf("k3: %w: %w", ErrBadConfig, err)
-	}
-	cfg, err := model.ParseConfig(raw)
-	if err != nil {
-		return fmt.Errorf("k3: %w", err)
+		return err
 	}
 	if abs, _ := filepath.Abs(out); abs != "" {
 		if d, _ := filepath.Abs(dir); d == abs {
@@ -73,8 +71,43 @@ func Pack(ctx context.Context, dir, out string, opts PackOptions) error {
 	if e.reader, err = iox.NewReader(iox.ReaderOptions{}); err != nil {
 		return err
 	}
+	unlock, err := claimPackDir(out, opts.Force)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	if err := plan.Pack(ctx, out, e.read, opts.Progress); err != nil {
 		return fmt.Errorf("k3: %w", err)
 	}
 	return nil
+}
+
+// claimPackDir creates out, locks it for this pack (iox.LockDir) and
+// removes the temporary files a killed pack left there: holding the lock
+// proves their writer is gone. Where locks are unsupported, only Force
+// removes them. Another pack running into out is an error.
+func claimPackDir(out string, force bool) (unlock func(), err error) {
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return nil, fmt.Errorf("k3: pack: %w", err)
+	}
+	unlock, err = iox.LockDir(out)
+	switch {
+	case errors.Is(err, errors.ErrUnsupported):
+		unlock = func() {}
+	case errors.Is(err, iox.ErrLocked):
+		return nil, fmt.Errorf("k3: pack: %w: another k3 pack is writing into %s", ErrBadOptions, out)
+	case err != nil:
+		return nil, fmt.Errorf("k3: pack: %w", err)
+	}
+	if err == nil || force {
+		// The temporary names model.Plan.Pack writes under.
+		for _, name := range []string{model.PackedDataFile, model.PackedIndexFile} {
+			p := filepath.Join(out, "."+name+".tmp")
+			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				unlock()
+				return nil, fmt.Errorf("k3: pack: removing the stale %s: %w", p, err)
+			}
+		}
+	}
+	return unlock, nil
 }

@@ -1,6 +1,7 @@
 package iox
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -51,6 +52,22 @@ type Checkpoint struct {
 // and hold the tensors the index assigns to it; the index is not required.
 // A tensor found in two shards is an error.
 func OpenCheckpoint(dir string) (*Checkpoint, error) {
+	return OpenCheckpointContext(context.Background(), dir)
+}
+
+// MaxTotalHeaderBytes bounds the JSON headers of all shards together:
+// parsing costs about twelve times a header's size, so a limit per file
+// alone would let many shards exhaust memory. The released checkpoint's
+// headers total under 100 MiB.
+const MaxTotalHeaderBytes = 256 << 20
+
+// totalHeaderLimit is MaxTotalHeaderBytes; tests lower it.
+var totalHeaderLimit int64 = MaxTotalHeaderBytes
+
+// OpenCheckpointContext is OpenCheckpoint with a context checked between
+// files. Only regular files are opened (symlinks to them are fine): a
+// FIFO or a device named like a shard or the index is an error.
+func OpenCheckpointContext(ctx context.Context, dir string) (*Checkpoint, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
@@ -87,17 +104,24 @@ func OpenCheckpoint(dir string) (*Checkpoint, error) {
 	if len(names) == 0 {
 		return nil, fmt.Errorf("checkpoint %s: %w: no *.safetensors files", dir, ErrCheckpoint)
 	}
+	var headers int64 // header bytes read so far, over every shard
 	for i, n := range names {
-		p := filepath.Join(dir, n)
-		f, err := os.Open(p)
-		if err != nil {
+		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
+		}
+		p := filepath.Join(dir, n)
+		f, st, err := OpenRegular(p)
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint %s: %w", dir, wrapNotRegular(err))
 		}
 		s := &Shard{Name: n, Path: p, File: f}
 		c.Shards = append(c.Shards, s)
-		st, err := f.Stat()
+		hn, err := headerLen(f, st.Size(), p)
 		if err != nil {
-			return nil, fmt.Errorf("checkpoint %s: %w", p, err)
+			return nil, err
+		}
+		if headers += hn; headers > totalHeaderLimit {
+			return nil, fmt.Errorf("checkpoint %s: %w: the shard headers up to %s hold %d bytes, above the %d-byte limit for all shards together", dir, ErrFormat, n, headers, totalHeaderLimit)
 		}
 		h, err := ReadHeader(f, st.Size(), p)
 		if err != nil {
@@ -148,19 +172,25 @@ const maxIndexBytes = 512 << 20
 
 func readIndex(dir string) (*shardIndex, error) {
 	p := filepath.Join(dir, IndexFile)
-	f, err := os.Open(p)
-	if errors.Is(err, fs.ErrNotExist) {
+	data, err := ReadFileLimit(p, maxIndexBytes)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
 		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxIndexBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", p, err)
+	case errors.Is(err, ErrTooLarge):
+		return nil, fmt.Errorf("%w: %w", ErrCheckpoint, err)
+	case err != nil:
+		return nil, fmt.Errorf("checkpoint %s: %w", dir, wrapNotRegular(err))
 	}
 	return ParseIndex(data, p)
+}
+
+// wrapNotRegular marks a FIFO or device in the checkpoint as an invalid
+// checkpoint; other errors (permissions, I/O) stay as they are.
+func wrapNotRegular(err error) error {
+	if errors.Is(err, ErrNotRegular) {
+		return fmt.Errorf("%w: %w", ErrCheckpoint, err)
+	}
+	return err
 }
 
 // ParseIndex parses model.safetensors.index.json. Shard names must be plain

@@ -79,18 +79,9 @@ var testOpenDirectErr error
 // opened at all, is not a regular file, or was replaced between the two
 // opens.
 func OpenFile(path string, opts FileOptions) (*File, error) {
-	of, err := os.Open(path)
+	of, fi, err := OpenRegular(path)
 	if err != nil {
 		return nil, err
-	}
-	fi, err := of.Stat()
-	if err != nil {
-		of.Close()
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		of.Close()
-		return nil, fmt.Errorf("iox: %s is not a regular file (%v)", path, fi.Mode().Type())
 	}
 	f := &File{
 		name:    path,

@@ -14,7 +14,7 @@ import (
 // for a path that now names another file than the buffered descriptor.
 func openDirect(path string, buffered *os.File) (fd int, reason string, err error) {
 	for {
-		fd, err = unix.Open(path, unix.O_RDONLY|unix.O_DIRECT|unix.O_CLOEXEC, 0)
+		fd, err = unix.Open(path, unix.O_RDONLY|unix.O_DIRECT|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 		if err != unix.EINTR {
 			break
 		}

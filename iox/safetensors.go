@@ -63,19 +63,9 @@ var storedSizes = map[string]int{
 // lie inside the data section, match shape × dtype size, and not overlap
 // another tensor's.
 func ReadHeader(r io.ReaderAt, size int64, name string) (*Header, error) {
-	if size < 8 {
-		return nil, fmt.Errorf("%s: %w: file is %d bytes, shorter than the 8-byte header length", name, ErrFormat, size)
-	}
-	var lenBuf [8]byte
-	if _, err := r.ReadAt(lenBuf[:], 0); err != nil {
-		return nil, fmt.Errorf("%s: reading header length: %w", name, err)
-	}
-	n := binary.LittleEndian.Uint64(lenBuf[:])
-	if n > MaxHeaderBytes {
-		return nil, fmt.Errorf("%s: %w: header length %d exceeds the %d-byte limit", name, ErrFormat, n, MaxHeaderBytes)
-	}
-	if int64(n) > size-8 {
-		return nil, fmt.Errorf("%s: %w: header length %d runs past the end of the %d-byte file", name, ErrFormat, n, size)
+	n, err := headerLen(r, size, name)
+	if err != nil {
+		return nil, err
 	}
 	buf := make([]byte, n)
 	if _, err := r.ReadAt(buf, 8); err != nil {
@@ -91,6 +81,26 @@ func ReadHeader(r io.ReaderAt, size int64, name string) (*Header, error) {
 		h.Tensors[i].Offset += h.DataOff
 	}
 	return h, nil
+}
+
+// headerLen reads and checks the header length of a safetensors file of
+// the given size, before anything is allocated for the header.
+func headerLen(r io.ReaderAt, size int64, name string) (int64, error) {
+	if size < 8 {
+		return 0, fmt.Errorf("%s: %w: file is %d bytes, shorter than the 8-byte header length", name, ErrFormat, size)
+	}
+	var lenBuf [8]byte
+	if _, err := r.ReadAt(lenBuf[:], 0); err != nil {
+		return 0, fmt.Errorf("%s: reading header length: %w", name, err)
+	}
+	n := binary.LittleEndian.Uint64(lenBuf[:])
+	if n > MaxHeaderBytes {
+		return 0, fmt.Errorf("%s: %w: header length %d exceeds the %d-byte limit", name, ErrFormat, n, MaxHeaderBytes)
+	}
+	if int64(n) > size-8 {
+		return 0, fmt.Errorf("%s: %w: header length %d runs past the end of the %d-byte file", name, ErrFormat, n, size)
+	}
+	return int64(n), nil
 }
 
 // ParseHeader parses the JSON header of a safetensors file whose data

@@ -2,6 +2,7 @@ package model
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -144,12 +145,19 @@ type Group struct {
 	// Out receives the logits; nil computes none (a prefill chunk whose
 	// logits nobody reads).
 	Out []float32
+	// Err is set by ForwardBatch when this sequence's rows held a NaN or
+	// an infinity (ErrNonFinite naming the layer and the op); its state is
+	// then undefined and must be reset. The other sequences of the pass
+	// are unaffected: rows never mix, and a failed row is zeroed so that
+	// it stays finite in the products it shares.
+	Err error
 }
 
 // segment is the part of one Group that a sub-pass carries: rows
 // [lo, lo+n) of the sub-pass are tokens[off:off+n] of the group.
 type segment struct {
 	st     *State
+	grp    int // the index of its Group
 	lo, n  int
 	p0     int // the position of the segment's first row
 	tokens []int
@@ -188,6 +196,9 @@ func (s *Session) Forward(ctx context.Context, tokens []int, out []float32, all 
 	}
 	s.g[0] = Group{St: s.St, Tokens: tokens, All: all, Out: out}
 	err := s.m.ForwardBatch(ctx, s.sc, s.g[:])
+	if s.g[0].Err != nil {
+		err = s.g[0].Err
+	}
 	s.g[0] = Group{}
 	return err
 }
@@ -203,7 +214,9 @@ func (s *Session) Forward(ctx context.Context, tokens []int, out []float32, all 
 // are bit-identical to running it alone, in any batch and at any split.
 // The groups are checked (token range, context capacity, logits buffers)
 // before anything runs; on a failure after that every group's state is
-// undefined and must be reset before reuse.
+// undefined and must be reset before reuse. A non-finite value fails only
+// the groups whose rows held it: their Err is set and ForwardBatch
+// returns a *PartialError; the other groups completed normally.
 func (m *Model) ForwardBatch(ctx context.Context, sc *Scratch, gs []Group) error {
 	c := m.Cfg
 	if len(gs) == 0 {
@@ -211,6 +224,7 @@ func (m *Model) ForwardBatch(ctx context.Context, sc *Scratch, gs []Group) error
 	}
 	for gi := range gs {
 		g := &gs[gi]
+		g.Err = nil
 		if len(g.Tokens) == 0 {
 			return fmt.Errorf("forward: sequence %d: no tokens", gi)
 		}
@@ -248,7 +262,7 @@ func (m *Model) ForwardBatch(ctx context.Context, sc *Scratch, gs []Group) error
 	defer func() { m.forwardNanos.Add(int64(time.Since(start))) }()
 
 	p := &sc.pass
-	*p = pass{m: m, c: c, sc: sc}
+	*p = pass{m: m, c: c, sc: sc, gs: gs}
 	defer func() { *p = pass{} }()
 	gi, off := 0, 0 // the next row to place: group gi, token off
 	for gi < len(gs) {
@@ -257,7 +271,7 @@ func (m *Model) ForwardBatch(ctx context.Context, sc *Scratch, gs []Group) error
 		for gi < len(gs) && rows < sc.tc {
 			g := &gs[gi]
 			n := min(len(g.Tokens)-off, sc.tc-rows)
-			sg := segment{st: g.St, lo: rows, n: n, p0: g.St.pos, tokens: g.Tokens[off : off+n]}
+			sg := segment{st: g.St, grp: gi, lo: rows, n: n, p0: g.St.pos, tokens: g.Tokens[off : off+n]}
 			sg.last = off+n == len(g.Tokens)
 			switch {
 			case g.Out == nil:
@@ -276,13 +290,13 @@ func (m *Model) ForwardBatch(ctx context.Context, sc *Scratch, gs []Group) error
 		err := p.run(ctx)
 		clear(segs)
 		sc.segs = segs[:0]
-		if err != nil {
+		if err != nil && !errors.Is(err, errPassFailed) {
 			return err
 		}
 		m.passes.Add(1)
 		m.rows.Add(int64(rows))
 	}
-	return nil
+	return partialError(gs)
 }
 
 // pass is one sub-pass: T rows over the segments of its sequences, each
@@ -293,6 +307,8 @@ type pass struct {
 	sc   *Scratch
 	segs []segment
 	T    int
+	gs   []Group // the pass's groups, whose Err a non-finite row sets (nil: fail the pass)
+	l    int     // the layer running, -1 outside the layers (for errors)
 }
 
 // run runs every layer over the pass's rows, advances each sequence's
@@ -307,10 +323,21 @@ func (p *pass) run(ctx context.Context) error {
 			if err := m.embedRow(ctx, sc.pref[r*E:(r+1)*E], id, sc.rowBuf); err != nil {
 				return err
 			}
+			if row := sc.pref[r*E : (r+1)*E]; !allFinite(row) {
+				if p.gs == nil {
+					return fmt.Errorf("%w: embedding row of token %d", ErrNonFinite, id)
+				}
+				p.failGroup(r, fmt.Errorf("%w: embedding row of token %d", ErrNonFinite, id))
+				clear(row)
+			}
 		}
+	}
+	if err := p.allFailed(); err != nil {
+		return err
 	}
 	nb := 0
 	for l := 0; l < c.Layers; l++ {
+		p.l = l
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -324,6 +351,7 @@ func (p *pass) run(ctx context.Context) error {
 	for _, sg := range p.segs {
 		sg.st.pos += sg.n
 	}
+	p.l = -1
 	return p.logits(nb, nbMax)
 }
 
@@ -358,7 +386,7 @@ func (p *pass) logits(nb, nbMax int) error {
 	head := Linear{Dense: m.lmHead}
 	if dsts == 1 {
 		head.MatMul(m.pool, single[:n*V], sc.xn[:n*E], n)
-		return nil
+		return p.screenLogits(single[:n*V], V)
 	}
 	// Several destinations: blocks of vocabulary rows, every selected row
 	// at once, so the head is read once per pass whatever the batch; each
@@ -371,6 +399,9 @@ func (p *pass) logits(nb, nbMax int) error {
 		w := v1 - v0
 		part := Linear{Dense: head.RowsView(v0, v1)}
 		part.MatMul(m.pool, buf[:n*w], sc.xn[:n*E], n)
+		if err := p.screenLogits(buf[:n*w], w); err != nil {
+			return err
+		}
 		k := 0
 		for _, sg := range p.segs {
 			if sg.out == nil {
@@ -435,12 +466,19 @@ func (p *pass) layer(ctx context.Context, l int, nb *int, nbMax int) error {
 	if err != nil {
 		return err
 	}
+	op := "KDA attention"
 	if c.IsMLA(l) {
+		op = "MLA attention"
 		p.mla(l, mats, vec)
 	} else {
 		p.kda(l, mats, vec)
 	}
 	m.layers.Release(l, PartAttn)
+	// One check per op result: a NaN from a matrix, or from a restored
+	// state, stops here, before it can reach the router.
+	if err := p.screen(sc.attn[:T*E], E, op); err != nil {
+		return err
+	}
 	for i := 0; i < T*E; i++ {
 		if present {
 			sc.pref[i] += sc.attn[i]
@@ -455,13 +493,18 @@ func (p *pass) layer(ctx context.Context, l int, nb *int, nbMax int) error {
 	if mats, err = m.layers.Acquire(ctx, l, PartFFN); err != nil {
 		return err
 	}
+	op = "MoE"
 	if c.IsDense(l) {
+		op = "dense MLP"
 		p.denseFFN(mats)
 	} else {
 		err = p.moe(ctx, l, mats, vec)
 	}
 	m.layers.Release(l, PartFFN)
 	if err != nil {
+		return err
+	}
+	if err := p.screen(sc.ffn[:T*E], E, op); err != nil {
 		return err
 	}
 	for i := 0; i < T*E; i++ {

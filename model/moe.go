@@ -31,6 +31,11 @@ func (p *pass) moe(ctx context.Context, l int, mats *LayerMats, vec *LayerVecs) 
 
 	// 1. Route: one product over every row, then top-k per row.
 	p.routerScores(&mats.Router)
+	// A NaN score would rank below every expert: top-k would pick nothing
+	// (or the same expert K times), so routing stops here instead.
+	if err := p.screen(sc.scores[:T*Ne], Ne, "router"); err != nil {
+		return err
+	}
 	for t := 0; t < T; t++ {
 		topK(sc.idx[t*K:(t+1)*K], sc.wts[t*K:(t+1)*K], sc.scores[t*Ne:(t+1)*Ne], vec.Bias, sc.choice, c.MoERenormalize, c.RoutedScale)
 	}
@@ -54,6 +59,11 @@ func (p *pass) moe(ctx context.Context, l int, mats *LayerMats, vec *LayerVecs) 
 		mats.SharedUp.MatMul(m.pool, u, xn, T)
 		situGLU(g, g, u, c.SituBeta, c.SituLinearBeta)
 		mats.SharedDown.MatMul(m.pool, sc.ffn[:T*E], g, T)
+		if err := p.screen(sc.ffn[:T*E], E, "shared experts"); err != nil {
+			m.experts.End(b)
+			p.clearSeen(first)
+			return err
+		}
 	} else {
 		clear(sc.ffn[:T*E])
 	}
@@ -195,6 +205,20 @@ func (p *pass) runExpert(ctx context.Context, b *ExpertBatch, i int) error {
 	situGLU(a1, a1, a3, c.SituBeta, c.SituLinearBeta)
 	ex.W[1].MatMul(m.pool, sc.eo[:n*Lt], a1, n)
 	m.experts.Put(b, i)
+	if !allFinite(sc.eo[:n*Lt]) {
+		if p.gs == nil {
+			return fmt.Errorf("%w: routed expert %d", ErrNonFinite, e)
+		}
+		for u, i := range users {
+			if row := sc.eo[u*Lt : (u+1)*Lt]; !allFinite(row) {
+				p.failGroup(int(i)/K, fmt.Errorf("layer %d: %w: routed expert %d", p.l, ErrNonFinite, e))
+				clear(row)
+			}
+		}
+		if err := p.allFailed(); err != nil {
+			return err
+		}
+	}
 	for u, i := range users {
 		copy(sc.contrib[int(i)*Lt:(int(i)+1)*Lt], sc.eo[u*Lt:(u+1)*Lt])
 	}

@@ -8,9 +8,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strconv"
+
+	"github.com/k3go/k3/iox"
 )
 
 // File names read by [Load] and [LoadFS].
@@ -40,7 +41,23 @@ func Load(dir string) (*Tokenizer, error) {
 	if dir == "" {
 		dir = "."
 	}
-	return load(os.DirFS(dir), func(name string) string { return filepath.Join(dir, name) })
+	return load(regularDir(dir), func(name string) string { return filepath.Join(dir, name) })
+}
+
+// regularDir is a directory whose files are opened only if they are
+// regular files (iox.OpenRegular: a FIFO named tiktoken.model would block
+// the open forever, a device would never end).
+type regularDir string
+
+func (d regularDir) Open(name string) (fs.File, error) {
+	if !fs.ValidPath(name) {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrInvalid}
+	}
+	f, _, err := iox.OpenRegular(filepath.Join(string(d), filepath.FromSlash(name)))
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
 }
 
 // LoadFS is [Load] reading tiktoken.model and tokenizer_config.json from the
@@ -71,6 +88,10 @@ func load(fsys fs.FS, display func(string) string) (*Tokenizer, error) {
 }
 
 func readLimited(fsys fs.FS, name, display string, limit int64) ([]byte, error) {
+	// Stat first: opening a FIFO blocks until a writer appears.
+	if st, err := fs.Stat(fsys, name); err == nil && !st.Mode().IsRegular() {
+		return nil, &FormatError{File: display, Msg: fmt.Sprintf("not a regular file (%v)", st.Mode().Type())}
+	}
 	f, err := fsys.Open(name)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)

@@ -3,7 +3,8 @@
 //
 // Exit codes: 0 success; 1 runtime failure; 2 usage error; 3 bad
 // checkpoint or config; 4 an expert failed to load (output invalid);
-// 5 the RAM budget cannot hold the model; 6 I/O error.
+// 5 the RAM budget cannot hold the model; 6 I/O error; 7 internal error
+// (a bug: a panic, reported with its stack).
 package main
 
 import (
@@ -12,6 +13,8 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"runtime/debug"
+	"syscall"
 
 	"github.com/k3go/k3"
 )
@@ -28,6 +31,7 @@ const (
 	exitExpert     = 4
 	exitBudget     = 5
 	exitIO         = 6
+	exitInternal   = 7 // a recovered panic: never reported as a usage error (the runtime's 2)
 )
 
 type command struct {
@@ -86,7 +90,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	for _, c := range commands {
 		if c.name == args[0] {
-			err := c.run(args[1:], stdout, stderr)
+			err := runCommand(c, args[1:], stdout, stderr)
 			if err == nil {
 				return exitOK
 			}
@@ -102,9 +106,34 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return exitUsage
 }
 
+// runCommand runs c, recovering a panic on the command's goroutine as an
+// *internalError (exit code 7, the stack in the message). A panic on
+// another goroutine still ends the process with the runtime's exit code 2.
+func runCommand(c command, args []string, stdout, stderr io.Writer) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = &internalError{panic: p, stack: debug.Stack()}
+		}
+	}()
+	return c.run(args, stdout, stderr)
+}
+
+// internalError is a recovered panic: a bug in k3, not the user's input.
+type internalError struct {
+	panic any
+	stack []byte
+}
+
+func (e *internalError) Error() string {
+	return fmt.Sprintf("internal error: %v\nThis is a bug in k3; please report it with this stack:\n%s", e.panic, e.stack)
+}
+
 func exitCode(err error) int {
 	var ue *usageError
+	var ie *internalError
 	switch {
+	case errors.As(err, &ie):
+		return exitInternal
 	case errors.As(err, &ue), errors.Is(err, k3.ErrBadOptions), errors.Is(err, k3.ErrTokenOutOfRange), errors.Is(err, k3.ErrContextFull):
 		return exitUsage
 	case errors.Is(err, k3.ErrExpertLoad):
@@ -113,7 +142,7 @@ func exitCode(err error) int {
 		return exitCheckpoint
 	case errors.Is(err, k3.ErrBudget):
 		return exitBudget
-	case errors.Is(err, fs.ErrNotExist), errors.Is(err, fs.ErrPermission):
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.EIO):
 		return exitIO
 	}
 	return exitFailure
@@ -125,5 +154,5 @@ func printHelp(w io.Writer) {
 		fmt.Fprintf(w, "\t%-10s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintf(w, "\t%-10s %s\n\t%-10s %s\n", "help", "show help for a command: k3 help <command>", "version", "print the version")
-	fmt.Fprintf(w, "\nExit codes: 0 ok, 1 failure, 2 usage, 3 bad checkpoint or config, 4 expert load failure, 5 RAM budget too small, 6 I/O error.\n")
+	fmt.Fprintf(w, "\nExit codes: 0 ok, 1 failure, 2 usage, 3 bad checkpoint or config, 4 expert load failure, 5 RAM budget too small, 6 I/O error, 7 internal error (a bug).\n")
 }

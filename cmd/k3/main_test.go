@@ -3,11 +3,15 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/k3go/k3/internal/fixtures"
@@ -135,4 +139,26 @@ func loadOracle(t *testing.T, name string) (string, expected) {
 		t.Fatal(err)
 	}
 	return dir, exp
+}
+
+// TestCrashIsNotAUsageError: a panic in a command exits 7 with "internal
+// error" and the stack, never 2 (a usage error); an unreadable config.json
+// (EACCES, EIO) is an I/O error (6), not a bad checkpoint (3).
+func TestCrashIsNotAUsageError(t *testing.T) {
+	commands = append(commands, command{name: "crash-for-test", run: func([]string, io.Writer, io.Writer) error {
+		var m map[string]int
+		m["x"] = 1 // a nil-map write: a runtime panic
+		return nil
+	}})
+	defer func() { commands = commands[:len(commands)-1] }()
+	code, _, stderr := runCmd(t, "crash-for-test")
+	if code != exitInternal || !strings.Contains(stderr, "internal error") || !strings.Contains(stderr, "goroutine") {
+		t.Fatalf("exit %d, want %d with the stack: %s", code, exitInternal, stderr)
+	}
+	for _, errno := range []syscall.Errno{syscall.EACCES, syscall.EIO} {
+		err := fmt.Errorf("k3: reading config: %w", &fs.PathError{Op: "open", Path: "config.json", Err: errno})
+		if got := exitCode(err); got != exitIO {
+			t.Errorf("%v: exit %d, want %d", errno, got, exitIO)
+		}
+	}
 }

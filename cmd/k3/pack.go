@@ -21,7 +21,7 @@ func runPack(args []string, stdout, stderr io.Writer) error {
 	if *dir == "" || *out == "" {
 		return usagef("--model and --out are required")
 	}
-	ctx, cancel := signalContext()
+	ctx, cancel := writerSignalContext()
 	defer cancel()
 	var bar *progress.Bar
 	start := time.Now()

@@ -9,9 +9,11 @@ import (
 	"io"
 	"math"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/k3go/k3/internal/synth"
@@ -156,7 +158,7 @@ func runSynth(args []string, stdout, stderr io.Writer) error {
 			*out, p.Name, p.Config.Layers, p.Config.Experts, L.Tensors, len(L.Shards), synth.FormatBytes(L.FileBytes))
 		return nil
 	}
-	ctx, cancel := signalContext()
+	ctx, cancel := writerSignalContext()
 	defer cancel()
 	opts := synth.WriteOptions{ShardSize: size, TokenizerDir: *tokenizer, Buffered: *buffered}
 	var bar *synthBar
@@ -184,6 +186,14 @@ func runSynth(args []string, stdout, stderr io.Writer) error {
 		sum.Dir, sum.Profile, sum.Seed, sum.Layers, sum.Experts, sum.Tensors, sum.Shards, sum.Bytes, synth.FormatBytes(sum.Bytes),
 		sum.ExpertBytes, sum.ElapsedS, sum.MBps, mode)
 	return nil
+}
+
+// writerSignalContext is cancelled by SIGINT and by SIGTERM (what kill,
+// systemd and container runtimes send): a writer cancelled through its
+// context removes its temporary files, while a default SIGTERM would kill
+// it and leave them behind.
+func writerSignalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }
 
 // synthError drops the package prefix of the library's errors (the command

@@ -9,10 +9,13 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/k3go/k3/iox"
 )
 
 // ErrNotEmpty reports an output directory that exists and is not empty, or
@@ -130,8 +133,11 @@ func Write(ctx context.Context, dir string, p Profile, opts WriteOptions) (Summa
 	}
 
 	w := &writer{dir: dir, layout: L, opts: opts, total: total}
-	if w.created, err = prepareDir(dir); err != nil {
+	if w.created, w.unlock, err = prepareDir(dir); err != nil {
 		return Summary{}, err
+	}
+	if w.unlock != nil {
+		defer w.unlock()
 	}
 	ok := false
 	defer func() {
@@ -188,6 +194,7 @@ type writer struct {
 	layout  *Layout
 	opts    WriteOptions
 	created []string // directories created, deepest first
+	unlock  func()   // releases the lock on dir (nil where locks are unsupported)
 	temps   []tempFile
 	direct  bool
 
@@ -199,26 +206,30 @@ type writer struct {
 func tempName(final string) string { return "." + final + ".partial" }
 
 // prepareDir checks that dir is absent or an empty directory and creates
-// it if absent, returning the directories it created (deepest first).
-func prepareDir(dir string) ([]string, error) {
+// it if absent, returning the directories it created (deepest first) and
+// the release of the lock it takes on dir for the write (iox.LockDir). A
+// directory holding only temporary files of ours whose writer is gone (a
+// killed k3 synth: its lock went with it) counts as empty: they are
+// removed.
+func prepareDir(dir string) (created []string, unlock func(), err error) {
 	fi, err := os.Stat(dir)
 	switch {
 	case err == nil && !fi.IsDir():
-		return nil, fmt.Errorf("synth: %w: %s exists and is not a directory", ErrNotEmpty, dir)
+		return nil, nil, fmt.Errorf("synth: %w: %s exists and is not a directory", ErrNotEmpty, dir)
 	case err == nil:
-		ents, err := os.ReadDir(dir)
-		if err != nil {
-			return nil, fmt.Errorf("synth: %w", err)
+		if unlock, err = lockDir(dir); err != nil {
+			return nil, nil, err
 		}
-		if len(ents) > 0 {
-			return nil, fmt.Errorf("synth: %w: %s holds %d entries (for example %s); refusing to write into it",
-				ErrNotEmpty, dir, len(ents), ents[0].Name())
+		if err := removeStale(dir, unlock != nil); err != nil {
+			if unlock != nil {
+				unlock()
+			}
+			return nil, nil, err
 		}
-		return nil, nil
+		return nil, unlock, nil
 	case !errors.Is(err, fs.ErrNotExist):
-		return nil, fmt.Errorf("synth: %w", err)
+		return nil, nil, fmt.Errorf("synth: %w", err)
 	}
-	var created []string
 	for d := filepath.Clean(dir); ; {
 		if _, err := os.Stat(d); err == nil {
 			break
@@ -232,9 +243,53 @@ func prepareDir(dir string) ([]string, error) {
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		removeDirs(created)
+		return nil, nil, fmt.Errorf("synth: %w", err)
+	}
+	if unlock, err = lockDir(dir); err != nil {
+		removeDirs(created)
+		return nil, nil, err
+	}
+	return created, unlock, nil
+}
+
+// lockDir locks dir for the write; nil where locks are unsupported.
+func lockDir(dir string) (func(), error) {
+	unlock, err := iox.LockDir(dir)
+	switch {
+	case errors.Is(err, errors.ErrUnsupported):
+		return nil, nil
+	case errors.Is(err, iox.ErrLocked):
+		return nil, fmt.Errorf("synth: %w: another k3 synth is writing into %s", ErrNotEmpty, dir)
+	case err != nil:
 		return nil, fmt.Errorf("synth: %w", err)
 	}
-	return created, nil
+	return unlock, nil
+}
+
+// removeStale fails unless dir is empty or holds only our temporary files
+// (and locked says their writer is gone), which it removes.
+func removeStale(dir string, locked bool) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("synth: %w", err)
+	}
+	for _, e := range ents {
+		if !locked || !isTempName(e.Name()) || !e.Type().IsRegular() {
+			return fmt.Errorf("synth: %w: %s holds %d entries (for example %s); refusing to write into it",
+				ErrNotEmpty, dir, len(ents), e.Name())
+		}
+	}
+	for _, e := range ents {
+		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
+			return fmt.Errorf("synth: removing the stale %s: %w", e.Name(), err)
+		}
+	}
+	return nil
+}
+
+// isTempName reports whether name is one tempName makes.
+func isTempName(name string) bool {
+	return len(name) > len(".x.partial") && strings.HasPrefix(name, ".") && strings.HasSuffix(name, ".partial")
 }
 
 func removeDirs(dirs []string) {

@@ -2,4 +2,5 @@
 
 package k3_test
 
+// raceEnabled: see race_test.go.
 const raceEnabled = false
