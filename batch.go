@@ -245,15 +245,15 @@ func (b *batcher) run() {
 	if cancel != nil {
 		cancel()
 	}
-	if f := b.observe.Load(); f != nil && err == nil {
+	// A non-finite value fails only the sequences whose rows held it.
+	isPartial := err != nil && isPartialError(err)
+	if f := b.observe.Load(); f != nil && (err == nil || isPartial) {
 		rows := 0
 		for _, t := range b.takes {
 			rows += t.Rows
 		}
 		(*f)(rows, b.last)
 	}
-	// A non-finite value fails only the sequences whose rows held it.
-	isPartial := err != nil && isPartialError(err)
 
 	b.mu.Lock()
 	for i, t := range b.takes {
