@@ -10,6 +10,7 @@ require github.com/openai/openai-go/v3 v3.98.0
 
 require (
 	github.com/coder/websocket v1.8.15 // indirect
+	github.com/klauspost/compress v1.20.4 // indirect
 	github.com/tidwall/gjson v1.20.0 // indirect
 	github.com/tidwall/match v1.1.1 // indirect
 	github.com/tidwall/pretty v1.2.1 // indirect

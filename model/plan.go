@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/k3go/k3/expert"
 	"github.com/k3go/k3/iox"
@@ -26,6 +27,10 @@ type Plan struct {
 	finalNorm        []float32
 	foldO            []float32
 	outNorm, outProj []float32
+
+	fpOnce sync.Once
+	fp     string
+	fpErr  error
 }
 
 // problems collects binding errors so that one error reports all of them.
