@@ -24,7 +24,8 @@ type Stats struct {
 	// TrunkDecodedBytes are the bytes of streamed trunk parts decoded from
 	// a compressed pack (Options.TrunkDir written with PackOptions.Compress;
 	// TrunkBytesRead is then what the disk delivered), TrunkDecodeTime the
-	// wall time of those decodes, all cores together.
+	// core time of those decodes summed over blocks: their ratio is the
+	// decode rate per core.
 	TrunkDecodedBytes int64
 	TrunkDecodeTime   time.Duration
 

@@ -151,16 +151,38 @@ func (d *blockDecoder) decodeBlock(dst, src []byte) error {
 }
 
 // mergeWords rebuilds the 16-bit words from exponent and sign+mantissa
-// bytes.
+// bytes, eight words per step: the bytes are spread into 16-bit lanes of
+// a uint64 and combined with lane-wise masks and shifts (no lane
+// overflows: an exponent shifted by 7 stays under bit 15).
 func mergeWords(dst, exp, sm []byte) {
 	n := len(exp)
 	dst = dst[:2*n]
 	sm = sm[:n]
-	for i := range n {
-		e, m := uint16(exp[i]), uint16(sm[i])
-		w := (m&0x80)<<8 | e<<7 | m&0x7f
-		binary.LittleEndian.PutUint16(dst[2*i:], w)
+	for len(exp) >= 8 && len(sm) >= 8 && len(dst) >= 16 {
+		e := binary.LittleEndian.Uint64(exp)
+		m := binary.LittleEndian.Uint64(sm)
+		binary.LittleEndian.PutUint64(dst, mergeLanes(uint32(e), uint32(m)))
+		binary.LittleEndian.PutUint64(dst[8:], mergeLanes(uint32(e>>32), uint32(m>>32)))
+		exp, sm, dst = exp[8:], sm[8:], dst[16:]
 	}
+	for i := range exp {
+		e, m := uint16(exp[i]), uint16(sm[i])
+		binary.LittleEndian.PutUint16(dst[2*i:], (m&0x80)<<8|e<<7|m&0x7f)
+	}
+}
+
+// mergeLanes combines four exponent and four sign+mantissa bytes into four
+// little-endian 16-bit words.
+func mergeLanes(e4, m4 uint32) uint64 {
+	e, m := spread16(e4), spread16(m4)
+	return (m&0x0080008000800080)<<8 | e<<7 | m&0x007f007f007f007f
+}
+
+// spread16 moves byte k of v to the low byte of 16-bit lane k.
+func spread16(v uint32) uint64 {
+	x := uint64(v)
+	x = (x | x<<16) & 0x0000ffff0000ffff
+	return (x | x<<8) & 0x00ff00ff00ff00ff
 }
 
 // compressImage encodes a part image (even length) into blocks, returning
@@ -190,14 +212,22 @@ type decoders struct {
 	quit    chan struct{}
 }
 
-// decodeRun is one part's decode: workers take blocks by index.
+// decodeRun is one part's decode: workers take blocks by index, each as
+// soon as the stored bytes it needs have been read (ready), so decoding
+// the first blocks overlaps reading the last.
 type decodeRun struct {
 	dst, src []byte
 	cp       *compPart
 	next     atomic.Int64
 	failed   atomic.Int64 // 1 + the index of a failed block, 0 if none
 	wg       sync.WaitGroup
-	nanos    int64 // wall time of the last decode
+	nanos    int64        // wall time of the last decode, read included
+	cpu      atomic.Int64 // decode time summed over blocks (per core), last decode
+
+	mu      sync.Mutex
+	cond    sync.Cond
+	ready   int64 // stored bytes read so far (a prefix)
+	aborted bool  // the read failed: stop
 }
 
 func newDecoders(workers int) *decoders {
@@ -233,34 +263,76 @@ func (r *decodeRun) decodeSome(d *blockDecoder) {
 		if b >= nb || r.failed.Load() != 0 {
 			return
 		}
+		if !r.wait(r.cp.offs[b+1]) {
+			return
+		}
 		lo := b * int64(r.cp.block)
 		hi := min(lo+int64(r.cp.block), int64(len(r.dst)))
 		out := r.dst[lo:hi]
-		if d.decodeBlock(out, r.src[r.cp.offs[b]:r.cp.offs[b+1]]) != nil || crc32.Checksum(out, crcTable) != r.cp.crc[b] {
+		t0 := time.Now()
+		bad := d.decodeBlock(out, r.src[r.cp.offs[b]:r.cp.offs[b+1]]) != nil || crc32.Checksum(out, crcTable) != r.cp.crc[b]
+		r.cpu.Add(int64(time.Since(t0)))
+		if bad {
 			r.failed.CompareAndSwap(0, b+1)
 			return
 		}
 	}
 }
 
-// decode decodes the stored bytes src of a part into dst, using every
-// worker. It returns the index of a block that failed to decode or match
-// its checksum, or -1.
-func (ds *decoders) decode(r *decodeRun, dst, src []byte, cp *compPart) int {
+// wait blocks until n stored bytes are read; false if the read failed.
+func (r *decodeRun) wait(n int64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for r.ready < n && !r.aborted {
+		r.cond.Wait()
+	}
+	return !r.aborted
+}
+
+// setReady publishes the read prefix (or, with abort, a failed read).
+func (r *decodeRun) setReady(n int64, abort bool) {
+	r.mu.Lock()
+	r.ready = max(r.ready, n)
+	r.aborted = r.aborted || abort
+	r.cond.Broadcast()
+	r.mu.Unlock()
+}
+
+// begin starts decoding src into dst on every worker; the caller then
+// publishes the stored bytes with setReady as they arrive and calls end.
+func (ds *decoders) begin(r *decodeRun, dst, src []byte, cp *compPart) {
 	ds.once.Do(ds.start)
-	start := time.Now()
-	defer func() { r.nanos = int64(time.Since(start)) }()
+	if r.cond.L == nil {
+		r.cond.L = &r.mu
+	}
 	r.dst, r.src, r.cp = dst, src, cp
 	r.next.Store(0)
 	r.failed.Store(0)
+	r.cpu.Store(0)
+	r.ready, r.aborted = 0, false
 	n := min(ds.workers, cp.blocks())
 	r.wg.Add(n)
 	for range n {
 		ds.jobs <- r
 	}
+}
+
+// end waits for the workers and returns the index of a block that failed
+// to decode or match its checksum, or -1.
+func (ds *decoders) end(r *decodeRun) int {
 	r.wg.Wait()
 	r.dst, r.src, r.cp = nil, nil, nil
 	return int(r.failed.Load()) - 1
+}
+
+// decode decodes stored bytes already in memory.
+func (ds *decoders) decode(r *decodeRun, dst, src []byte, cp *compPart) int {
+	start := time.Now()
+	ds.begin(r, dst, src, cp)
+	r.setReady(cp.stored, false)
+	b := ds.end(r)
+	r.nanos = int64(time.Since(start))
+	return b
 }
 
 // close stops the workers.
@@ -270,17 +342,6 @@ func (ds *decoders) close() {
 	default:
 		close(ds.quit)
 	}
-}
-
-// decodePart checks the stored bytes of a compressed part and decodes them
-// into buf.
-func (p *Plan) decodePart(ds *decoders, r *decodeRun, pp *partPlan, buf, stage []byte) error {
-	cp := pp.comp
-	if b := ds.decode(r, buf[:pp.bytes], stage[:cp.stored], cp); b >= 0 {
-		return fmt.Errorf("%w: packed trunk layer %d %s: block %d of %d does not decode to its checksum (the file is corrupt; pack it again)",
-			ErrBadCheckpoint, pp.layer, pp.part, b, cp.blocks())
-	}
-	return nil
 }
 
 // partLoader reads parts into their buffers, decoding the parts of a
@@ -299,6 +360,14 @@ func newPartLoader(p *Plan, read ReadFunc) *partLoader {
 	return l
 }
 
+// A compressed part is read in sub-reads of an eighth of it (at least 64
+// KiB, at most 32 MiB), so that its first blocks decode while the rest is
+// read. Two are in flight, each split by the reader into parallel chunks.
+const (
+	stageReadMin = 64 << 10
+	stageReadMax = 32 << 20
+)
+
 // load reads part pp into buf; stage and run are needed for a compressed
 // part. It returns the bytes read from disk.
 func (l *partLoader) load(ctx context.Context, pp *partPlan, buf, stage []byte, run *decodeRun) (int64, error) {
@@ -312,16 +381,60 @@ func (l *partLoader) load(ctx context.Context, pp *partPlan, buf, stage []byte, 
 		}
 		return n, nil
 	}
-	if int64(len(stage)) < iox.AlignUp(pp.comp.stored) {
-		return 0, fmt.Errorf("staging buffer of %d bytes for a %d-byte compressed part", len(stage), pp.comp.stored)
+	cp := pp.comp
+	if int64(len(stage)) < iox.AlignUp(cp.stored) || len(pp.extents) != 1 || pp.extents[0].Off%Align != 0 {
+		return 0, fmt.Errorf("staging buffer of %d bytes for a %d-byte compressed part", len(stage), cp.stored)
 	}
-	for _, e := range pp.extents {
-		if err := l.read(ctx, e, stage); err != nil {
-			return n, err
+	e := pp.extents[0]
+	start := time.Now()
+	l.dec.begin(run, buf[:pp.bytes], stage[:cp.stored], cp)
+	// Two readers take alternate sub-reads; the prefix read is where the
+	// slower one stands.
+	stageRead := min(max(iox.AlignUp(cp.stored/8), stageReadMin), stageReadMax)
+	nsub := int((cp.stored + stageRead - 1) / stageRead)
+	var next [2]atomic.Int64 // the next sub-read of each reader
+	next[0].Store(0)
+	next[1].Store(1)
+	var readErr [2]error
+	reader := func(w int) {
+		for k := w; k < nsub; k += 2 {
+			off := int64(k) * stageRead
+			x := Extent{File: e.File, Off: e.Off + off, Size: min(stageRead, cp.stored-off), Region: off, BufOff: off}
+			if err := l.read(ctx, x, stage); err != nil {
+				readErr[w] = err
+				run.setReady(0, true)
+				return
+			}
+			next[w].Store(int64(k + 2))
+			run.setReady(min(min(next[0].Load(), next[1].Load())*stageRead, cp.stored), false)
 		}
-		n += e.Size
+		next[w].Store(int64(nsub + 1))
+		run.setReady(min(min(next[0].Load(), next[1].Load())*stageRead, cp.stored), false)
 	}
-	return n, l.plan.decodePart(l.dec, run, pp, buf, stage)
+	var wg sync.WaitGroup
+	if nsub > 1 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			reader(1)
+		}()
+	} else {
+		next[1].Store(int64(nsub + 1))
+	}
+	reader(0)
+	wg.Wait()
+	failed := l.dec.end(run)
+	run.nanos = int64(time.Since(start))
+	for _, err := range readErr {
+		if err != nil {
+			return 0, err
+		}
+	}
+	if failed >= 0 {
+		return cp.stored, fmt.Errorf("%w: packed trunk layer %d %s: block %d of %d does not decode to its checksum (the file is corrupt; pack it again)",
+			ErrBadCheckpoint, pp.layer, pp.part, failed, cp.blocks())
+	}
+	return cp.stored, nil
 }
 
 func (l *partLoader) close() {

@@ -70,7 +70,8 @@ type Stats struct {
 	TrunkBytesRead, ExpertBytesRead int64
 	CacheHits, CacheMisses          int64
 	// TrunkDecodedBytes and TrunkDecodeTime are the streamed parts
-	// decoded from a compressed pack and the wall time it took.
+	// decoded from a compressed pack and the core time it took (summed
+	// over blocks, so bytes/time is the rate per core).
 	TrunkDecodedBytes     int64
 	TrunkDecodeTime       time.Duration
 	ForwardTime, WaitTime time.Duration

@@ -309,11 +309,9 @@ func (t *Trunk) load(s *ringSlot, u int) {
 	el := int64(time.Since(start))
 	t.readNanos.Add(el)
 	if pp.comp != nil {
-		// The decode's share of el: what decodePart spent, kept apart so
-		// that ReadTime stays comparable with an uncompressed trunk.
-		d := s.run.nanos
-		t.decodeNanos.Add(d)
-		t.readNanos.Add(-d)
+		// Reading and decoding overlap, so ReadTime covers both; the
+		// decode's own time is summed per block (core time).
+		t.decodeNanos.Add(s.run.cpu.Load())
 		t.decodedBytes.Add(pp.bytes)
 	}
 	if err == nil {
@@ -334,7 +332,7 @@ type TrunkStats struct {
 	BytesRead       int64         // pinned loads included
 	StreamedBytes   int64         // reads of streamed parts
 	ReadTime        time.Duration // summed over reads
-	DecodeTime      time.Duration // decoding compressed parts, summed over parts (wall time, all cores)
+	DecodeTime      time.Duration // decoding compressed parts, core time summed over blocks
 	DecodedBytes    int64         // bytes decoded from a compressed pack
 	WaitTime        time.Duration // compute blocked on a streamed part
 	PinnedAcquires  int64
