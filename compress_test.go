@@ -1,6 +1,7 @@
 package k3_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -163,3 +164,35 @@ func synthSeeds(t *testing.T) (string, string) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// A state saved with one checkpoint is refused by another of the same
+// config (seed 1 and seed 2), and accepted by its own.
+func TestStateFingerprint(t *testing.T) {
+	ctx := context.Background()
+	a, b := synthSeeds(t)
+	ma, err := k3.Open(a, k3.Options{MaxContext: 32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ma.Close()
+	mb, err := k3.Open(b, k3.Options{MaxContext: 32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mb.Close()
+	s := ma.NewSession()
+	if _, err := s.Logits(ctx, []int{1, 2, 3}); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := s.Save(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if err := ma.NewSession().Load(bytes.NewReader(buf.Bytes()), int64(buf.Len())); err != nil {
+		t.Errorf("own state: %v", err)
+	}
+	err = mb.NewSession().Load(bytes.NewReader(buf.Bytes()), int64(buf.Len()))
+	if !errors.Is(err, k3.ErrBadState) || !strings.Contains(err.Error(), "another checkpoint") {
+		t.Errorf("seed 1 state loaded into seed 2: %v; want ErrBadState naming another checkpoint", err)
+	}
+}

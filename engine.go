@@ -60,6 +60,10 @@ func newEngine(ctx context.Context, ck *iox.Checkpoint, plan *model.Plan, opts O
 			return nil, fmt.Errorf("k3: %s: %w: size changed from %d to %d bytes since it was indexed", sh.Path, ErrBadCheckpoint, sh.Header.FileSize, f.Size())
 		}
 	}
+	// The content fingerprint, for packed trunks and saved states.
+	if _, err := plan.Fingerprint(); err != nil {
+		return nil, fmt.Errorf("k3: %w", err)
+	}
 	if e.reader, err = iox.NewReader(iox.ReaderOptions{QueueDepth: opts.IOQueueDepth}); err != nil {
 		return nil, fmt.Errorf("k3: %w", err)
 	}
