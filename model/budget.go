@@ -391,13 +391,13 @@ func (p *Plan) FullBudget(req BudgetRequest) int64 {
 }
 
 // stagingBytes is the size of a staging buffer for a compressed packed
-// trunk (the largest part's stored bytes, aligned), 0 when the trunk is
-// not compressed.
+// trunk (a few chunks of blocks of the part with the largest chunks, see
+// compress.go), 0 when the trunk is not compressed.
 func (p *Plan) stagingBytes() int64 {
 	var n int64
 	for u := range p.parts {
 		if cp := p.parts[u].comp; cp != nil {
-			n = max(n, iox.AlignUp(cp.stored))
+			n = max(n, stageSlots*chunkSlotBytes(cp))
 		}
 	}
 	return n

@@ -210,24 +210,58 @@ type decoders struct {
 	workers int
 	once    sync.Once
 	quit    chan struct{}
+	stage   []byte // decode's staging, one caller at a time
 }
 
-// decodeRun is one part's decode: workers take blocks by index, each as
-// soon as the stored bytes it needs have been read (ready), so decoding
-// the first blocks overlaps reading the last.
+// A compressed part is read through a staging buffer of stageSlots slots
+// that each hold one chunk: chunkBlocks consecutive blocks (fewer for
+// small parts, so that even they overlap reading and decoding). Two
+// readers fill the slots in turn while the workers decode the blocks of
+// the chunks already read; a slot is read again once all its blocks are
+// decoded. The staging buffer so costs a few chunks, not a whole part.
+const (
+	chunkBlocks = 64 // 16 MiB of raw bytes
+	stageSlots  = 4
+	stageReader = 2
+)
+
+// chunkSlotBytes is the size of a staging slot for the part's chunks: the
+// largest aligned read window of one of its chunks.
+func chunkSlotBytes(cp *compPart) int64 {
+	k, nb := chunkLen(cp.blocks()), cp.blocks()
+	var n int64
+	for b0 := 0; b0 < nb; b0 += k {
+		b1 := min(b0+k, nb)
+		// The window may start up to Align-1 bytes before the chunk.
+		n = max(n, iox.AlignUp(cp.offs[b1]-cp.offs[b0]+Align))
+	}
+	return n
+}
+
+// chunkLen is the number of blocks per chunk of a part of nb blocks.
+func chunkLen(nb int) int { return min(chunkBlocks, max(1, nb/8)) }
+
+// decodeRun is one part's load: readers fill the staging slots with
+// chunks, workers take blocks by index and decode each once its chunk is
+// in.
 type decodeRun struct {
-	dst, src []byte
-	cp       *compPart
-	next     atomic.Int64
-	failed   atomic.Int64 // 1 + the index of a failed block, 0 if none
-	wg       sync.WaitGroup
-	nanos    int64        // wall time of the last decode, read included
-	cpu      atomic.Int64 // decode time summed over blocks (per core), last decode
+	dst   []byte
+	cp    *compPart
+	stage []byte
+	ext   Extent // the part's stored bytes
+	k     int    // blocks per chunk
+	slot  int    // bytes per staging slot
+	next  atomic.Int64
+	wg    sync.WaitGroup
+	nanos int64        // wall time of the last load
+	cpu   atomic.Int64 // decode time summed over blocks (core time), last load
 
 	mu      sync.Mutex
 	cond    sync.Cond
-	ready   int64 // stored bytes read so far (a prefix)
-	aborted bool  // the read failed: stop
+	inSlot  [stageSlots]int // chunk read into each slot, -1 if none
+	decoded [stageSlots]int // blocks of that chunk decoded
+	failed  int             // 1 + the index of a failed block, 0 if none
+	readErr error
 }
 
 func newDecoders(workers int) *decoders {
@@ -256,82 +290,149 @@ func (ds *decoders) work() {
 	}
 }
 
+// stopped reports a failed read or block. r.mu must be held.
+func (r *decodeRun) stopped() bool { return r.failed != 0 || r.readErr != nil }
+
+// chunkBlocksOf returns chunk c's blocks [b0, b1).
+func (r *decodeRun) chunkBlocksOf(c int) (int, int) {
+	return c * r.k, min((c+1)*r.k, r.cp.blocks())
+}
+
+// window is chunk c's read: its stored bytes and where they land in a slot.
+func (r *decodeRun) window(c int) Extent {
+	b0, b1 := r.chunkBlocksOf(c)
+	off := r.ext.Off + r.cp.offs[b0]
+	x, _ := iox.SingleExtent(r.ext.File, off, r.cp.offs[b1]-r.cp.offs[b0])
+	return x
+}
+
 func (r *decodeRun) decodeSome(d *blockDecoder) {
-	nb := int64(r.cp.blocks())
+	nb := r.cp.blocks()
 	for {
-		b := r.next.Add(1) - 1
-		if b >= nb || r.failed.Load() != 0 {
+		b := int(r.next.Add(1) - 1)
+		if b >= nb {
 			return
 		}
-		if !r.wait(r.cp.offs[b+1]) {
+		c := b / r.k
+		slot := c % stageSlots
+		r.mu.Lock()
+		for r.inSlot[slot] != c && !r.stopped() {
+			r.cond.Wait()
+		}
+		stop := r.stopped()
+		r.mu.Unlock()
+		if stop {
 			return
 		}
-		lo := b * int64(r.cp.block)
-		hi := min(lo+int64(r.cp.block), int64(len(r.dst)))
-		out := r.dst[lo:hi]
+		b0, _ := r.chunkBlocksOf(c)
+		base := slot*r.slot + int(r.window(c).BufOff) - int(r.cp.offs[b0])
+		src := r.stage[base+int(r.cp.offs[b]) : base+int(r.cp.offs[b+1])]
+		lo := b * r.cp.block
+		out := r.dst[lo:min(lo+r.cp.block, len(r.dst))]
 		t0 := time.Now()
-		bad := d.decodeBlock(out, r.src[r.cp.offs[b]:r.cp.offs[b+1]]) != nil || crc32.Checksum(out, crcTable) != r.cp.crc[b]
+		bad := d.decodeBlock(out, src) != nil || crc32.Checksum(out, crcTable) != r.cp.crc[b]
 		r.cpu.Add(int64(time.Since(t0)))
+		r.mu.Lock()
+		if bad && r.failed == 0 {
+			r.failed = b + 1
+		}
+		r.decoded[slot]++
+		r.cond.Broadcast()
+		r.mu.Unlock()
 		if bad {
-			r.failed.CompareAndSwap(0, b+1)
 			return
 		}
 	}
 }
 
-// wait blocks until n stored bytes are read; false if the read failed.
-func (r *decodeRun) wait(n int64) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for r.ready < n && !r.aborted {
-		r.cond.Wait()
+// readChunks is one reader: chunks w, w+stageReader, ... each into its
+// slot once the slot's previous chunk is decoded.
+func (r *decodeRun) readChunks(ctx context.Context, read ReadFunc, w int) {
+	nc := (r.cp.blocks() + r.k - 1) / r.k
+	for c := w; c < nc; c += stageReader {
+		slot := c % stageSlots
+		r.mu.Lock()
+		for !r.stopped() && r.inSlot[slot] >= 0 {
+			prev := r.inSlot[slot]
+			b0, b1 := r.chunkBlocksOf(prev)
+			if r.decoded[slot] == b1-b0 {
+				break
+			}
+			r.cond.Wait()
+		}
+		stop := r.stopped()
+		r.mu.Unlock()
+		if stop {
+			return
+		}
+		buf := r.stage[slot*r.slot : (slot+1)*r.slot]
+		err := read(ctx, r.window(c), buf)
+		r.mu.Lock()
+		if err != nil {
+			if r.readErr == nil {
+				r.readErr = err
+			}
+		} else {
+			r.inSlot[slot], r.decoded[slot] = c, 0
+		}
+		r.cond.Broadcast()
+		r.mu.Unlock()
+		if err != nil {
+			return
+		}
 	}
-	return !r.aborted
 }
 
-// setReady publishes the read prefix (or, with abort, a failed read).
-func (r *decodeRun) setReady(n int64, abort bool) {
-	r.mu.Lock()
-	r.ready = max(r.ready, n)
-	r.aborted = r.aborted || abort
-	r.cond.Broadcast()
-	r.mu.Unlock()
-}
-
-// begin starts decoding src into dst on every worker; the caller then
-// publishes the stored bytes with setReady as they arrive and calls end.
-func (ds *decoders) begin(r *decodeRun, dst, src []byte, cp *compPart) {
+// run loads one compressed part: it starts the workers, runs the readers
+// and waits for both. It returns the index of a block that failed to
+// decode or match its checksum (or -1) and the first read error.
+func (ds *decoders) run(ctx context.Context, r *decodeRun, read ReadFunc, dst, stage []byte, cp *compPart, ext Extent) (int, error) {
 	ds.once.Do(ds.start)
+	start := time.Now()
 	if r.cond.L == nil {
 		r.cond.L = &r.mu
 	}
-	r.dst, r.src, r.cp = dst, src, cp
+	r.dst, r.cp, r.stage, r.ext, r.k = dst, cp, stage, ext, chunkLen(cp.blocks())
+	r.slot = len(stage) / stageSlots
 	r.next.Store(0)
-	r.failed.Store(0)
 	r.cpu.Store(0)
-	r.ready, r.aborted = 0, false
+	r.failed, r.readErr = 0, nil
+	for i := range r.inSlot {
+		r.inSlot[i], r.decoded[i] = -1, 0
+	}
 	n := min(ds.workers, cp.blocks())
 	r.wg.Add(n)
 	for range n {
 		ds.jobs <- r
 	}
-}
-
-// end waits for the workers and returns the index of a block that failed
-// to decode or match its checksum, or -1.
-func (ds *decoders) end(r *decodeRun) int {
+	var readers sync.WaitGroup
+	for w := 1; w < stageReader; w++ {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			r.readChunks(ctx, read, w)
+		}()
+	}
+	r.readChunks(ctx, read, 0)
+	readers.Wait()
 	r.wg.Wait()
-	r.dst, r.src, r.cp = nil, nil, nil
-	return int(r.failed.Load()) - 1
+	r.nanos = int64(time.Since(start))
+	r.dst, r.cp, r.stage = nil, nil, nil
+	return r.failed - 1, r.readErr
 }
 
-// decode decodes stored bytes already in memory.
+// decode decodes stored bytes already in memory (src, as in the file),
+// through the same path as a load.
 func (ds *decoders) decode(r *decodeRun, dst, src []byte, cp *compPart) int {
-	start := time.Now()
-	ds.begin(r, dst, src, cp)
-	r.setReady(cp.stored, false)
-	b := ds.end(r)
-	r.nanos = int64(time.Since(start))
+	if n := int(stageSlots * chunkSlotBytes(cp)); len(ds.stage) < n {
+		ds.stage = make([]byte, n)
+	}
+	stage := ds.stage
+	read := func(_ context.Context, e Extent, buf []byte) error {
+		copy(buf[e.BufOff:e.BufOff+e.Size], src[e.Off:e.Off+e.Size])
+		return nil
+	}
+	b, _ := ds.run(context.Background(), r, read, dst, stage, cp, Extent{Off: 0, Size: cp.stored})
 	return b
 }
 
@@ -360,16 +461,8 @@ func newPartLoader(p *Plan, read ReadFunc) *partLoader {
 	return l
 }
 
-// A compressed part is read in sub-reads of an eighth of it (at least 64
-// KiB, at most 32 MiB), so that its first blocks decode while the rest is
-// read. Two are in flight, each split by the reader into parallel chunks.
-const (
-	stageReadMin = 64 << 10
-	stageReadMax = 32 << 20
-)
-
-// load reads part pp into buf; stage and run are needed for a compressed
-// part. It returns the bytes read from disk.
+// load reads part pp into buf; stage (stageBytes) and run are needed for a
+// compressed part. It returns the bytes read from disk.
 func (l *partLoader) load(ctx context.Context, pp *partPlan, buf, stage []byte, run *decodeRun) (int64, error) {
 	var n int64
 	if pp.comp == nil {
@@ -382,53 +475,12 @@ func (l *partLoader) load(ctx context.Context, pp *partPlan, buf, stage []byte, 
 		return n, nil
 	}
 	cp := pp.comp
-	if int64(len(stage)) < iox.AlignUp(cp.stored) || len(pp.extents) != 1 || pp.extents[0].Off%Align != 0 {
-		return 0, fmt.Errorf("staging buffer of %d bytes for a %d-byte compressed part", len(stage), cp.stored)
+	if int64(len(stage)) < stageSlots*chunkSlotBytes(cp) || len(pp.extents) != 1 {
+		return 0, fmt.Errorf("staging buffer of %d bytes, want %d", len(stage), stageSlots*chunkSlotBytes(cp))
 	}
-	e := pp.extents[0]
-	start := time.Now()
-	l.dec.begin(run, buf[:pp.bytes], stage[:cp.stored], cp)
-	// Two readers take alternate sub-reads; the prefix read is where the
-	// slower one stands.
-	stageRead := min(max(iox.AlignUp(cp.stored/8), stageReadMin), stageReadMax)
-	nsub := int((cp.stored + stageRead - 1) / stageRead)
-	var next [2]atomic.Int64 // the next sub-read of each reader
-	next[0].Store(0)
-	next[1].Store(1)
-	var readErr [2]error
-	reader := func(w int) {
-		for k := w; k < nsub; k += 2 {
-			off := int64(k) * stageRead
-			x := Extent{File: e.File, Off: e.Off + off, Size: min(stageRead, cp.stored-off), Region: off, BufOff: off}
-			if err := l.read(ctx, x, stage); err != nil {
-				readErr[w] = err
-				run.setReady(0, true)
-				return
-			}
-			next[w].Store(int64(k + 2))
-			run.setReady(min(min(next[0].Load(), next[1].Load())*stageRead, cp.stored), false)
-		}
-		next[w].Store(int64(nsub + 1))
-		run.setReady(min(min(next[0].Load(), next[1].Load())*stageRead, cp.stored), false)
-	}
-	var wg sync.WaitGroup
-	if nsub > 1 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			reader(1)
-		}()
-	} else {
-		next[1].Store(int64(nsub + 1))
-	}
-	reader(0)
-	wg.Wait()
-	failed := l.dec.end(run)
-	run.nanos = int64(time.Since(start))
-	for _, err := range readErr {
-		if err != nil {
-			return 0, err
-		}
+	failed, err := l.dec.run(ctx, run, l.read, buf[:pp.bytes], stage, cp, pp.extents[0])
+	if err != nil {
+		return 0, err
 	}
 	if failed >= 0 {
 		return cp.stored, fmt.Errorf("%w: packed trunk layer %d %s: block %d of %d does not decode to its checksum (the file is corrupt; pack it again)",

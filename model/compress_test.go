@@ -137,3 +137,28 @@ func BenchmarkMergeWords(b *testing.B) {
 		mergeWords(dst, exp, sm)
 	}
 }
+
+// A part of many chunks reuses the staging slots: every block decodes into
+// its place, and a corrupt block late in the part is still found.
+func TestDecodeManyChunks(t *testing.T) {
+	img := normalBF16(37*compBlockBytes/2+300, 0.02, 9) // 38 blocks: chunks of 4, slots reused
+	var enc blockEncoder
+	stored, cp := compressImage(&enc, nil, img)
+	if k := chunkLen(cp.blocks()); (cp.blocks()+k-1)/k <= stageSlots {
+		t.Fatalf("%d blocks in chunks of %d do not reuse %d slots", cp.blocks(), k, stageSlots)
+	}
+	for _, workers := range []int{1, 2, 5} {
+		ds := newDecoders(workers)
+		var run decodeRun
+		out := make([]byte, len(img))
+		if b := ds.decode(&run, out, stored, cp); b >= 0 || !bytes.Equal(out, img) {
+			t.Fatalf("%d workers: failed block %d, equal %v", workers, b, bytes.Equal(out, img))
+		}
+		bad := bytes.Clone(stored)
+		bad[cp.offs[33]+100] ^= 0x10
+		if b := ds.decode(&run, out, bad, cp); b != 33 {
+			t.Errorf("%d workers: corrupt block 33 reported as %d", workers, b)
+		}
+		ds.close()
+	}
+}
