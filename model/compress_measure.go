@@ -134,15 +134,24 @@ func (p *Plan) MeasureCompression(ctx context.Context, read ReadFunc, alloc Allo
 	}
 	r.DecodeAll = float64(bytes) / time.Since(start).Seconds()
 	if diskTime {
-		if r.DiskRate, err = p.measureDisk(ctx, read, alloc); err != nil {
+		disk, err := p.measureDisk(ctx, read, alloc)
+		if err != nil {
 			return r, err
 		}
-		if r.Ratio < 1 {
-			r.NeedDecode = r.DiskRate / (1 - r.Ratio)
-			r.Pays = r.DecodeAll > r.NeedDecode
-		}
+		r = r.Judge(disk)
 	}
 	return r, nil
+}
+
+// Judge returns the report with the verdict for a disk delivering
+// diskRate bytes per second.
+func (r CompressionReport) Judge(diskRate float64) CompressionReport {
+	r.DiskRate, r.NeedDecode, r.Pays = diskRate, 0, false
+	if r.Ratio < 1 && diskRate > 0 {
+		r.NeedDecode = diskRate / (1 - r.Ratio)
+		r.Pays = r.DecodeAll > r.NeedDecode
+	}
+	return r
 }
 
 // measureDisk times a direct read of up to 64 MiB of the largest part's

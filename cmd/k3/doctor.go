@@ -39,16 +39,20 @@ type doctorReport struct {
 	ODirectRndGBps float64 `json:"odirect_rand_gbps"`
 	ProbeNote      string  `json:"probe_note,omitempty"`
 
-	Model             string   `json:"model,omitempty"`
-	FloorBytes        int64    `json:"floor_bytes,omitempty"`
-	FullBytes         int64    `json:"full_bytes,omitempty"`
-	RecommendedBudget int64    `json:"recommended_budget_bytes,omitempty"`
-	RecommendedPreset string   `json:"recommended_preset,omitempty"`
-	BytesPerToken     int64    `json:"bytes_per_token,omitempty"`
-	ExpectedSPerToken float64  `json:"expected_s_per_token,omitempty"`
-	SessionsAtBudget  int      `json:"sessions_at_budget,omitempty"`
-	CanRun            bool     `json:"can_run"`
-	Problems          []string `json:"problems,omitempty"`
+	Model             string  `json:"model,omitempty"`
+	FloorBytes        int64   `json:"floor_bytes,omitempty"`
+	FullBytes         int64   `json:"full_bytes,omitempty"`
+	RecommendedBudget int64   `json:"recommended_budget_bytes,omitempty"`
+	RecommendedPreset string  `json:"recommended_preset,omitempty"`
+	BytesPerToken     int64   `json:"bytes_per_token,omitempty"`
+	ExpectedSPerToken float64 `json:"expected_s_per_token,omitempty"`
+	SessionsAtBudget  int     `json:"sessions_at_budget,omitempty"`
+	// Compression is what k3 pack --compress would give here: the ratio
+	// on a sample of the checkpoint, the decode rates, the verdict against
+	// this disk.
+	Compression *k3.CompressionReport `json:"compression,omitempty"`
+	CanRun      bool                  `json:"can_run"`
+	Problems    []string              `json:"problems,omitempty"`
 }
 
 func runDoctor(args []string, stdout, stderr io.Writer) error {
@@ -104,6 +108,14 @@ func runDoctor(args []string, stdout, stderr io.Writer) error {
 		if err := planFor(r, *modelDir); err != nil {
 			r.CanRun = false
 			r.Problems = append(r.Problems, err.Error())
+		}
+		if cr, err := k3.MeasureCompression(ctx, *modelDir); err == nil {
+			if disk := max(r.ODirectSeqGBps, r.ODirectRndGBps); disk > 0 {
+				cr = cr.Judge(disk * 1e9) // the probe's figure is better than the sample's short read
+			}
+			r.Compression = &cr
+		} else {
+			r.Problems = append(r.Problems, fmt.Sprintf("compression sample: %v", err))
 		}
 	}
 	if *asJSON {
@@ -189,6 +201,9 @@ func printDoctor(w io.Writer, r *doctorReport) {
 				human(r.RecommendedBudget), r.RecommendedPreset, human(r.BytesPerToken), r.ExpectedSPerToken, max(r.ODirectSeqGBps, r.ODirectRndGBps))
 			fmt.Fprintf(w, "batching: that budget holds at most %d sessions of 4096 positions (every one takes room from the pinned trunk and the expert cache); passes carry up to 64 rows (--sessions, --max-batch)\n", r.SessionsAtBudget)
 		}
+	}
+	if r.Compression != nil {
+		fmt.Fprintf(w, "compress: %s (k3 pack --compress)\n", r.Compression)
 	}
 	for _, p := range r.Problems {
 		fmt.Fprintf(w, "problem:  %s\n", p)
