@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"sort"
 	"strings"
@@ -158,6 +159,9 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 		run := benchRun{tokens: *tokens, promptLen: *promptLen, seed: *seed, cold: *cold, probe: pb, device: device, compression: comp}
 		if len(trunks) > 1 {
 			fmt.Fprintf(stderr, "bench: trunk %d of %d: %s\n", i+1, len(trunks), tr)
+		}
+		if i > 0 {
+			resetPeakRSS()
 		}
 		r, err := benchOne(ctx, &mf, tr, budget, run, stderr)
 		if err != nil {
@@ -482,4 +486,12 @@ func printTrunkComparison(w io.Writer, rs []*benchResult) {
 		fmt.Fprintf(w, "  %-40s %10.3f %7.3f× %10s %7.3f× %11.3fs %14.2f\n", r.Trunk, r.DecodeSPerToken, r.DecodeSPerToken/base.DecodeSPerToken,
 			human(r.BytesReadPerToken), float64(r.BytesReadPerToken)/float64(max(base.BytesReadPerToken, 1)), r.DecodeCoreSPerToken, r.DecodeGBpsPerCore)
 	}
+}
+
+// resetPeakRSS returns the previous run's memory to the OS and resets the
+// kernel's peak RSS (VmHWM, by writing 5 to /proc/self/clear_refs where
+// Linux allows it), so that each run's peak RSS is its own.
+func resetPeakRSS() {
+	debug.FreeOSMemory()
+	os.WriteFile("/proc/self/clear_refs", []byte("5"), 0)
 }
