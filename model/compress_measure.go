@@ -46,11 +46,16 @@ func (r CompressionReport) String() string {
 	return s + fmt.Sprintf("; disk %.2f GB/s, break-even decode %.2f GB/s: compression %s", r.DiskRate/1e9, r.NeedDecode/1e9, verdict)
 }
 
-// compressionSampleParts is how many parts the sample reads a block from.
-const compressionSampleParts = 32
+// The sample: blocks from up to compressionSampleParts parts spread over
+// the layers, compressionSampleBlocks blocks in all (32 MiB) when the
+// parts are few.
+const (
+	compressionSampleParts  = 32
+	compressionSampleBlocks = 128
+)
 
-// MeasureCompression compresses one block from each of up to 32 parts of
-// the trunk, spread over the layers, times decoding them on one core and
+// MeasureCompression compresses 128 blocks (32 MiB) spread over up to 32
+// parts of the trunk, times decoding them on one core and
 // on all, and (if diskTime) times a 64 MiB direct read of trunk bytes.
 // read must be the engine's reader of the checkpoint (or of an
 // uncompressed pack); buffers come from alloc (aligned).
@@ -61,14 +66,14 @@ func (p *Plan) MeasureCompression(ctx context.Context, read ReadFunc, alloc Allo
 	if err != nil {
 		return r, err
 	}
-	raw := make([]byte, 0, n*compBlockBytes)
+	raw := make([]byte, 0, max(n, compressionSampleBlocks)*compBlockBytes)
 	for i := range n {
 		pp := &p.parts[i*len(p.parts)/n]
 		if pp.comp != nil {
 			return r, fmt.Errorf("measuring compression: the trunk is read from a compressed pack; measure on the checkpoint")
 		}
-		// The largest extent, a block from its middle, on a word boundary
-		// of the part's image.
+		// The largest extent; blocks spread along it, each on a word
+		// boundary of the part's image.
 		e := pp.extents[0]
 		for _, x := range pp.extents {
 			if x.Size > e.Size {
@@ -76,18 +81,24 @@ func (p *Plan) MeasureCompression(ctx context.Context, read ReadFunc, alloc Allo
 			}
 		}
 		size := min(int64(compBlockBytes), e.Size) &^ 1
-		d := (e.Size - size) / 2
-		if (e.BufOff+d)%2 != 0 {
-			d--
-		}
-		if size <= 0 || d < 0 {
+		if size <= 0 {
 			continue
 		}
-		x, _ := iox.SingleExtent(e.File, e.Off+d, size)
-		if err := read(ctx, x, buf); err != nil {
-			return r, fmt.Errorf("measuring compression: layer %d %s: %w", pp.layer, pp.part, err)
+		per := max(1, compressionSampleBlocks/n)
+		for j := range per {
+			d := (e.Size - size) * int64(2*j+1) / int64(2*per)
+			if (e.BufOff+d)%2 != 0 {
+				d--
+			}
+			if d < 0 {
+				continue
+			}
+			x, _ := iox.SingleExtent(e.File, e.Off+d, size)
+			if err := read(ctx, x, buf); err != nil {
+				return r, fmt.Errorf("measuring compression: layer %d %s: %w", pp.layer, pp.part, err)
+			}
+			raw = append(raw, buf[x.BufOff:x.BufOff+size]...)
 		}
-		raw = append(raw, buf[x.BufOff:x.BufOff+size]...)
 	}
 	// Compress as independent blocks; the sample's total is a multiple of
 	// 2 but its blocks may straddle two parts' samples, which does not
