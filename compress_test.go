@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
@@ -194,5 +195,54 @@ func TestStateFingerprint(t *testing.T) {
 	err = mb.NewSession().Load(bytes.NewReader(buf.Bytes()), int64(buf.Len()))
 	if !errors.Is(err, k3.ErrBadState) || !strings.Contains(err.Error(), "another checkpoint") {
 		t.Errorf("seed 1 state loaded into seed 2: %v; want ErrBadState naming another checkpoint", err)
+	}
+}
+
+// The engine decides per run in CompressionAuto and logs its choice; off
+// bypasses the compressed pack. Either way the logits are the same.
+func TestCompressionModes(t *testing.T) {
+	ctx := context.Background()
+	dir := fixtures.Path(t, "oracle/tiny-mxfp4")
+	ref, exp := openOracle(t, "tiny-mxfp4", k3.Options{})
+	want, err := ref.NewSession().Logits(ctx, exp.FullIDs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	if err := k3.Pack(ctx, dir, out, k3.PackOptions{Compress: true}); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []k3.Compression{k3.CompressionAuto, k3.CompressionOff} {
+		var logs bytes.Buffer
+		m, err := k3.Open(dir, k3.Options{TrunkDir: out, TrunkCompression: mode, RAMBudget: 52.5e6, MaxContext: 64,
+			Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		if err != nil {
+			t.Fatalf("mode %d: %v", mode, err)
+		}
+		got, err := m.NewSession().Logits(ctx, exp.FullIDs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range want {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("mode %d: logit %d = %v, want %v", mode, i, got[i], want[i])
+			}
+		}
+		decoded := m.Stats().TrunkDecodedBytes > 0
+		m.Close()
+		chosen := strings.Contains(logs.String(), "compressed pack chosen")
+		bypassed := strings.Contains(logs.String(), "compressed pack not used")
+		if chosen == bypassed {
+			t.Errorf("mode %d: the log does not say what was chosen:\n%s", mode, logs.String())
+		}
+		if chosen != decoded {
+			t.Errorf("mode %d: log says chosen=%v, decoded bytes %v", mode, chosen, decoded)
+		}
+		if mode == k3.CompressionOff && !bypassed {
+			t.Errorf("CompressionOff used the compressed pack")
+		}
+	}
+	if _, err := k3.Open(dir, k3.Options{TrunkDir: out, TrunkCompression: 7}); !errors.Is(err, k3.ErrBadOptions) {
+		t.Errorf("TrunkCompression 7: %v", err)
 	}
 }
