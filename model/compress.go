@@ -253,7 +253,6 @@ type decodeRun struct {
 	slot  int    // bytes per staging slot
 	next  atomic.Int64
 	wg    sync.WaitGroup
-	nanos int64        // wall time of the last load
 	cpu   atomic.Int64 // decode time summed over blocks (core time), last load
 
 	mu      sync.Mutex
@@ -388,7 +387,6 @@ func (r *decodeRun) readChunks(ctx context.Context, read ReadFunc, w int) {
 // decode or match its checksum (or -1) and the first read error.
 func (ds *decoders) run(ctx context.Context, r *decodeRun, read ReadFunc, dst, stage []byte, cp *compPart, ext Extent) (int, error) {
 	ds.once.Do(ds.start)
-	start := time.Now()
 	if r.cond.L == nil {
 		r.cond.L = &r.mu
 	}
@@ -416,7 +414,6 @@ func (ds *decoders) run(ctx context.Context, r *decodeRun, read ReadFunc, dst, s
 	r.readChunks(ctx, read, 0)
 	readers.Wait()
 	r.wg.Wait()
-	r.nanos = int64(time.Since(start))
 	r.dst, r.cp, r.stage = nil, nil, nil
 	return r.failed - 1, r.readErr
 }
