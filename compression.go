@@ -30,9 +30,9 @@ type CompressionReport = model.CompressionReport
 // compresses 128 blocks (32 MiB) spread over up to 32 layer parts as k3
 // pack --compress would, times decoding them on one core and on all, times
 // a short direct read (64 MiB), and says whether compression pays off
-// here: when all cores decode faster than DiskRate / (1 - Ratio), i.e.
-// decoding a byte costs less time than not reading its compressed-away
-// share saves. It takes about a second.
+// here: when all cores decode faster than the disk reads (decoding
+// overlaps the reads, so a byte then costs less than reading it raw). It
+// takes about a second.
 func MeasureCompression(ctx context.Context, dir string) (CompressionReport, error) {
 	var r CompressionReport
 	e, plan, err := openForPack(dir)

@@ -24,12 +24,16 @@ type CompressionReport struct {
 	// DiskRate is a short direct read of the trunk's bytes: a rough
 	// figure (one 64 MiB run, two requests in flight), 0 if not measured.
 	DiskRate float64
-	// NeedDecode is the decode rate at which compression breaks even: the
-	// cores must decode a byte in less time than reading it compressed
-	// saves, DiskRate / (1 - Ratio), counting decode as not overlapped
-	// with compute (both use the same cores).
-	NeedDecode float64
-	Pays       bool
+	// NeedDecode is the decode rate (raw bytes, all cores) at which
+	// compression breaks even. A part's chunks decode while its later
+	// chunks are read, so a raw byte costs max(Ratio/DiskRate,
+	// 1/DecodeAll) instead of 1/DiskRate: compression pays when the cores
+	// decode faster than the disk reads, NeedDecode = DiskRate, and gains
+	// all it can (Ratio) from FullDecode = DiskRate / Ratio on. Where the
+	// decode must also share the cores with compute (two ring slots or
+	// more) the gain is smaller than this says.
+	NeedDecode, FullDecode float64
+	Pays                   bool
 }
 
 // String is a one-paragraph human report.
@@ -43,7 +47,8 @@ func (r CompressionReport) String() string {
 	if !r.Pays {
 		verdict = "does not pay off here"
 	}
-	return s + fmt.Sprintf("; disk %.2f GB/s, break-even decode %.2f GB/s: compression %s", r.DiskRate/1e9, r.NeedDecode/1e9, verdict)
+	return s + fmt.Sprintf("; disk %.2f GB/s: decoding on all cores breaks even at %.2f GB/s and gains the full ratio from %.2f GB/s: compression %s",
+		r.DiskRate/1e9, r.NeedDecode/1e9, r.FullDecode/1e9, verdict)
 }
 
 // The sample: blocks from up to compressionSampleParts parts spread over
@@ -157,9 +162,9 @@ func (p *Plan) MeasureCompression(ctx context.Context, read ReadFunc, alloc Allo
 // Judge returns the report with the verdict for a disk delivering
 // diskRate bytes per second.
 func (r CompressionReport) Judge(diskRate float64) CompressionReport {
-	r.DiskRate, r.NeedDecode, r.Pays = diskRate, 0, false
-	if r.Ratio < 1 && diskRate > 0 {
-		r.NeedDecode = diskRate / (1 - r.Ratio)
+	r.DiskRate, r.NeedDecode, r.FullDecode, r.Pays = diskRate, 0, 0, false
+	if r.Ratio < 1 && r.Ratio > 0 && diskRate > 0 {
+		r.NeedDecode, r.FullDecode = diskRate, diskRate/r.Ratio
 		r.Pays = r.DecodeAll > r.NeedDecode
 	}
 	return r
