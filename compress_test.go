@@ -246,3 +246,19 @@ func TestCompressionModes(t *testing.T) {
 		t.Errorf("TrunkCompression 7: %v", err)
 	}
 }
+
+// A compressed pack of another checkpoint is refused even with
+// TrunkCompression off, when it would not be read.
+func TestCompressedPackFingerprint(t *testing.T) {
+	ctx := context.Background()
+	a, b := synthSeeds(t)
+	out := t.TempDir()
+	if err := k3.Pack(ctx, a, out, k3.PackOptions{Compress: true}); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []k3.Compression{k3.CompressionOn, k3.CompressionOff, k3.CompressionAuto} {
+		if _, err := k3.Open(b, k3.Options{TrunkDir: out, TrunkCompression: mode}); !errors.Is(err, k3.ErrBadCheckpoint) || !strings.Contains(err.Error(), "fingerprint") {
+			t.Errorf("mode %d: compressed pack of seed 1 opened with seed 2: %v", mode, err)
+		}
+	}
+}

@@ -100,6 +100,11 @@ func (e *engine) usePacked(ctx context.Context, plan *model.Plan, dir string, mo
 		return fmt.Errorf("k3: packed trunk %s: %w", dir, checkpointErr(err))
 	}
 	if x.Compressed {
+		// Refuse another checkpoint's pack even when it will not be used.
+		if fp, err := plan.Fingerprint(); err != nil || fp != x.Fingerprint {
+			return fmt.Errorf("k3: packed trunk %s: %w: %w: it was packed from a checkpoint with other contents (fingerprint %s, this one %s)",
+				dir, ErrBadCheckpoint, model.ErrPackMismatch, x.Fingerprint, fp)
+		}
 		use, err := e.decideCompression(ctx, plan, mode, log)
 		if err != nil {
 			return err
