@@ -3,8 +3,10 @@ package model
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 )
 
@@ -113,19 +115,26 @@ func BenchmarkDecodeBlock(b *testing.B) {
 	}
 }
 
+// BenchmarkDecodePart decodes a 64 MiB part (out of cache, as the ring
+// does) with 1 and with GOMAXPROCS workers; the copy that stands in for
+// the read is included.
 func BenchmarkDecodePart(b *testing.B) {
 	raw := normalBF16(32<<20, 0.02, 8)
 	var enc blockEncoder
 	stored, cp := compressImage(&enc, nil, raw)
-	ds := newDecoders(0)
-	defer ds.close()
-	var run decodeRun
 	out := make([]byte, len(raw))
-	b.SetBytes(int64(len(raw)))
-	for b.Loop() {
-		if ds.decode(&run, out, stored, cp) >= 0 {
-			b.Fatal("decode failed")
-		}
+	for _, w := range []int{1, runtime.GOMAXPROCS(0)} {
+		b.Run(fmt.Sprintf("workers=%d", w), func(b *testing.B) {
+			ds := newDecoders(w)
+			defer ds.close()
+			var run decodeRun
+			b.SetBytes(int64(len(raw)))
+			for b.Loop() {
+				if ds.decode(&run, out, stored, cp) >= 0 {
+					b.Fatal("decode failed")
+				}
+			}
+		})
 	}
 }
 
