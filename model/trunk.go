@@ -308,7 +308,7 @@ func (t *Trunk) load(s *ringSlot, u int) {
 	t.streamedBytes.Add(n)
 	el := int64(time.Since(start))
 	t.readNanos.Add(el)
-	if pp.comp != nil {
+	if pp.comp != nil && err == nil {
 		// Reading and decoding overlap, so ReadTime covers both; the
 		// decode's own time is summed per block (core time).
 		t.decodeNanos.Add(s.run.cpu.Load())
