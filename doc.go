@@ -103,7 +103,9 @@
 // of top-k+1 slots. The dense trunk comes next: the largest layer parts
 // that fit stay resident, the others stream from disk through a ring of
 // buffers, read ahead while the previous part computes (a trunk packed by
-// [Pack] into Options.TrunkDir is read with one aligned request per part).
+// [Pack] into Options.TrunkDir is read with one aligned request per part;
+// one packed with PackOptions.Compress is decoded on every core as it is
+// read, when [MeasureCompression] says that beats the disk).
 // What is left enlarges the routed-expert cache, and finally holds the
 // token embeddings, which are otherwise read one row per token. A budget
 // below the floor fails with [ErrBudget], naming what the floor needs.

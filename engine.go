@@ -67,13 +67,17 @@ func newEngine(ctx context.Context, ck *iox.Checkpoint, plan *model.Plan, opts O
 			return nil, fmt.Errorf("k3: %s: %w: size changed from %d to %d bytes since it was indexed", sh.Path, ErrBadCheckpoint, sh.Header.FileSize, f.Size())
 		}
 	}
-	if opts.TrunkDir != "" {
-		if err := e.usePacked(plan, opts.TrunkDir); err != nil {
-			return nil, err
-		}
+	// The content fingerprint, for packed trunks and saved states.
+	if _, err := plan.Fingerprint(); err != nil {
+		return nil, fmt.Errorf("k3: %w", err)
 	}
 	if e.reader, err = iox.NewReader(iox.ReaderOptions{QueueDepth: opts.IOQueueDepth}); err != nil {
 		return nil, fmt.Errorf("k3: %w", err)
+	}
+	if opts.TrunkDir != "" {
+		if err := e.usePacked(ctx, plan, opts.TrunkDir, opts.TrunkCompression, log); err != nil {
+			return nil, err
+		}
 	}
 	if e.mem, err = plan.PlanMemory(budgetRequest(ck.Dir, opts)); err != nil {
 		return nil, fmt.Errorf("k3: %w", err)
@@ -100,11 +104,28 @@ func newEngine(ctx context.Context, ck *iox.Checkpoint, plan *model.Plan, opts O
 	return e, nil
 }
 
-// usePacked points the plan's trunk reads at a packed trunk (k3 pack).
-func (e *engine) usePacked(plan *model.Plan, dir string) error {
+// usePacked points the plan's trunk reads at a packed trunk (k3 pack). A
+// compressed pack is used when mode says so, or in CompressionAuto when a
+// sample of the trunk measured here says decoding beats the disk;
+// otherwise the trunk is read from the checkpoint's shards.
+func (e *engine) usePacked(ctx context.Context, plan *model.Plan, dir string, mode Compression, log *slog.Logger) error {
 	x, err := model.ReadPackIndex(dir)
 	if err != nil {
 		return fmt.Errorf("k3: packed trunk %s: %w", dir, checkpointErr(err))
+	}
+	if x.Compressed {
+		// Refuse another checkpoint's pack even when it will not be used.
+		if fp, err := plan.Fingerprint(); err != nil || fp != x.Fingerprint {
+			return fmt.Errorf("k3: packed trunk %s: %w: %w: it was packed from a checkpoint with other contents (fingerprint %s, this one %s)",
+				dir, ErrBadCheckpoint, model.ErrPackMismatch, x.Fingerprint, fp)
+		}
+		use, err := e.decideCompression(ctx, plan, mode, log)
+		if err != nil {
+			return err
+		}
+		if !use {
+			return nil
+		}
 	}
 	f, err := iox.OpenFile(filepath.Join(dir, model.PackedDataFile), iox.FileOptions{Direct: true})
 	if err != nil {
@@ -117,6 +138,31 @@ func (e *engine) usePacked(plan *model.Plan, dir string) error {
 		return fmt.Errorf("k3: packed trunk %s: %w: %w", dir, ErrBadCheckpoint, err)
 	}
 	return nil
+}
+
+// decideCompression says whether to read the trunk from a compressed pack.
+func (e *engine) decideCompression(ctx context.Context, plan *model.Plan, mode Compression, log *slog.Logger) (bool, error) {
+	switch mode {
+	case CompressionOn:
+		log.Info("k3: trunk: compressed pack (TrunkCompression on)")
+		return true, nil
+	case CompressionOff:
+		log.Info("k3: trunk: compressed pack not used (TrunkCompression off); reading the checkpoint's shards")
+		return false, nil
+	case CompressionAuto:
+	default:
+		return false, fmt.Errorf("k3: %w: TrunkCompression %d", ErrBadOptions, mode)
+	}
+	r, err := plan.MeasureCompression(ctx, e.read, e.alloc, true)
+	if err != nil {
+		return false, fmt.Errorf("k3: %w", err)
+	}
+	if r.Pays {
+		log.Info("k3: trunk: compressed pack chosen", "report", r.String())
+	} else {
+		log.Info("k3: trunk: compressed pack not used, reading the checkpoint's shards", "report", r.String())
+	}
+	return r.Pays, nil
 }
 
 // pathCheckInterval is how often checkFiles looks for replaced files.

@@ -4,6 +4,10 @@ go 1.26.0
 
 require golang.org/x/sys v0.50.0
 
+// huff0 codes the exponent bytes of the compressed packed trunk (k3 pack
+// --compress): fuzzed, with an amd64 asm 4-stream decoder.
+require github.com/klauspost/compress v1.20.4
+
 // imported by internal/server only (k3 serve's /metrics), so the library
 // stays lean.
 require github.com/prometheus/client_golang v1.25.0

@@ -47,6 +47,12 @@ type Options struct {
 	// weights of every layer in one file, read with one aligned request per
 	// layer part. Empty means: read the trunk from the shards.
 	TrunkDir string
+	// TrunkCompression says whether a compressed TrunkDir (k3 pack
+	// --compress) is decoded or bypassed for the checkpoint's shards. The
+	// zero value, CompressionAuto, measures at Open whether this
+	// machine's cores decode faster than its disk delivers, and logs the
+	// choice.
+	TrunkCompression Compression
 	// Sessions is the number of sessions the budget reserves state for
 	// (KDA state and an MLA cache of MaxContext positions each); zero
 	// means 1. Sessions stepping at the same time share passes over the

@@ -55,6 +55,7 @@ func (s *Session) state() (*model.State, error) {
 		return nil, err
 	}
 	s.st = model.NewState(s.m.m.Cfg, s.m.opts.MaxContext)
+	s.st.Checkpoint, _ = s.m.m.Plan.Fingerprint() // computed at Open
 	return s.st, nil
 }
 

@@ -21,6 +21,13 @@ type Stats struct {
 	BytesRead       int64
 	TrunkBytesRead  int64
 	ExpertBytesRead int64
+	// TrunkDecodedBytes are the bytes of streamed trunk parts decoded from
+	// a compressed pack (Options.TrunkDir written with PackOptions.Compress;
+	// TrunkBytesRead is then what the disk delivered), TrunkDecodeTime the
+	// core time of those decodes summed over blocks: their ratio is the
+	// decode rate per core.
+	TrunkDecodedBytes int64
+	TrunkDecodeTime   time.Duration
 
 	CacheHits, CacheMisses int64
 
@@ -63,6 +70,8 @@ func (s Stats) Sub(prev Stats) Stats {
 	d.BytesRead -= prev.BytesRead
 	d.TrunkBytesRead -= prev.TrunkBytesRead
 	d.ExpertBytesRead -= prev.ExpertBytesRead
+	d.TrunkDecodedBytes -= prev.TrunkDecodedBytes
+	d.TrunkDecodeTime -= prev.TrunkDecodeTime
 	d.CacheHits -= prev.CacheHits
 	d.CacheMisses -= prev.CacheMisses
 	d.Passes -= prev.Passes
@@ -94,6 +103,7 @@ func (m *Model) Stats() Stats {
 	ms := m.m.Stats()
 	s.TrunkBytesRead = ms.TrunkBytesRead
 	s.ExpertBytesRead = ms.ExpertBytesRead
+	s.TrunkDecodedBytes, s.TrunkDecodeTime = ms.TrunkDecodedBytes, ms.TrunkDecodeTime
 	s.CacheHits, s.CacheMisses = ms.CacheHits, ms.CacheMisses
 	s.Passes, s.Rows = ms.Passes, ms.Rows
 	s.ExpertUnion, s.MoELayerPasses = ms.ExpertUnion, ms.MoELayerPasses

@@ -71,6 +71,11 @@ type MemoryPlan struct {
 	PinnedLayers  int // layers with both parts pinned
 	RingSlots     int
 	RingSlotBytes int64
+	// A compressed packed trunk is read into staging buffers and decoded
+	// from there into the part buffers: one per ring slot (one for loading
+	// when every part is pinned).
+	StagingBuffers int
+	StagingBytes   int64
 
 	// Expert cache.
 	CacheSlots     int
@@ -86,9 +91,10 @@ func (p *MemoryPlan) Total() int64 { return p.OffHeap() + p.Heap() + p.Executabl
 
 // OffHeap returns the bytes of the engine's buffers mapped outside the Go
 // heap (pinned trunk parts, ring slots, the expert cache's arena), each as
-// mapped (BufferBytes).
+// mapped (BufferBytes), and the compressed trunk's staging buffers.
 func (p *MemoryPlan) OffHeap() int64 {
-	return p.PinnedBytes + int64(p.RingSlots)*BufferBytes(p.RingSlotBytes) + BufferBytes(int64(p.CacheSlots)*p.CacheSlotBytes)
+	return p.PinnedBytes + int64(p.RingSlots)*BufferBytes(p.RingSlotBytes) + BufferBytes(int64(p.CacheSlots)*p.CacheSlotBytes) +
+		int64(p.StagingBuffers)*BufferBytes(p.StagingBytes)
 }
 
 // Heap returns what the plan puts on the Go heap, runtime and collector's
@@ -164,6 +170,9 @@ func (p *MemoryPlan) String() string {
 	}
 	fmt.Fprintf(&b, "  trunk: %d of %d parts pinned (%d whole layers, %s); ring %d × %s; %s read per pass\n",
 		n, len(p.Pinned), p.PinnedLayers, gb(p.PinnedBytes), p.RingSlots, gb(p.RingSlotBytes), gb(p.TrunkBytesPerPass))
+	if p.StagingBuffers > 0 {
+		fmt.Fprintf(&b, "  compressed trunk: %d staging × %s\n", p.StagingBuffers, gb(p.StagingBytes))
+	}
 	fmt.Fprintf(&b, "  expert cache: %d slots × %s = %s", p.CacheSlots, gb(p.CacheSlotBytes), gb(int64(p.CacheSlots)*p.CacheSlotBytes))
 	return b.String()
 }
@@ -250,6 +259,7 @@ func (p *Plan) PlanMemory(req BudgetRequest) (*MemoryPlan, error) {
 		trunk += BufferBytes(p.parts[u].bytes)
 	}
 	totalExperts := p.experts.Count()
+	staging := p.stagingBytes()
 	if req.Budget == 0 {
 		// Unlimited: everything resident.
 		mp.EmbedResident = true
@@ -258,6 +268,9 @@ func (p *Plan) PlanMemory(req BudgetRequest) (*MemoryPlan, error) {
 		}
 		mp.PinnedBytes, mp.PinnedLayers = trunk, c.Layers
 		mp.CacheSlots = int(totalExperts)
+		if staging > 0 {
+			mp.StagingBuffers, mp.StagingBytes = 1, staging
+		}
 		return mp, nil
 	}
 	base := mp.LMHead + mp.Vectors + mp.State + mp.KV + mp.Scratch + mp.Overhead + minCache
@@ -282,6 +295,9 @@ func (p *Plan) PlanMemory(req BudgetRequest) (*MemoryPlan, error) {
 			slots = 0
 		}
 		need := base + pinned + int64(slots)*slot
+		if staging > 0 {
+			need += int64(max(slots, 1)) * BufferBytes(staging)
+		}
 		return need, need <= req.Budget
 	}
 	chosenK, chosenSlots := -1, 0
@@ -298,9 +314,9 @@ func (p *Plan) PlanMemory(req BudgetRequest) (*MemoryPlan, error) {
 	}
 	if chosenK < 0 {
 		need, _ := fits(0, 1)
-		return nil, fmt.Errorf("%w: the floor needs %s (lm_head %s, vectors %s, state %s, KV cache %s for %d positions × %d sessions, scratch %s, %d expert slots %s, one ring slot %s; the process %s: executable %s, Go runtime and GC headroom %s, tensor index %s, tokenizer %s, logits %s); the budget is %s",
+		return nil, fmt.Errorf("%w: the floor needs %s (lm_head %s, vectors %s, state %s, KV cache %s for %d positions × %d sessions, scratch %s, %d expert slots %s, one ring slot %s, compressed-trunk staging %s; the process %s: executable %s, Go runtime and GC headroom %s, tensor index %s, tokenizer %s, logits %s); the budget is %s",
 			ErrBudget, Human(need), Human(mp.LMHead), Human(mp.Vectors), Human(mp.State), Human(mp.KV), req.MaxContext, req.Sessions,
-			Human(mp.Scratch), c.TopK+1, Human(minCache), Human(BufferBytes(p.parts[order[0]].bytes)),
+			Human(mp.Scratch), c.TopK+1, Human(minCache), Human(BufferBytes(p.parts[order[0]].bytes)), Human(BufferBytes(staging)),
 			Human(mp.Overhead), Human(mp.Executable), Human(mp.Runtime), Human(mp.Index), Human(mp.Tokenizer), Human(mp.SessionVocab), Human(req.Budget))
 	}
 	need, _ := fits(chosenK, chosenSlots)
@@ -311,6 +327,9 @@ func (p *Plan) PlanMemory(req BudgetRequest) (*MemoryPlan, error) {
 	if chosenK < len(order) {
 		mp.RingSlots, mp.RingSlotBytes = chosenSlots, p.parts[order[chosenK]].bytes
 	}
+	if staging > 0 {
+		mp.StagingBuffers, mp.StagingBytes = max(mp.RingSlots, 1), staging
+	}
 	for l := 0; l < c.Layers; l++ {
 		if mp.Pinned[unit(l, PartAttn)] && mp.Pinned[unit(l, PartFFN)] {
 			mp.PinnedLayers++
@@ -318,7 +337,11 @@ func (p *Plan) PlanMemory(req BudgetRequest) (*MemoryPlan, error) {
 	}
 	for u := range p.parts {
 		if !mp.Pinned[u] {
-			mp.TrunkBytesPerPass += p.parts[u].payload
+			if cp := p.parts[u].comp; cp != nil {
+				mp.TrunkBytesPerPass += cp.stored
+			} else {
+				mp.TrunkBytesPerPass += p.parts[u].payload
+			}
 		}
 	}
 	// The rest feeds the expert cache (and the embeddings, once the cache
@@ -471,4 +494,17 @@ func (p *Plan) FullBudget(req BudgetRequest) int64 {
 	}
 	// PlanMemory's unlimited plan already counts every expert in the cache.
 	return mp.Total()
+}
+
+// stagingBytes is the size of a staging buffer for a compressed packed
+// trunk (a few chunks of blocks of the part with the largest chunks, see
+// compress.go), 0 when the trunk is not compressed.
+func (p *Plan) stagingBytes() int64 {
+	var n int64
+	for u := range p.parts {
+		if cp := p.parts[u].comp; cp != nil {
+			n = max(n, stageSlots*chunkSlotBytes(cp))
+		}
+	}
+	return n
 }

@@ -82,6 +82,7 @@ type partPlan struct {
 	bytes   int64 // buffer size, alignment included
 	payload int64 // bytes of matrix data
 	mats    []matSpec
+	comp    *compPart // set when the part is read from a compressed pack
 }
 
 // unit returns the streaming unit index of (layer, part).

@@ -69,7 +69,12 @@ type Model struct {
 type Stats struct {
 	TrunkBytesRead, ExpertBytesRead int64
 	CacheHits, CacheMisses          int64
-	ForwardTime, WaitTime           time.Duration
+	// TrunkDecodedBytes and TrunkDecodeTime are the streamed parts
+	// decoded from a compressed pack and the core time it took (summed
+	// over blocks, so bytes/time is the rate per core).
+	TrunkDecodedBytes     int64
+	TrunkDecodeTime       time.Duration
+	ForwardTime, WaitTime time.Duration
 	// Passes and Rows count forward passes and the token rows they
 	// carried; ExpertUnion sums the distinct experts of every MoE layer
 	// of every pass, MoELayerPasses counts those layer executions.
@@ -89,6 +94,7 @@ func (m *Model) Stats() Stats {
 	if t := m.Trunk(); t != nil {
 		ts := t.Stats()
 		s.TrunkBytesRead = ts.StreamedBytes
+		s.TrunkDecodedBytes, s.TrunkDecodeTime = ts.DecodedBytes, ts.DecodeTime
 		s.WaitTime += ts.WaitTime
 	}
 	if es, ok := m.experts.(ExpertStats); ok {

@@ -16,12 +16,17 @@ import (
 // rewritten into one file, trunk.bin, each part stored as the exact image
 // of its in-memory buffer at a 4096-aligned offset, with an index,
 // trunk.json. Loading a part is then one aligned read straight into its
-// buffer, with no gaps between tensors and no alignment slack to skip.
+// buffer, with no gaps between tensors and no alignment slack to skip. A
+// compressed pack (PackOptions.Compress) stores each part as blocks that
+// decode independently (see compress.go) instead of the image itself.
+//
+// Version 2 adds the checkpoint's content fingerprint and compression;
+// version 1 packs are refused (pack again).
 const (
 	PackedDataFile  = "trunk.bin"
 	PackedIndexFile = "trunk.json"
 	packFormat      = "k3-trunk"
-	packVersion     = 1
+	packVersion     = 2
 )
 
 // ErrPackMismatch reports a packed trunk that does not belong to the
@@ -30,12 +35,17 @@ var ErrPackMismatch = errors.New("packed trunk does not match the checkpoint")
 
 // PackIndex is the content of trunk.json.
 type PackIndex struct {
-	Format  string       `json:"format"`
-	Version int          `json:"version"`
-	Align   int64        `json:"align"`
-	Shards  []PackShard  `json:"shards"`
-	Parts   []PackedPart `json:"parts"`
-	Size    int64        `json:"size"` // of trunk.bin
+	Format  string `json:"format"`
+	Version int    `json:"version"`
+	Align   int64  `json:"align"`
+	// Fingerprint is the checkpoint's content fingerprint
+	// (Plan.Fingerprint): a pack made from another checkpoint with the
+	// same config is refused.
+	Fingerprint string       `json:"fingerprint"`
+	Compressed  bool         `json:"compressed,omitempty"`
+	Shards      []PackShard  `json:"shards"`
+	Parts       []PackedPart `json:"parts"`
+	Size        int64        `json:"size"` // of trunk.bin
 }
 
 // PackShard identifies a checkpoint shard the trunk was packed from.
@@ -54,6 +64,13 @@ type PackedPart struct {
 	Bytes   int64        `json:"bytes"`
 	Sources []PackSource `json:"sources"`
 	Tensors []PackTensor `json:"tensors"`
+	// A compressed part stores Stored bytes at Offset: blocks of Block raw
+	// bytes (the last one shorter) ending at BlockEnds inside the stored
+	// bytes, whose decoded bytes have the CRC-32C (Castagnoli) in CRC.
+	Stored    int64    `json:"stored,omitempty"`
+	Block     int      `json:"block,omitempty"`
+	BlockEnds []int64  `json:"block_ends,omitempty"`
+	CRC       []uint32 `json:"crc,omitempty"`
 }
 
 // PackSource is one extent of the checkpoint copied into the image.
@@ -103,18 +120,33 @@ func (p *Plan) TrunkBytes() int64 { return p.packIndexFor().Size }
 // PackProgress reports bytes written so far out of the total.
 type PackProgress func(done, total int64)
 
+// PackWriteOptions configure Plan.Pack.
+type PackWriteOptions struct {
+	// Compress stores each part as independently decoded compressed
+	// blocks (exponent bytes Huffman coded, sign and mantissa as they are).
+	Compress bool
+	// Progress, if set, is called after each part.
+	Progress PackProgress
+}
+
 // Pack writes the packed trunk of the plan's checkpoint into dir: trunk.bin
 // and trunk.json, each written under a temporary name, synced and renamed,
 // so an interrupted pack leaves no partial file behind under the final
 // names. dir must not be the checkpoint directory.
-func (p *Plan) Pack(ctx context.Context, dir string, read ReadFunc, progress PackProgress) (err error) {
+func (p *Plan) Pack(ctx context.Context, dir string, read ReadFunc, opts PackWriteOptions) (err error) {
 	if same, _ := sameDir(dir, p.Ckpt.Dir); same {
 		return fmt.Errorf("pack: refusing to write into the checkpoint directory %s", dir)
+	}
+	fp, err := p.Fingerprint()
+	if err != nil {
+		return fmt.Errorf("pack: %w", err)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("pack: %w", err)
 	}
 	idx := p.packIndexFor()
+	idx.Fingerprint, idx.Compressed = fp, opts.Compress
+	rawTotal := idx.Size
 	tmpData := filepath.Join(dir, "."+PackedDataFile+".tmp")
 	tmpIndex := filepath.Join(dir, "."+PackedIndexFile+".tmp")
 	f, err := os.OpenFile(tmpData, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
@@ -135,8 +167,10 @@ func (p *Plan) Pack(ctx context.Context, dir string, read ReadFunc, progress Pac
 		maxBytes = max(maxBytes, p.parts[u].bytes)
 	}
 	buf := make([]byte, (maxBytes+Align-1)&^(Align-1))
+	var enc blockEncoder
+	var stored []byte
 	w := bufio.NewWriterSize(f, 8<<20)
-	var done int64
+	var done, off int64
 	for u := range p.parts {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -151,14 +185,27 @@ func (p *Plan) Pack(ctx context.Context, dir string, read ReadFunc, progress Pac
 		}
 		// Bytes outside the extents (alignment slack) are zero in the file.
 		zeroOutside(img, pp.extents)
-		if _, err := w.Write(img); err != nil {
+		out := img
+		if opts.Compress {
+			var cp *compPart
+			stored, cp = compressImage(&enc, stored[:0], img[:pp.bytes])
+			pk := &idx.Parts[u]
+			pk.Offset, pk.Stored, pk.Block, pk.CRC = off, cp.stored, cp.block, cp.crc
+			pk.BlockEnds = cp.offs[1:]
+			n := (int64(len(stored)) + Align - 1) &^ (Align - 1)
+			stored = append(stored, make([]byte, n-int64(len(stored)))...)
+			out = stored
+		}
+		if _, err := w.Write(out); err != nil {
 			return fmt.Errorf("pack: writing %s: %w", tmpData, err)
 		}
+		off += int64(len(out))
 		done += int64(len(img))
-		if progress != nil {
-			progress(done, idx.Size)
+		if opts.Progress != nil {
+			opts.Progress(done, rawTotal)
 		}
 	}
+	idx.Size = off
 	if err := w.Flush(); err != nil {
 		return fmt.Errorf("pack: writing %s: %w", tmpData, err)
 	}
@@ -270,10 +317,19 @@ func ParsePackIndex(data []byte) (*PackIndex, error) {
 	}
 	var end int64
 	for i, pk := range x.Parts {
-		if pk.Offset < end || pk.Offset%Align != 0 || pk.Bytes < 0 || pk.Offset+pk.Bytes > x.Size {
-			return nil, fmt.Errorf("%w: trunk.json part %d at [%d, +%d) is misplaced in a %d-byte file", ErrPackMismatch, i, pk.Offset, pk.Bytes, x.Size)
+		span := pk.Bytes
+		if x.Compressed {
+			if err := checkCompressedPart(&pk); err != nil {
+				return nil, fmt.Errorf("%w: trunk.json part %d (layer %d %s): %v", ErrPackMismatch, i, pk.Layer, pk.Part, err)
+			}
+			span = pk.Stored
+		} else if pk.Stored != 0 || pk.Block != 0 || pk.BlockEnds != nil || pk.CRC != nil {
+			return nil, fmt.Errorf("%w: trunk.json part %d has a block table but the pack is not compressed", ErrPackMismatch, i)
 		}
-		end = pk.Offset + pk.Bytes
+		if pk.Offset < end || pk.Offset%Align != 0 || pk.Bytes < 0 || pk.Offset+span > x.Size {
+			return nil, fmt.Errorf("%w: trunk.json part %d at [%d, +%d) is misplaced in a %d-byte file", ErrPackMismatch, i, pk.Offset, span, x.Size)
+		}
+		end = pk.Offset + span
 	}
 	return &x, nil
 }
@@ -284,10 +340,18 @@ func ParsePackIndex(data []byte) (*PackIndex, error) {
 // layout, and trunk.bin must have the recorded size.
 func (p *Plan) UsePacked(x *PackIndex, file int, dataSize int64) error {
 	want := p.packIndexFor()
+	fp, err := p.Fingerprint()
+	if err != nil {
+		return err
+	}
+	if x.Fingerprint != fp {
+		return fmt.Errorf("%w: it was packed from a checkpoint with other contents (fingerprint %s, this checkpoint's is %s): the config matches but the weights differ; pack this checkpoint again",
+			ErrPackMismatch, x.Fingerprint, fp)
+	}
 	if dataSize != x.Size {
 		return fmt.Errorf("%w: trunk.bin is %d bytes, the index says %d", ErrPackMismatch, dataSize, x.Size)
 	}
-	if len(x.Shards) != len(want.Shards) || len(x.Parts) != len(want.Parts) || x.Size != want.Size {
+	if len(x.Shards) != len(want.Shards) || len(x.Parts) != len(want.Parts) || (!x.Compressed && x.Size != want.Size) {
 		return fmt.Errorf("%w: it was packed from %d shards into %d parts (%d bytes); this checkpoint has %d shards and %d parts (%d bytes)",
 			ErrPackMismatch, len(x.Shards), len(x.Parts), x.Size, len(want.Shards), len(want.Parts), want.Size)
 	}
@@ -299,14 +363,48 @@ func (p *Plan) UsePacked(x *PackIndex, file int, dataSize int64) error {
 	}
 	for i := range want.Parts {
 		a, b := x.Parts[i], want.Parts[i]
-		if a.Layer != b.Layer || a.Part != b.Part || a.Offset != b.Offset || a.Bytes != b.Bytes ||
+		if a.Layer != b.Layer || a.Part != b.Part || (!x.Compressed && a.Offset != b.Offset) || a.Bytes != b.Bytes ||
 			!slices.Equal(a.Sources, b.Sources) || !slices.Equal(a.Tensors, b.Tensors) {
 			return fmt.Errorf("%w: layer %d %s differs", ErrPackMismatch, b.Layer, b.Part)
 		}
 	}
 	for u := range p.parts {
 		pp := &p.parts[u]
-		pp.extents = []Extent{{File: file, Off: x.Parts[u].Offset, Size: pp.bytes, Region: 0, BufOff: 0}}
+		pk := &x.Parts[u]
+		if !x.Compressed {
+			pp.extents = []Extent{{File: file, Off: pk.Offset, Size: pp.bytes, Region: 0, BufOff: 0}}
+			continue
+		}
+		pp.extents = []Extent{{File: file, Off: pk.Offset, Size: pk.Stored, Region: 0, BufOff: 0}}
+		pp.comp = &compPart{stored: pk.Stored, block: pk.Block, offs: append([]int64{0}, pk.BlockEnds...), crc: pk.CRC}
+	}
+	return nil
+}
+
+// checkCompressedPart checks a compressed part's block table: the block
+// size the reader uses, one block per Block raw bytes, ends increasing up
+// to Stored, each block at least its header and sign+mantissa bytes.
+func checkCompressedPart(pk *PackedPart) error {
+	if pk.Block != compBlockBytes {
+		return fmt.Errorf("block size %d, want %d", pk.Block, compBlockBytes)
+	}
+	if pk.Bytes%2 != 0 {
+		return fmt.Errorf("odd part size %d", pk.Bytes)
+	}
+	nb := int((pk.Bytes + int64(pk.Block) - 1) / int64(pk.Block))
+	if len(pk.BlockEnds) != nb || len(pk.CRC) != nb {
+		return fmt.Errorf("%d block ends and %d checksums for %d blocks", len(pk.BlockEnds), len(pk.CRC), nb)
+	}
+	var prev int64
+	for b, e := range pk.BlockEnds {
+		raw := min(int64(pk.Block), pk.Bytes-int64(b)*int64(pk.Block))
+		if e-prev < compHeader+1+raw/2 {
+			return fmt.Errorf("block %d ends at %d, too short after %d", b, e, prev)
+		}
+		prev = e
+	}
+	if prev != pk.Stored {
+		return fmt.Errorf("blocks end at %d, the part stores %d bytes", prev, pk.Stored)
 	}
 	return nil
 }

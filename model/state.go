@@ -21,6 +21,11 @@ type State struct {
 	cap int
 
 	spec *specRecord // speculation bookkeeping, nil until first used
+
+	// Checkpoint is the content fingerprint of the checkpoint the state
+	// belongs to (Plan.Fingerprint): Save records it and Load refuses a
+	// file saved with another checkpoint, even of the same configuration.
+	Checkpoint string
 }
 
 type kdaState struct {

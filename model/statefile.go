@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"io"
 	"math"
+	"strings"
 )
 
 // ErrBadState reports a saved session state that is truncated, corrupt, or
@@ -17,9 +18,13 @@ var ErrBadState = errors.New("bad saved state")
 // The state file: a header, the tokens, then every KDA layer's recurrent
 // state and conv histories and every MLA layer's cached positions, all
 // little-endian, followed by a CRC-32C of everything before it.
+//
+// Version 2 adds, after the config fingerprint, the checkpoint's content
+// fingerprint (State.Checkpoint) in a fixed field of stateCkptBytes.
 const (
-	stateMagic   = "K3SESS\x00\x01"
-	stateVersion = 1
+	stateMagic     = "K3SESS\x00\x01"
+	stateVersion   = 2
+	stateCkptBytes = 32
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -55,6 +60,9 @@ func (s *State) Save(w io.Writer, tokens, pending []int) error {
 	bw.WriteString(stateMagic)
 	put(uint32(stateVersion))
 	put(s.cfg.Fingerprint())
+	var ck [stateCkptBytes]byte
+	copy(ck[:], s.Checkpoint)
+	bw.Write(ck[:])
 	put(int64(s.pos))
 	put(int64(len(pending)))
 	for _, t := range tokens {
@@ -103,7 +111,7 @@ func writeFloats(w io.Writer, v []float32) {
 // and p pending tokens.
 func StateFileSize(c *Config, n, p int) int64 {
 	fixed, perPos := StateBytes(c)
-	return int64(len(stateMagic)) + 4 + 8 + 8 + 8 + 4*int64(n+p) + fixed + perPos*int64(n) + 4
+	return int64(len(stateMagic)) + 4 + 8 + stateCkptBytes + 8 + 8 + 4*int64(n+p) + fixed + perPos*int64(n) + 4
 }
 
 // maxPending bounds the pending tokens of a state file.
@@ -133,15 +141,25 @@ func (s *State) Load(r io.Reader, size int64) (tokens, pending []int, err error)
 	}
 	var version uint32
 	var fp uint64
+	var ck [stateCkptBytes]byte
 	var n, np int64
-	if err := readAll(in, &version, &fp, &n, &np); err != nil {
+	if err := readAll(in, &version); err != nil {
 		return nil, nil, err
 	}
 	if version != stateVersion {
 		return nil, nil, fmt.Errorf("version %d, this build reads %d", version, stateVersion)
 	}
+	if err := readAll(in, &fp, &ck, &n, &np); err != nil {
+		return nil, nil, err
+	}
 	if fp != s.cfg.Fingerprint() {
 		return nil, nil, errors.New("saved with a model of another configuration")
+	}
+	var want [stateCkptBytes]byte
+	copy(want[:], s.Checkpoint)
+	if ck != want {
+		return nil, nil, fmt.Errorf("saved with another checkpoint of the same configuration (content fingerprint %q, this one is %q): its state would not match these weights",
+			strings.TrimRight(string(ck[:]), "\x00"), s.Checkpoint)
 	}
 	if n < 0 || n > int64(s.cap) {
 		return nil, nil, fmt.Errorf("%d positions, the session holds at most %d", n, s.cap)

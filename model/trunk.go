@@ -18,6 +18,7 @@ import (
 type Trunk struct {
 	plan   *Plan
 	read   ReadFunc
+	loader *partLoader
 	pinned []*LayerMats // by unit; nil when streamed
 	order  []int        // streamed units in pass order
 	pos    []int        // unit -> index in order, -1 if pinned
@@ -39,6 +40,8 @@ type Trunk struct {
 	readNanos     atomic.Int64
 	waitNanos     atomic.Int64
 	hits          atomic.Int64 // acquires of pinned parts
+	decodeNanos   atomic.Int64 // decoding compressed parts, summed over parts
+	decodedBytes  atomic.Int64 // bytes produced by decoding
 	streamed      atomic.Int64 // acquires of streamed parts
 }
 
@@ -54,6 +57,8 @@ const (
 
 type ringSlot struct {
 	buf   []byte
+	stage []byte    // compressed bytes, when the pack is compressed
+	run   decodeRun // its decode, reused
 	mats  LayerMats
 	unit  int
 	state slotState
@@ -67,7 +72,30 @@ type Alloc func(n int64) ([]byte, error)
 // NewTrunk reads the pinned parts now and sets up the ring. alloc provides
 // every buffer (pinned parts and ring slots).
 func NewTrunk(ctx context.Context, p *Plan, mp *MemoryPlan, read ReadFunc, alloc Alloc) (*Trunk, error) {
-	t := &Trunk{plan: p, read: read, pinned: make([]*LayerMats, len(p.parts)), pos: make([]int, len(p.parts))}
+	t := &Trunk{plan: p, read: read, loader: newPartLoader(p, read), pinned: make([]*LayerMats, len(p.parts)), pos: make([]int, len(p.parts))}
+	ok := false
+	defer func() {
+		if !ok {
+			t.loader.close()
+		}
+	}()
+	// Staging buffers for a compressed pack: the pinned loads use the
+	// first, ring slot i the i-th.
+	var stages [][]byte
+	if need := p.stagingBytes(); need > 0 {
+		if mp.StagingBytes < need || mp.StagingBuffers < max(mp.RingSlots, 1) {
+			return nil, fmt.Errorf("trunk: the memory plan has %d staging buffers of %d bytes; the compressed trunk needs %d of %d",
+				mp.StagingBuffers, mp.StagingBytes, max(mp.RingSlots, 1), need)
+		}
+		for i := 0; i < mp.StagingBuffers; i++ {
+			b, err := alloc(mp.StagingBytes)
+			if err != nil {
+				return nil, fmt.Errorf("staging buffer %d: %w", i, err)
+			}
+			stages = append(stages, b)
+		}
+	}
+	var pinRun decodeRun
 	t.changed = make(chan struct{}, 1)
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	for u := range p.parts {
@@ -87,11 +115,14 @@ func NewTrunk(ctx context.Context, p *Plan, mp *MemoryPlan, read ReadFunc, alloc
 		if err != nil {
 			return nil, fmt.Errorf("pinning layer %d %s: %w", pp.layer, pp.part, err)
 		}
-		for _, e := range pp.extents {
-			if err := read(ctx, e, buf); err != nil {
-				return nil, fmt.Errorf("layer %d %s: %w", pp.layer, pp.part, err)
-			}
-			t.bytesRead.Add(e.Size)
+		var stage []byte
+		if stages != nil {
+			stage = stages[0]
+		}
+		n, err := t.loader.load(ctx, pp, buf, stage, &pinRun)
+		t.bytesRead.Add(n)
+		if err != nil {
+			return nil, fmt.Errorf("layer %d %s: %w", pp.layer, pp.part, err)
 		}
 		t.pinned[u] = new(LayerMats)
 		bind(buf, pp.mats, t.pinned[u])
@@ -102,12 +133,17 @@ func NewTrunk(ctx context.Context, p *Plan, mp *MemoryPlan, read ReadFunc, alloc
 			if err != nil {
 				return nil, fmt.Errorf("ring slot %d: %w", i, err)
 			}
-			t.slots = append(t.slots, &ringSlot{buf: buf, unit: -1})
+			s := &ringSlot{buf: buf, unit: -1}
+			if stages != nil {
+				s.stage = stages[i]
+			}
+			t.slots = append(t.slots, s)
 		}
 		if len(t.slots) == 0 {
 			return nil, fmt.Errorf("trunk: %d parts stream but the plan has no ring slot", len(t.order))
 		}
 	}
+	ok = true
 	return t, nil
 }
 
@@ -264,16 +300,20 @@ func (t *Trunk) load(s *ringSlot, u int) {
 	defer t.pending.Done()
 	pp := &t.plan.parts[u]
 	start := time.Now()
-	var err error
-	for _, e := range pp.extents {
-		if err = t.read(t.ctx, e, s.buf); err != nil {
-			err = fmt.Errorf("reading layer %d %s: %w", pp.layer, pp.part, err)
-			break
-		}
-		t.bytesRead.Add(e.Size)
-		t.streamedBytes.Add(e.Size)
+	n, err := t.loader.load(t.ctx, pp, s.buf, s.stage, &s.run)
+	if err != nil {
+		err = fmt.Errorf("reading layer %d %s: %w", pp.layer, pp.part, err)
 	}
-	t.readNanos.Add(int64(time.Since(start)))
+	t.bytesRead.Add(n)
+	t.streamedBytes.Add(n)
+	el := int64(time.Since(start))
+	t.readNanos.Add(el)
+	if pp.comp != nil && err == nil {
+		// Reading and decoding overlap, so ReadTime covers both; the
+		// decode's own time is summed per block (core time).
+		t.decodeNanos.Add(s.run.cpu.Load())
+		t.decodedBytes.Add(pp.bytes)
+	}
 	if err == nil {
 		bind(s.buf, pp.mats, &s.mats)
 	}
@@ -292,6 +332,8 @@ type TrunkStats struct {
 	BytesRead       int64         // pinned loads included
 	StreamedBytes   int64         // reads of streamed parts
 	ReadTime        time.Duration // summed over reads
+	DecodeTime      time.Duration // decoding compressed parts, core time summed over blocks
+	DecodedBytes    int64         // bytes decoded from a compressed pack
 	WaitTime        time.Duration // compute blocked on a streamed part
 	PinnedAcquires  int64
 	StreamedAcquire int64
@@ -300,7 +342,8 @@ type TrunkStats struct {
 // Stats returns the trunk's counters.
 func (t *Trunk) Stats() TrunkStats {
 	return TrunkStats{BytesRead: t.bytesRead.Load(), StreamedBytes: t.streamedBytes.Load(), ReadTime: time.Duration(t.readNanos.Load()),
-		WaitTime: time.Duration(t.waitNanos.Load()), PinnedAcquires: t.hits.Load(), StreamedAcquire: t.streamed.Load()}
+		WaitTime:   time.Duration(t.waitNanos.Load()),
+		DecodeTime: time.Duration(t.decodeNanos.Load()), DecodedBytes: t.decodedBytes.Load(), PinnedAcquires: t.hits.Load(), StreamedAcquire: t.streamed.Load()}
 }
 
 // Close stops the ring and waits for reads in flight, after which the
@@ -312,4 +355,5 @@ func (t *Trunk) Close() {
 	t.mu.Unlock()
 	t.cancel()
 	t.pending.Wait()
+	t.loader.close()
 }

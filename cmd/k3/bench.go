@@ -31,6 +31,7 @@ type benchResult struct {
 	Threads     int    `json:"threads"`
 	Kernels     string `json:"kernels"`
 	Cold        string `json:"cold,omitempty"`
+	Trunk       string `json:"trunk,omitempty"`
 
 	LoadSeconds        float64 `json:"load_seconds"`
 	PromptLen          int     `json:"prompt_len"`
@@ -52,6 +53,11 @@ type benchResult struct {
 	// FloorBytes is the smallest budget for these options, as k3 doctor
 	// and the error refusing a smaller budget report it.
 	FloorBytes int64 `json:"floor_bytes"`
+	// A compressed packed trunk: the bytes decoded per token, the decode
+	// core time per token (summed over blocks) and the rate per core.
+	TrunkDecodedPerToken int64   `json:"trunk_decoded_bytes_per_token,omitempty"`
+	DecodeCoreSPerToken  float64 `json:"decode_core_s_per_token,omitempty"`
+	DecodeGBpsPerCore    float64 `json:"decode_gbps_per_core,omitempty"`
 
 	// The roofline for this run: the bytes it had to read over the
 	// device's bandwidth, and the compute time at the kernels' rates
@@ -79,6 +85,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	maxBatch := fs.Int("max-batch", 0, "with --batch: most token `rows` per pass (0 = the largest batch plus 64, one prefill chunk)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to `file` (go tool pprof)")
 	specKs := fs.String("spec", "", "speculative decoding: draft lengths `k`, e.g. 1,2,4,8; decodes plainly, then with each k, in one process, and reports s/token, passes and bytes per token and accepted drafts per pass next to plain decoding (skips the device probe and roofline)")
+	compression := fs.String("compression", "on", "with a compressed --trunk: on (decode it), off (read the shards) or auto (the engine measures and decides)")
 	drafter := fs.String("drafter", "ngram", "with --spec: ngram (prompt lookup, on a prompt that repeats itself) or ceiling (drafts the plain run's own tokens: every draft right)")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -140,11 +147,68 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	comp, ok := map[string]k3.Compression{"on": k3.CompressionOn, "off": k3.CompressionOff, "auto": k3.CompressionAuto}[*compression]
+	if !ok {
+		return usagef("--compression must be on, off or auto, not %q", *compression)
+	}
+	// --trunk A,B benches each packed trunk in turn in this process (the
+	// device probe once), then compares them: an uncompressed and a
+	// compressed pack side by side.
+	trunks := []string{mf.trunk}
+	if strings.Contains(mf.trunk, ",") {
+		trunks = strings.Split(mf.trunk, ",")
+	}
+	var results []*benchResult
+	var device float64
+	for i, tr := range trunks {
+		run := benchRun{tokens: *tokens, promptLen: *promptLen, seed: *seed, cold: *cold, probe: pb, device: device, compression: comp}
+		if len(trunks) > 1 {
+			fmt.Fprintf(stderr, "bench: trunk %d of %d: %s\n", i+1, len(trunks), tr)
+		}
+		if i > 0 {
+			resetPeakRSS()
+		}
+		r, err := benchOne(ctx, &mf, tr, budget, run, stderr)
+		if err != nil {
+			return err
+		}
+		device = r.DeviceGBps
+		results = append(results, r)
+	}
+	if *asJSON {
+		if len(results) == 1 {
+			return json.NewEncoder(stdout).Encode(results[0])
+		}
+		return json.NewEncoder(stdout).Encode(results)
+	}
+	for _, r := range results {
+		printBench(stdout, r)
+	}
+	if len(results) > 1 {
+		printTrunkComparison(stdout, results)
+	}
+	return nil
+}
+
+// benchRun is one bench run's settings.
+type benchRun struct {
+	tokens, promptLen int
+	seed              uint64
+	cold              bool
+	probe             int64
+	device            float64 // already measured: skip the probe
+	compression       k3.Compression
+}
+
+// benchOne opens the model with one packed trunk (or none) and measures a
+// prefill and the decode steps.
+func benchOne(ctx context.Context, mf *modelFlags, trunk string, budget int64, run benchRun, stderr io.Writer) (*benchResult, error) {
+	tokens, promptLen, seed, cold, pb := &run.tokens, &run.promptLen, &run.seed, &run.cold, run.probe
 	r := &benchResult{Model: mf.dir, BudgetBytes: budget, PromptLen: *promptLen, DecodeTokens: *tokens,
-		Kernels: tensor.Implementation() + "/" + quant.Implementation()}
+		Kernels: tensor.Implementation() + "/" + quant.Implementation(), Trunk: trunk, DeviceGBps: run.device}
 	// The options every model command opens with (the same floor as k3
 	// doctor's), with room for the prompt and the decoded tokens.
-	opts := k3.Options{Threads: mf.threads, MaxContext: mf.maxContext, RAMBudget: budget, TrunkDir: mf.trunk}
+	opts := k3.Options{Threads: mf.threads, MaxContext: mf.maxContext, RAMBudget: budget, TrunkDir: trunk, TrunkCompression: run.compression}
 	if need := *promptLen + *tokens + 1; max(opts.MaxContext, 4096) < need {
 		opts.MaxContext = need
 	}
@@ -154,13 +218,13 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	// test matrices.
 	in, err := k3.Inspect(mf.dir, opts)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	sz, cfg := in.Sizes, in.Config
 	r.FloorBytes = in.FloorBytes
 	if budget > 0 {
 		if _, err := in.Plan(budget); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	in = nil
@@ -168,10 +232,10 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 
 	shards, err := filepath.Glob(filepath.Join(mf.dir, "*.safetensors"))
 	if err != nil || len(shards) == 0 {
-		return fmt.Errorf("%s: %w: no *.safetensors files", mf.dir, k3.ErrBadCheckpoint)
+		return nil, fmt.Errorf("%s: %w: no *.safetensors files", mf.dir, k3.ErrBadCheckpoint)
 	}
-	if mf.trunk != "" {
-		shards = append(shards, filepath.Join(mf.trunk, "trunk.bin"))
+	if trunk != "" {
+		shards = append(shards, filepath.Join(trunk, "trunk.bin"))
 	}
 	if *cold {
 		r.Cold = dropCaches(shards)
@@ -182,14 +246,14 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	if budget > 0 {
 		room = budget - rss.ExecutableBytes() - 32<<20
 	}
-	if pb > 0 {
+	if pb > 0 && run.device == 0 {
 		chunk, qd := probeShape(room / 2)
 		if chunk == 0 {
 			fmt.Fprintf(stderr, "bench: the budget leaves no room for the device probe's buffers; skipped\n")
 		} else {
 			fmt.Fprintf(stderr, "bench: measuring the device with %s of O_DIRECT reads...\n", human(pb))
 			if r.DeviceGBps, err = deviceBandwidth(ctx, shards, pb, chunk, qd); err != nil {
-				return fmt.Errorf("device probe: %w", err)
+				return nil, fmt.Errorf("device probe: %w", err)
 			}
 		}
 	}
@@ -204,7 +268,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	start := time.Now()
 	m, err := k3.OpenContext(ctx, mf.dir, opts)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer m.Close()
 	r.LoadSeconds = time.Since(start).Seconds()
@@ -223,7 +287,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	start = time.Now()
 	for _, err := range m.Generate(ctx, prompt, k3.GenerateOptions{MaxTokens: *tokens + 1}) {
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if n == 0 {
 			r.PrefillSeconds = time.Since(start).Seconds()
@@ -250,6 +314,11 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 		r.CacheHitRate = float64(d.CacheHits) / float64(req)
 	}
 	r.PeakRSSBytes = m.Stats().PeakRSSBytes
+	if d.TrunkDecodedBytes > 0 {
+		r.TrunkDecodedPerToken = int64(float64(d.TrunkDecodedBytes) / steps)
+		r.DecodeCoreSPerToken = d.TrunkDecodeTime.Seconds() / steps
+		r.DecodeGBpsPerCore = float64(d.TrunkDecodedBytes) / d.TrunkDecodeTime.Seconds() / 1e9
+	}
 
 	flops := func(macs int64, gflops float64) float64 {
 		if gflops <= 0 {
@@ -265,11 +334,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	if r.BoundSPerToken > 0 {
 		r.VsBound = r.DecodeSPerToken / r.BoundSPerToken
 	}
-	if *asJSON {
-		return json.NewEncoder(stdout).Encode(r)
-	}
-	printBench(stdout, r)
-	return nil
+	return r, nil
 }
 
 func printBench(w io.Writer, r *benchResult) {
@@ -278,6 +343,9 @@ func printBench(w io.Writer, r *benchResult) {
 		budget = human(r.BudgetBytes)
 	}
 	fmt.Fprintf(w, "model %s, budget %s, %d threads, kernels %s\n", r.Model, budget, r.Threads, r.Kernels)
+	if r.Trunk != "" {
+		fmt.Fprintf(w, "packed trunk    %s\n", r.Trunk)
+	}
 	if r.Cold != "" {
 		fmt.Fprintf(w, "cold start: %s\n", r.Cold)
 	}
@@ -286,6 +354,10 @@ func printBench(w io.Writer, r *benchResult) {
 	fmt.Fprintf(w, "decode          %8.3f s/token (%.2f tokens/s over %d tokens)\n", r.DecodeSPerToken, r.DecodeTokensPerS, r.DecodeTokens)
 	fmt.Fprintf(w, "read per token  %8s (trunk %s, experts %s) at %.2f GB/s; device %.2f GB/s\n",
 		human(r.BytesReadPerToken), human(r.TrunkBytesPerToken), human(r.ExpertBytesPerTok), r.ReadGBps, r.DeviceGBps)
+	if r.TrunkDecodedPerToken > 0 {
+		fmt.Fprintf(w, "trunk decode    %8s decoded per token, %.3f core-s per token, %.2f GB/s per core\n",
+			human(r.TrunkDecodedPerToken), r.DecodeCoreSPerToken, r.DecodeGBpsPerCore)
+	}
 	fmt.Fprintf(w, "time per token  waiting for weights %.3f s, compute %.3f s, other %.3f s\n", r.IOWaitSPerToken, r.MeasuredCompute, r.OtherSPerToken)
 	fmt.Fprintf(w, "cache hit rate  %8.1f %%\n", 100*r.CacheHitRate)
 	fmt.Fprintf(w, "peak RSS        %8s (floor %s)\n", human(r.PeakRSSBytes), human(r.FloorBytes))
@@ -467,3 +539,23 @@ func rate(f func(), flop float64) float64 {
 }
 
 func defaultThreads() int { return runtime.GOMAXPROCS(0) }
+
+// printTrunkComparison sets every run against the first (the baseline,
+// e.g. the uncompressed pack).
+func printTrunkComparison(w io.Writer, rs []*benchResult) {
+	base := rs[0]
+	fmt.Fprintf(w, "\ntrunk comparison against %s (same process, same prompt):\n", base.Trunk)
+	fmt.Fprintf(w, "  %-40s %10s %8s %10s %8s %12s %14s\n", "trunk", "s/token", "ratio", "read/token", "ratio", "decode/token", "decode GB/s/core")
+	for _, r := range rs {
+		fmt.Fprintf(w, "  %-40s %10.3f %7.3f× %10s %7.3f× %11.3fs %14.2f\n", r.Trunk, r.DecodeSPerToken, r.DecodeSPerToken/base.DecodeSPerToken,
+			human(r.BytesReadPerToken), float64(r.BytesReadPerToken)/float64(max(base.BytesReadPerToken, 1)), r.DecodeCoreSPerToken, r.DecodeGBpsPerCore)
+	}
+}
+
+// resetPeakRSS returns the previous run's memory to the OS and resets the
+// kernel's peak RSS (VmHWM, by writing 5 to /proc/self/clear_refs where
+// Linux allows it), so that each run's peak RSS is its own.
+func resetPeakRSS() {
+	debug.FreeOSMemory()
+	os.WriteFile("/proc/self/clear_refs", []byte("5"), 0)
+}

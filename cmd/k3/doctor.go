@@ -48,9 +48,13 @@ type doctorReport struct {
 	ExpectedSPerToken float64 `json:"expected_s_per_token,omitempty"`
 	SessionsAtBudget  int     `json:"sessions_at_budget,omitempty"`
 	// Plans is the memory plan at each preset budget from the floor up.
-	Plans    []doctorPlan `json:"plans,omitempty"`
-	CanRun   bool         `json:"can_run"`
-	Problems []string     `json:"problems,omitempty"`
+	Plans []doctorPlan `json:"plans,omitempty"`
+	// Compression is what k3 pack --compress would give here: the ratio
+	// on a sample of the checkpoint, the decode rates, the verdict against
+	// this disk.
+	Compression *k3.CompressionReport `json:"compression,omitempty"`
+	CanRun      bool                  `json:"can_run"`
+	Problems    []string              `json:"problems,omitempty"`
 }
 
 func runDoctor(args []string, stdout, stderr io.Writer) error {
@@ -106,6 +110,14 @@ func runDoctor(args []string, stdout, stderr io.Writer) error {
 		if err := planFor(r, *modelDir); err != nil {
 			r.CanRun = false
 			r.Problems = append(r.Problems, err.Error())
+		}
+		if cr, err := k3.MeasureCompression(ctx, *modelDir); err == nil {
+			if disk := max(r.ODirectSeqGBps, r.ODirectRndGBps); disk > 0 {
+				cr = cr.Judge(disk * 1e9) // the probe's figure is better than the sample's short read
+			}
+			r.Compression = &cr
+		} else {
+			r.Problems = append(r.Problems, fmt.Sprintf("compression sample: %v", err))
 		}
 	}
 	if *asJSON {
@@ -240,6 +252,9 @@ func printDoctor(w io.Writer, r *doctorReport) {
 				human(r.RecommendedBudget), r.RecommendedPreset, human(r.BytesPerToken), r.ExpectedSPerToken, max(r.ODirectSeqGBps, r.ODirectRndGBps))
 			fmt.Fprintf(w, "batching: that budget holds at most %d sessions of 4096 positions (every one takes room from the pinned trunk and the expert cache); passes carry up to 64 rows (--sessions, --max-batch)\n", r.SessionsAtBudget)
 		}
+	}
+	if r.Compression != nil {
+		fmt.Fprintf(w, "compress: %s (k3 pack --compress)\n", r.Compression)
 	}
 	for _, p := range r.Problems {
 		fmt.Fprintf(w, "problem:  %s\n", p)

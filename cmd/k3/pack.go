@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/k3go/k3"
 	"github.com/k3go/k3/internal/progress"
+	"github.com/k3go/k3/model"
 )
 
 func runPack(args []string, stdout, stderr io.Writer) error {
@@ -15,18 +17,26 @@ func runPack(args []string, stdout, stderr io.Writer) error {
 	dir := fs.String("model", "", "checkpoint `directory`")
 	out := fs.String("out", "", "output `directory` for trunk.bin and trunk.json")
 	force := fs.Bool("force", false, "replace an existing packed trunk in --out")
+	compress := fs.Bool("compress", false, "write the trunk compressed (BF16 exponents Huffman coded, blocks decoded in parallel)")
+	dryRun := fs.Bool("dry-run", false, "with --compress: measure the ratio on a sample and this machine's decode and disk rates, write nothing")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if *dir == "" || *out == "" {
+	if *dir == "" || (*out == "" && !*dryRun) {
 		return usagef("--model and --out are required")
 	}
 	ctx, cancel := writerSignalContext()
 	defer cancel()
+	if *dryRun {
+		if !*compress {
+			return usagef("--dry-run measures compression: use it with --compress")
+		}
+		return packDryRun(ctx, *dir, stdout)
+	}
 	var bar *progress.Bar
 	start := time.Now()
 	var total int64
-	err := k3.Pack(ctx, *dir, *out, k3.PackOptions{Force: *force, Progress: func(done, t int64) {
+	err := k3.Pack(ctx, *dir, *out, k3.PackOptions{Force: *force, Compress: *compress, Progress: func(done, t int64) {
 		if bar == nil {
 			bar, total = progress.New(os.Stderr, "pack", t), t
 		}
@@ -38,5 +48,21 @@ func runPack(args []string, stdout, stderr io.Writer) error {
 	}
 	el := time.Since(start).Seconds()
 	fmt.Fprintf(stdout, "packed %.2f GB into %s in %.1f s (%.0f MB/s)\n", float64(total)/1e9, *out, el, float64(total)/el/1e6)
+	if *compress {
+		if x, err := model.ReadPackIndex(*out); err == nil && total > 0 {
+			fmt.Fprintf(stdout, "compressed to %.2f GB (ratio %.3f)\n", float64(x.Size)/1e9, float64(x.Size)/float64(total))
+		}
+	}
+	return nil
+}
+
+// packDryRun reports what --compress would give on this checkpoint and
+// machine.
+func packDryRun(ctx context.Context, dir string, stdout io.Writer) error {
+	r, err := k3.MeasureCompression(ctx, dir)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, r.String())
 	return nil
 }

@@ -1,0 +1,173 @@
+package model
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"testing"
+)
+
+// normalBF16 fills a buffer with BF16 values drawn like trained weights:
+// normal, σ = scale.
+func normalBF16(n int, scale float64, seed uint64) []byte {
+	r := rand.New(rand.NewPCG(seed, 1))
+	b := make([]byte, 2*n)
+	for i := range n {
+		f := float32(r.NormFloat64() * scale)
+		binary.LittleEndian.PutUint16(b[2*i:], uint16(math.Float32bits(f)>>16))
+	}
+	return b
+}
+
+func TestBlockRoundTrip(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 7))
+	uniform := make([]byte, compBlockBytes)
+	for i := range uniform {
+		uniform[i] = byte(r.Uint32())
+	}
+	rle := bytes.Repeat([]byte{0x80, 0x3f}, compBlockBytes/2) // 1.0 everywhere: one exponent
+	cases := map[string][]byte{
+		"normal":       normalBF16(compBlockBytes/2, 0.02, 1),
+		"normal-short": normalBF16(777, 0.5, 2),
+		"uniform":      uniform,
+		"one-exponent": rle,
+		"zeros":        make([]byte, 4096),
+		"two-bytes":    {0x12, 0x34},
+	}
+	var enc blockEncoder
+	var dec blockDecoder
+	for name, raw := range cases {
+		src := enc.encodeBlock(nil, raw)
+		got := make([]byte, len(raw))
+		if err := dec.decodeBlock(got, src); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !bytes.Equal(got, raw) {
+			t.Fatalf("%s: decoded block differs", name)
+		}
+		t.Logf("%s: %d -> %d bytes (mode %d)", name, len(raw), len(src), src[0])
+		// Every truncation is refused, never a panic.
+		for _, cut := range []int{0, 1, compHeader, len(src) / 2, len(src) - 1} {
+			if cut < len(src) && dec.decodeBlock(got, src[:cut]) == nil {
+				t.Errorf("%s: block truncated to %d bytes decoded", name, cut)
+			}
+		}
+	}
+	// Normal weights compress: the exponent stream shrinks to under half.
+	n := normalBF16(compBlockBytes/2, 0.02, 3)
+	if s := len(enc.encodeBlock(nil, n)); float64(s) > 0.8*float64(len(n)) {
+		t.Errorf("normal BF16 block compressed to %d of %d bytes", s, len(n))
+	}
+}
+
+func TestCompressImageChecksums(t *testing.T) {
+	img := normalBF16(3*compBlockBytes/2+100, 0.02, 4)
+	var enc blockEncoder
+	stored, cp := compressImage(&enc, nil, img)
+	if cp.blocks() != 4 || cp.offs[len(cp.offs)-1] != int64(len(stored)) {
+		t.Fatalf("%d blocks ending at %d of %d", cp.blocks(), cp.offs[len(cp.offs)-1], len(stored))
+	}
+	ds := newDecoders(3)
+	defer ds.close()
+	var run decodeRun
+	out := make([]byte, len(img))
+	if b := ds.decode(&run, out, stored, cp); b >= 0 || !bytes.Equal(out, img) {
+		t.Fatalf("decode: failed block %d, equal %v", b, bytes.Equal(out, img))
+	}
+	// A flipped bit anywhere in block 2 is caught.
+	for _, at := range []int64{cp.offs[2] + 2, cp.offs[2] + 10, cp.offs[3] - 1} {
+		bad := bytes.Clone(stored)
+		bad[at] ^= 4
+		if b := ds.decode(&run, out, bad, cp); b != 2 {
+			t.Errorf("bit flipped at %d: failed block %d, want 2", at, b)
+		}
+	}
+}
+
+func FuzzDecodeBlock(f *testing.F) {
+	var enc blockEncoder
+	f.Add(enc.encodeBlock(nil, normalBF16(500, 0.02, 5)), 1000)
+	f.Add(enc.encodeBlock(nil, make([]byte, 64)), 64)
+	f.Fuzz(func(t *testing.T, src []byte, n int) {
+		if n < 0 || n > 1<<16 {
+			return
+		}
+		var d blockDecoder
+		d.decodeBlock(make([]byte, n&^1), src) // must not panic
+	})
+}
+
+func BenchmarkDecodeBlock(b *testing.B) {
+	raw := normalBF16(compBlockBytes/2, 0.02, 6)
+	var enc blockEncoder
+	src := enc.encodeBlock(nil, raw)
+	var d blockDecoder
+	out := make([]byte, len(raw))
+	b.SetBytes(int64(len(raw)))
+	b.ReportMetric(float64(len(src))/float64(len(raw)), "ratio")
+	for b.Loop() {
+		if err := d.decodeBlock(out, src); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDecodePart decodes a 64 MiB part (out of cache, as the ring
+// does) with 1 and with GOMAXPROCS workers; the copy that stands in for
+// the read is included.
+func BenchmarkDecodePart(b *testing.B) {
+	raw := normalBF16(32<<20, 0.02, 8)
+	var enc blockEncoder
+	stored, cp := compressImage(&enc, nil, raw)
+	out := make([]byte, len(raw))
+	for _, w := range []int{1, runtime.GOMAXPROCS(0)} {
+		b.Run(fmt.Sprintf("workers=%d", w), func(b *testing.B) {
+			ds := newDecoders(w)
+			defer ds.close()
+			var run decodeRun
+			b.SetBytes(int64(len(raw)))
+			for b.Loop() {
+				if ds.decode(&run, out, stored, cp) >= 0 {
+					b.Fatal("decode failed")
+				}
+			}
+		})
+	}
+}
+
+func BenchmarkMergeWords(b *testing.B) {
+	exp, sm := make([]byte, 1<<17), make([]byte, 1<<17)
+	dst := make([]byte, 1<<18)
+	b.SetBytes(1 << 18)
+	for b.Loop() {
+		mergeWords(dst, exp, sm)
+	}
+}
+
+// A part of many chunks reuses the staging slots: every block decodes into
+// its place, and a corrupt block late in the part is still found.
+func TestDecodeManyChunks(t *testing.T) {
+	img := normalBF16(37*compBlockBytes/2+300, 0.02, 9) // 38 blocks: chunks of 4, slots reused
+	var enc blockEncoder
+	stored, cp := compressImage(&enc, nil, img)
+	if k := chunkLen(cp.blocks()); (cp.blocks()+k-1)/k <= stageSlots {
+		t.Fatalf("%d blocks in chunks of %d do not reuse %d slots", cp.blocks(), k, stageSlots)
+	}
+	for _, workers := range []int{1, 2, 5} {
+		ds := newDecoders(workers)
+		var run decodeRun
+		out := make([]byte, len(img))
+		if b := ds.decode(&run, out, stored, cp); b >= 0 || !bytes.Equal(out, img) {
+			t.Fatalf("%d workers: failed block %d, equal %v", workers, b, bytes.Equal(out, img))
+		}
+		bad := bytes.Clone(stored)
+		bad[cp.offs[33]+100] ^= 0x10
+		if b := ds.decode(&run, out, bad, cp); b != 33 {
+			t.Errorf("%d workers: corrupt block 33 reported as %d", workers, b)
+		}
+		ds.close()
+	}
+}

@@ -1,0 +1,61 @@
+package model
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"io"
+)
+
+// Fingerprint sampling: the whole of each shard's header (names, dtypes,
+// shapes, offsets) and fingerprintSamples evenly spaced windows of its data,
+// which is what tells two checkpoints of the same config apart (the seed 1
+// and seed 2 synthetic checkpoints, or a fine-tune of the release). A few
+// small reads per shard keep it cheap enough to compute at every open.
+const (
+	fingerprintSamples    = 16
+	fingerprintSampleSize = 4096
+	fingerprintMaxHeader  = 16 << 20
+)
+
+// Fingerprint identifies the checkpoint's content: a SHA-256 over every
+// shard's name, size, header and a sample of its bytes, in hex. Packed
+// trunks and saved states record it, so that one made from another
+// checkpoint with the same config is refused instead of giving wrong
+// tokens. It is computed once and cached.
+func (p *Plan) Fingerprint() (string, error) {
+	p.fpOnce.Do(func() { p.fp, p.fpErr = p.fingerprint() })
+	return p.fp, p.fpErr
+}
+
+func (p *Plan) fingerprint() (string, error) {
+	h := sha256.New()
+	buf := make([]byte, max(fingerprintSampleSize, 64<<10))
+	for _, sh := range p.Ckpt.Shards {
+		size := sh.Header.FileSize
+		fmt.Fprintf(h, "%s\x00%d\x00", sh.Name, size)
+		if sh.File == nil {
+			return "", fmt.Errorf("fingerprint: shard %s is not open", sh.Name)
+		}
+		// The header: everything before the data section.
+		hdr := min(sh.Header.DataOff, fingerprintMaxHeader)
+		if _, err := io.Copy(h, io.NewSectionReader(sh.File, 0, hdr)); err != nil {
+			return "", fmt.Errorf("fingerprint: %s: %w", sh.Name, err)
+		}
+		data := size - sh.Header.DataOff
+		for i := range fingerprintSamples {
+			off := sh.Header.DataOff + data*int64(i)/fingerprintSamples
+			n := min(int64(fingerprintSampleSize), size-off)
+			if n <= 0 {
+				continue
+			}
+			if _, err := sh.File.ReadAt(buf[:n], off); err != nil {
+				return "", fmt.Errorf("fingerprint: %s: %w", sh.Name, err)
+			}
+			binary.Write(h, binary.LittleEndian, off)
+			h.Write(buf[:n])
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16]), nil
+}
