@@ -49,7 +49,7 @@ func TestCompressedTrunk(t *testing.T) {
 	}
 	t.Logf("trunk.bin: %d bytes compressed, %d uncompressed (%.3f)", x.Size, px.Size, float64(x.Size)/float64(px.Size))
 	streamed := false
-	for _, budget := range []int64{0, 52.5e6, 53e6, 54e6, 1e9} {
+	for _, budget := range append(append([]int64{0}, streamingBudgets(t, dir, packed)...), 1e9) {
 		m, err := k3.Open(dir, k3.Options{TrunkDir: packed, TrunkCompression: k3.CompressionOn, RAMBudget: budget, MaxContext: 64})
 		if err != nil {
 			t.Fatalf("budget %d: %v", budget, err)
@@ -107,7 +107,7 @@ func TestCompressedTrunkCorrupt(t *testing.T) {
 	if _, err := k3.Open(dir, k3.Options{TrunkDir: out, TrunkCompression: k3.CompressionOn}); !errors.Is(err, k3.ErrBadCheckpoint) || !strings.Contains(err.Error(), name) {
 		t.Errorf("corrupt block, resident: %v; want ErrBadCheckpoint naming %s", err, name)
 	}
-	m, err := k3.Open(dir, k3.Options{TrunkDir: out, TrunkCompression: k3.CompressionOn, RAMBudget: 52.5e6, MaxContext: 64})
+	m, err := k3.Open(dir, k3.Options{TrunkDir: out, TrunkCompression: k3.CompressionOn, RAMBudget: streamingBudgets(t, dir, out)[0], MaxContext: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +214,7 @@ func TestCompressionModes(t *testing.T) {
 	}
 	for _, mode := range []k3.Compression{k3.CompressionAuto, k3.CompressionOff} {
 		var logs bytes.Buffer
-		m, err := k3.Open(dir, k3.Options{TrunkDir: out, TrunkCompression: mode, RAMBudget: 52.5e6, MaxContext: 64,
+		m, err := k3.Open(dir, k3.Options{TrunkDir: out, TrunkCompression: mode, RAMBudget: streamingBudgets(t, dir, out)[0], MaxContext: 64,
 			Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 		if err != nil {
 			t.Fatalf("mode %d: %v", mode, err)
@@ -261,4 +261,22 @@ func TestCompressedPackFingerprint(t *testing.T) {
 			t.Errorf("mode %d: compressed pack of seed 1 opened with seed 2: %v", mode, err)
 		}
 	}
+}
+
+// streamingBudgets returns budgets from the floor to just under everything
+// resident for the checkpoint in dir with the packed trunk in trunk (64
+// positions), so each streams some of the trunk: budgets derived from the
+// plan rather than fixed numbers, which move whenever the plan counts more
+// of the process.
+func streamingBudgets(t *testing.T, dir, trunk string) []int64 {
+	t.Helper()
+	in, err := k3.Inspect(dir, k3.Options{TrunkDir: trunk, MaxContext: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lo, hi := in.FloorBytes, in.FullBytes
+	if hi <= lo {
+		t.Fatalf("floor %d, full %d: no budget streams", lo, hi)
+	}
+	return []int64{lo, lo + (hi-lo)/3, lo + 2*(hi-lo)/3}
 }

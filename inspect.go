@@ -46,6 +46,19 @@ func Inspect(dir string, opts Options) (*Inspection, error) {
 	if err != nil {
 		return nil, fmt.Errorf("k3: %w", checkpointErr(err))
 	}
+	// A compressed pack that Open may read adds its staging buffers to
+	// the floor; plan with its layout as Open would.
+	if opts.TrunkDir != "" && opts.TrunkCompression != CompressionOff {
+		x, err := model.ReadPackIndex(opts.TrunkDir)
+		if err != nil {
+			return nil, fmt.Errorf("k3: packed trunk %s: %w", opts.TrunkDir, checkpointErr(err))
+		}
+		if x.Compressed {
+			if err := plan.PlanPacked(x); err != nil {
+				return nil, fmt.Errorf("k3: packed trunk %s: %w: %w", opts.TrunkDir, ErrBadCheckpoint, err)
+			}
+		}
+	}
 	req := budgetRequest(dir, opts)
 	req.Budget = 0
 	in := &Inspection{Config: *cfg, Tensors: ck.Len(), Sizes: plan.Sizes(), plan: plan, req: req}

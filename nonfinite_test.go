@@ -198,9 +198,9 @@ func TestNonFiniteState(t *testing.T) {
 			t.Fatal(err)
 		}
 		b := buf.Bytes()
-		// The first KDA layer's recurrent state follows the 36-byte header
+		// The first KDA layer's recurrent state follows the header
 		// and the three tokens.
-		binary.LittleEndian.PutUint32(b[36+4*3:], math.Float32bits(float32(math.NaN())))
+		binary.LittleEndian.PutUint32(b[stateHeaderBytes+4*3:], math.Float32bits(float32(math.NaN())))
 		binary.LittleEndian.PutUint32(b[len(b)-4:], crc32.Checksum(b[:len(b)-4], crc32.MakeTable(crc32.Castagnoli)))
 		if err := s.Load(bytes.NewReader(b), int64(len(b))); err != nil {
 			t.Fatal(err)
@@ -238,7 +238,7 @@ func nanState(t *testing.T, m *k3.Model, tokens []int) []byte {
 		t.Fatal(err)
 	}
 	b := buf.Bytes()
-	binary.LittleEndian.PutUint32(b[36+4*len(tokens):], math.Float32bits(float32(math.NaN())))
+	binary.LittleEndian.PutUint32(b[stateHeaderBytes+4*len(tokens):], math.Float32bits(float32(math.NaN())))
 	binary.LittleEndian.PutUint32(b[len(b)-4:], crc32.Checksum(b[:len(b)-4], crc32.MakeTable(crc32.Castagnoli)))
 	return b
 }
@@ -309,3 +309,8 @@ func TestNonFiniteInBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// stateHeaderBytes is the saved state's header (model/statefile.go): magic
+// 8, version 4, config fingerprint 8, checkpoint fingerprint 32, position
+// 8 and pending count 8.
+const stateHeaderBytes = 8 + 4 + 8 + 32 + 8 + 8

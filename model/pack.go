@@ -339,7 +339,6 @@ func ParsePackIndex(data []byte) (*PackIndex, error) {
 // after the shards). The index must describe exactly this checkpoint's
 // layout, and trunk.bin must have the recorded size.
 func (p *Plan) UsePacked(x *PackIndex, file int, dataSize int64) error {
-	want := p.packIndexFor()
 	fp, err := p.Fingerprint()
 	if err != nil {
 		return err
@@ -351,6 +350,19 @@ func (p *Plan) UsePacked(x *PackIndex, file int, dataSize int64) error {
 	if dataSize != x.Size {
 		return fmt.Errorf("%w: trunk.bin is %d bytes, the index says %d", ErrPackMismatch, dataSize, x.Size)
 	}
+	return p.applyPack(x, file)
+}
+
+// PlanPacked lays the plan out as UsePacked would, for planning only
+// (Inspect: a compressed pack adds staging buffers to the floor). It checks
+// the layout but not the content fingerprint or trunk.bin, which Open
+// checks; the plan must not be used to read.
+func (p *Plan) PlanPacked(x *PackIndex) error { return p.applyPack(x, -1) }
+
+// applyPack checks that x describes this checkpoint's layout and points the
+// parts at file.
+func (p *Plan) applyPack(x *PackIndex, file int) error {
+	want := p.packIndexFor()
 	if len(x.Shards) != len(want.Shards) || len(x.Parts) != len(want.Parts) || (!x.Compressed && x.Size != want.Size) {
 		return fmt.Errorf("%w: it was packed from %d shards into %d parts (%d bytes); this checkpoint has %d shards and %d parts (%d bytes)",
 			ErrPackMismatch, len(x.Shards), len(x.Parts), x.Size, len(want.Shards), len(want.Parts), want.Size)
