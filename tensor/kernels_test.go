@@ -281,6 +281,7 @@ func TestDenseKernelStride(t *testing.T) {
 			stride := c.rows + 11
 			buf, dst := guarded(c.n * stride)
 			impl.MatMul(dst, c.w, c.x, c.n) // contiguous first
+			checkGuards(t, buf, c.n*stride)
 			buf, dst = guarded(c.n * stride)
 			k := impl.MatF32
 			if dt == BF16 {
