@@ -12,6 +12,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"strings"
 
 	"github.com/k3go/k3"
 )
@@ -90,13 +91,23 @@ func run(args []string, stdout, stderr io.Writer) int {
 			if errors.Is(err, errHelp) {
 				return exitOK
 			}
-			fmt.Fprintf(stderr, "k3 %s: %v\n", c.name, err)
+			fmt.Fprintf(stderr, "k3 %s: %s\n", c.name, errorText(c.name, err))
 			return exitCode(err)
 		}
 	}
 	fmt.Fprintf(stderr, "k3: unknown command %q\n", args[0])
 	printHelp(stderr)
 	return exitUsage
+}
+
+// errorText is err's message without the prefixes that repeat what the
+// command line already says: the library marks its errors "k3: " (and some
+// "k3: <command>: "), which after "k3 <command>: " would read twice.
+func errorText(name string, err error) string {
+	msg := err.Error()
+	msg = strings.TrimPrefix(msg, "k3: ")
+	msg = strings.TrimPrefix(msg, name+": ")
+	return msg
 }
 
 func exitCode(err error) int {

@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/k3go/k3"
+	"github.com/k3go/k3/model"
 	"github.com/k3go/k3/internal/progress"
 )
 
@@ -20,6 +22,13 @@ func runPack(args []string, stdout, stderr io.Writer) error {
 	}
 	if *dir == "" || *out == "" {
 		return usagef("--model and --out are required")
+	}
+	// The library refuses too, but in its own terms (PackOptions.Force);
+	// here the fix is a flag.
+	for _, name := range []string{model.PackedDataFile, model.PackedIndexFile} {
+		if p := filepath.Join(*out, name); !*force && fileExists(p) {
+			return usagef("%s already exists (use --force to replace it)", p)
+		}
 	}
 	ctx, cancel := signalContext()
 	defer cancel()
@@ -39,4 +48,9 @@ func runPack(args []string, stdout, stderr io.Writer) error {
 	el := time.Since(start).Seconds()
 	fmt.Fprintf(stdout, "packed %.2f GB into %s in %.1f s (%.0f MB/s)\n", float64(total)/1e9, *out, el, float64(total)/el/1e6)
 	return nil
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }

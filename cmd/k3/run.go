@@ -224,7 +224,7 @@ func (o *runOpts) open(ctx context.Context, stderr io.Writer) (*k3.Model, error)
 	}
 	if m.Tokenizer() == nil {
 		m.Close()
-		return nil, usagef("%s has no tokenizer (%s and %s); give --tokenizer DIR", dir, tokenizer.ModelFile, tokenizer.ConfigFile)
+		return nil, errNoTokenizer(dir)
 	}
 	return m, nil
 }
