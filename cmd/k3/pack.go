@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/k3go/k3"
-	"github.com/k3go/k3/model"
 	"github.com/k3go/k3/internal/progress"
+	"github.com/k3go/k3/model"
 )
 
 func runPack(args []string, stdout, stderr io.Writer) error {
