@@ -76,7 +76,7 @@ var nibbleFreq = [16]int{579, 1089, 957, 764, 762, 531, 252, 52, 580, 1123, 960,
 // scaleFreq is the same for the E8M0 group scales: 2^-7 for 84% of the
 // groups, 2^-8 and 2^-6 for the rest.
 var scaleFreq = []struct {
-	scale byte
+	scale  byte
 	per10k int
 }{{120, 1432}, {121, 8521}, {122, 47}}
 
