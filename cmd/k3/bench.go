@@ -41,17 +41,20 @@ type benchResult struct {
 	TrunkBytesPerToken int64   `json:"trunk_bytes_per_token"`
 	ExpertBytesPerTok  int64   `json:"expert_bytes_per_token"`
 	ReadGBps           float64 `json:"read_gbps"`
-	DeviceGBps         float64 `json:"device_gbps"`
-	IOWaitSPerToken    float64 `json:"io_wait_s_per_token"`
-	MeasuredCompute    float64 `json:"measured_compute_s_per_token"`
-	OtherSPerToken     float64 `json:"other_s_per_token"`
-	CacheHitRate       float64 `json:"cache_hit_rate"`
-	PeakRSSBytes       int64   `json:"peak_rss_bytes"`
+	DeviceGBps         float64 `json:"device_gbps,omitempty"`
+	// DeviceNote says how the device was measured, or why it was not
+	// (then DeviceGBps and the I/O roofline are absent, not zero).
+	DeviceNote      string  `json:"device_note,omitempty"`
+	IOWaitSPerToken float64 `json:"io_wait_s_per_token"`
+	MeasuredCompute float64 `json:"measured_compute_s_per_token"`
+	OtherSPerToken  float64 `json:"other_s_per_token"`
+	CacheHitRate    float64 `json:"cache_hit_rate"`
+	PeakRSSBytes    int64   `json:"peak_rss_bytes"`
 
 	// The roofline for this run: the bytes it had to read over the
 	// device's bandwidth, and the compute time at the kernels' rates
 	// measured in the same process.
-	RooflineSPerToken float64 `json:"roofline_s_per_token"`
+	RooflineSPerToken float64 `json:"roofline_s_per_token,omitempty"`
 	ComputeSPerToken  float64 `json:"compute_s_per_token"`
 	BF16GFLOPs        float64 `json:"bf16_gflops"`
 	MXFP4GFLOPs       float64 `json:"mxfp4_gflops"`
@@ -66,7 +69,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	tokens := fs.Int("tokens", 8, "tokens to decode")
 	promptLen := fs.Int("prompt-len", 16, "prompt tokens to prefill")
 	cold := fs.Bool("cold", false, "start from a cold page cache (drops the checkpoint's cached pages where the OS allows)")
-	probeBytes := fs.String("probe", "2GiB", "bytes of the checkpoint read with O_DIRECT to measure the device bandwidth (0 to skip)")
+	probeBytes := fs.String("probe", "2GiB", "bytes read with O_DIRECT to measure the device bandwidth: random 16 MiB reads of the checkpoint, or of a temporary file this size written beside it when its files are smaller (0 skips it, and the I/O roofline is left out)")
 	seed := fs.Uint64("seed", 1, "seed of the random prompt")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	batchSizes := fs.String("batch", "", "batch `sizes`, e.g. 1,4,8,16: decode that many sessions at once for each and print a table of aggregate speed, bytes per token and passes (skips the device probe and roofline)")
@@ -149,10 +152,11 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 		r.Cold = dropCaches(shards)
 	}
 	if pb > 0 {
-		fmt.Fprintf(stderr, "bench: measuring the device with %s of O_DIRECT reads...\n", human(pb))
-		if r.DeviceGBps, err = deviceBandwidth(ctx, shards, pb); err != nil {
+		if r.DeviceGBps, r.DeviceNote, err = measureDevice(ctx, mf.dir, shards, pb, stderr); err != nil {
 			return fmt.Errorf("device probe: %w", err)
 		}
+	} else {
+		r.DeviceNote = "not measured (--probe 0)"
 	}
 
 	start := time.Now()
@@ -250,13 +254,24 @@ func printBench(w io.Writer, r *benchResult) {
 	fmt.Fprintf(w, "load            %8.2f s\n", r.LoadSeconds)
 	fmt.Fprintf(w, "prefill         %8.2f tokens/s (%d tokens in %.2f s)\n", r.PrefillTokensPerS, r.PromptLen, r.PrefillSeconds)
 	fmt.Fprintf(w, "decode          %8.3f s/token (%.2f tokens/s over %d tokens)\n", r.DecodeSPerToken, r.DecodeTokensPerS, r.DecodeTokens)
-	fmt.Fprintf(w, "read per token  %8s (trunk %s, experts %s) at %.2f GB/s; device %.2f GB/s\n",
-		human(r.BytesReadPerToken), human(r.TrunkBytesPerToken), human(r.ExpertBytesPerTok), r.ReadGBps, r.DeviceGBps)
+	device := fmt.Sprintf("device %.2f GB/s", r.DeviceGBps)
+	if r.DeviceGBps <= 0 {
+		device = "device unmeasured"
+	}
+	if r.DeviceNote != "" {
+		device += " (" + r.DeviceNote + ")"
+	}
+	fmt.Fprintf(w, "read per token  %8s (trunk %s, experts %s) at %.2f GB/s; %s\n",
+		human(r.BytesReadPerToken), human(r.TrunkBytesPerToken), human(r.ExpertBytesPerTok), r.ReadGBps, device)
 	fmt.Fprintf(w, "time per token  waiting for weights %.3f s, compute %.3f s, other %.3f s\n", r.IOWaitSPerToken, r.MeasuredCompute, r.OtherSPerToken)
 	fmt.Fprintf(w, "cache hit rate  %8.1f %%\n", 100*r.CacheHitRate)
 	fmt.Fprintf(w, "peak RSS        %8s\n", human(r.PeakRSSBytes))
-	fmt.Fprintf(w, "roofline        I/O %.3f s/token (bytes ÷ device), compute %.3f s/token (BF16 %.1f, MXFP4 %.1f GFLOP/s); decode is %.2f× the bound\n",
-		r.RooflineSPerToken, r.ComputeSPerToken, r.BF16GFLOPs, r.MXFP4GFLOPs, r.VsBound)
+	ioBound := "I/O unmeasured (no device bandwidth; the bound is compute only)"
+	if r.DeviceGBps > 0 {
+		ioBound = fmt.Sprintf("I/O %.3f s/token (bytes ÷ device)", r.RooflineSPerToken)
+	}
+	fmt.Fprintf(w, "roofline        %s, compute %.3f s/token (BF16 %.1f, MXFP4 %.1f GFLOP/s); decode is %.2f× the bound\n",
+		ioBound, r.ComputeSPerToken, r.BF16GFLOPs, r.MXFP4GFLOPs, r.VsBound)
 }
 
 // dropCaches evicts the checkpoint's pages from the page cache with
@@ -279,10 +294,60 @@ func dropCaches(paths []string) string {
 	return "checkpoint pages dropped from the page cache (POSIX_FADV_DONTNEED); engine reads use O_DIRECT"
 }
 
+// probeChunk is the size of the device probe's reads: large enough that
+// the device, not the per-request cost, sets the rate.
+const probeChunk = 16 << 20
+
+// measureDevice measures the read bandwidth of the device holding the
+// checkpoint with about n bytes of O_DIRECT reads and says how. It reads the
+// checkpoint's own files when at least one holds a probeChunk; a small
+// checkpoint (tiny, quickstart) gets a temporary file of n bytes written
+// next to it, on the same file system, and removed. A device that cannot be
+// measured (no space for the file, a refused write) is no failure: the
+// note says why and the I/O roofline is left out. Only cancellation is an
+// error.
+func measureDevice(ctx context.Context, dir string, shards []string, n int64, stderr io.Writer) (float64, string, error) {
+	if largestFile(shards) >= probeChunk {
+		fmt.Fprintf(stderr, "bench: measuring the device with %s of O_DIRECT reads of the checkpoint...\n", human(n))
+		gbps, err := deviceBandwidth(ctx, shards, n)
+		if err == nil || ctx.Err() != nil {
+			return gbps, "random 16 MiB reads of the checkpoint", err
+		}
+		fmt.Fprintf(stderr, "bench: reading the checkpoint failed (%v); trying a temporary file\n", err)
+	}
+	size := iox.AlignUp(max(n, 2*probeChunk))
+	fmt.Fprintf(stderr, "bench: the checkpoint's files are too small to probe; measuring the device with a temporary file of %s in %s...\n", human(size), dir)
+	res, err := iox.ProbeBandwidth(ctx, dir, iox.ProbeOptions{FileSize: size, QueueDepths: []int{8}, ChunkSize: probeChunk,
+		RandomReadSize: probeChunk, RandomReads: int(size / probeChunk), SmallReads: 1})
+	if ctx.Err() != nil {
+		return 0, "", ctx.Err()
+	}
+	if err != nil || len(res.Runs) == 0 || res.Runs[0].Random.GBps() <= 0 {
+		fmt.Fprintf(stderr, "bench: device unmeasured: %v\n", err)
+		return 0, fmt.Sprintf("unmeasured: %v", err), nil
+	}
+	note := fmt.Sprintf("random 16 MiB reads of a temporary %s file", human(size))
+	if !res.Direct {
+		note += "; O_DIRECT refused, so the page cache may be in it"
+	}
+	return res.Runs[0].Random.GBps(), note, nil
+}
+
+// largestFile returns the size of the largest of paths that exists.
+func largestFile(paths []string) int64 {
+	var n int64
+	for _, p := range paths {
+		if st, err := os.Stat(p); err == nil {
+			n = max(n, st.Size())
+		}
+	}
+	return n
+}
+
 // deviceBandwidth reads about n bytes of the given files at random aligned
 // 16 MiB windows, 8 reads in flight, with O_DIRECT, and returns GB/s.
 func deviceBandwidth(ctx context.Context, paths []string, n int64) (float64, error) {
-	const chunk = 16 << 20
+	const chunk = probeChunk
 	const qd = 8
 	type src struct {
 		f    *iox.File
