@@ -782,7 +782,7 @@ type prefillBar struct {
 }
 
 // prefillBarMin is the shortest prompt that gets a progress line.
-var prefillBarMin = 256
+const prefillBarMin = 256
 
 // newPrefillBar returns a bar if w is a terminal and the prompt is long
 // enough for one to help, else nil.
