@@ -23,8 +23,6 @@ func TestSelectedImplementation(t *testing.T) {
 
 // The guard bands around every dst, shared with quant and tensor's other
 // kernel tests.
-const guard = kerneltest.Guard
-
 var (
 	sentinel    = kerneltest.Sentinel
 	guarded     = kerneltest.Guarded
