@@ -136,8 +136,7 @@ func HasSubnormalBF16(b []byte) bool {
 // HasSubnormalF32 reports whether x holds a subnormal value.
 func HasSubnormalF32(x []float32) bool {
 	for _, v := range x {
-		u := math.Float32bits(v)
-		if u&0x7f800000 == 0 && u&0x007fffff != 0 {
+		if subnormal32(math.Float32bits(v)) {
 			return true
 		}
 	}
@@ -147,13 +146,16 @@ func HasSubnormalF32(x []float32) bool {
 // HasSubnormalF32Bytes is [HasSubnormalF32] over little-endian F32 bytes.
 func HasSubnormalF32Bytes(b []byte) bool {
 	for i := 0; i+3 < len(b); i += 4 {
-		u := binary.LittleEndian.Uint32(b[i:])
-		if u&0x7f800000 == 0 && u&0x007fffff != 0 {
+		if subnormal32(binary.LittleEndian.Uint32(b[i:])) {
 			return true
 		}
 	}
 	return false
 }
+
+// subnormal32 reports whether F32 bits u are subnormal: exponent bits zero,
+// mantissa not.
+func subnormal32(u uint32) bool { return u&0x7f800000 == 0 && u&0x007fffff != 0 }
 
 // HasSubnormalMXFP4 reports whether an MXFP4 matrix dequantises to a
 // subnormal F32: the smallest non-zero magnitude is 0.5 × 2^(scale-127),
