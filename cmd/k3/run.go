@@ -46,9 +46,9 @@ max by default): its reasoning goes to stderr, dimmed on a terminal, apart
 from the answer on stdout (--hide-reasoning drops it). Ctrl-C stops a reply
 at the next token; a second Ctrl-C abandons it (the conversation restarts).
 
-Sampling: temperature 1 with top-k, top-p and min-p off, seed 1, the same
-defaults as examples/server (the OpenAI API's): the model is sampled as it
-was trained to be, and the same prompt and seed give the same text.
+Sampling: temperature 1 with top-k, top-p and min-p off, seed 1: the
+defaults of examples/server (the OpenAI API's), so that the command and the
+server answer alike; the same prompt and seed give the same text.
 --temperature 0 decodes greedily. (k3 generate stays greedy by default: it
 produces the ids the conformance checks compare.)
 
@@ -56,9 +56,10 @@ A continuation stops at [EOS], --stop, --max-tokens or the end of the
 context (--max-context, 4096 positions by default), and says which on
 stderr when it is the context. --json prints one object instead of the
 stream: {"text", "reasoning" (chats), "prompt_tokens", "generated_tokens",
-"stop_reason": "stop" | "max_tokens" | "context_full"}. Control tokens
-([BOS], [PAD], ...) are not shown in a chat, and bytes that are not UTF-8
-are shown as U+FFFD.
+"stop_reason": "stop" | "max_tokens" | "context_full"}. In a chat, and on
+a terminal, control tokens ([BOS], [PAD], ...) are not shown and bytes that
+are not UTF-8 are shown as U+FFFD; into a pipe a continuation is the
+model's exact bytes.
 
 In the interactive chat, Ctrl-C at the prompt says how to leave (a second
 one leaves); Ctrl-D on a terminal ends the chat, during a reply too (the
