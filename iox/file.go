@@ -21,6 +21,12 @@ type FileOptions struct {
 	// (POSIX_FADV_RANDOM), turning readahead off. Linux only; ignored
 	// elsewhere.
 	Random bool
+
+	// Fault injection for iox's own tests (export_test.go sets them): a
+	// refusal of the O_DIRECT open, and the raw pread of O_DIRECT reads.
+	// Options, not package variables, so that tests can run in parallel.
+	directErr error
+	pread     func(fd int, p []byte, off int64) (int, error)
 }
 
 // Mode is how a [File] is being read.
@@ -64,13 +70,9 @@ type File struct {
 	reasonMu sync.Mutex
 	reason   string // why the file is not (or no longer) direct
 
-	// pread reads from a raw descriptor; a test hook (default sysPread).
+	// pread reads from a raw descriptor: sysPread, or FileOptions.pread.
 	pread func(fd int, p []byte, off int64) (int, error)
 }
-
-// testOpenDirectErr, when set by a test, makes OpenFile act as if opening
-// the O_DIRECT descriptor had failed with it.
-var testOpenDirectErr error
 
 // OpenFile opens the regular file at path for reading and records its size
 // and modification time. With opts.Direct it also opens an O_DIRECT
@@ -91,6 +93,9 @@ func OpenFile(path string, opts FileOptions) (*File, error) {
 		dfd:     -1,
 		pread:   sysPread,
 	}
+	if opts.pread != nil {
+		f.pread = opts.pread
+	}
 	if opts.Random {
 		adviseRandom(of)
 	}
@@ -99,8 +104,8 @@ func OpenFile(path string, opts FileOptions) (*File, error) {
 			fd     = -1
 			reason string
 		)
-		if testOpenDirectErr != nil {
-			reason = "open O_DIRECT: " + testOpenDirectErr.Error()
+		if opts.directErr != nil {
+			reason = "open O_DIRECT: " + opts.directErr.Error()
 		} else {
 			fd, reason, err = openDirect(path, of)
 			if err != nil {

@@ -57,8 +57,7 @@ func TestDirectMode(t *testing.T) {
 }
 
 func TestForcedFallbackAtOpen(t *testing.T) {
-	defer iox.SetOpenDirectErr(syscall.EINVAL)()
-	f := openPattern(t, 1<<20, iox.FileOptions{Direct: true})
+	f := openPattern(t, 1<<20, iox.WithDirectRefused(iox.FileOptions{Direct: true}, syscall.EINVAL))
 	if f.Mode() != iox.ModeBuffered || !strings.Contains(f.DirectFallback(), "invalid argument") {
 		t.Fatalf("mode %v, fallback %q", f.Mode(), f.DirectFallback())
 	}
@@ -73,13 +72,13 @@ func TestForcedFallbackAtOpen(t *testing.T) {
 // TestForcedFallbackAtFirstRead: the file system accepts the O_DIRECT open
 // but refuses the read (EINVAL), as some FUSE and network file systems do.
 func TestForcedFallbackAtFirstRead(t *testing.T) {
-	f := openPattern(t, 8<<20, iox.FileOptions{Direct: true})
+	hook := func(pread func(int, []byte, int64) (int, error), fd int, p []byte, off int64) (int, error) {
+		return 0, syscall.EINVAL
+	}
+	f := openPattern(t, 8<<20, iox.WithPread(iox.FileOptions{Direct: true}, hook))
 	if f.Mode() != iox.ModeDirect {
 		t.Skipf("no O_DIRECT here: %s", f.DirectFallback())
 	}
-	iox.SetPread(f, func(pread func(int, []byte, int64) (int, error), fd int, p []byte, off int64) (int, error) {
-		return 0, syscall.EINVAL
-	})
 	r := newReader(t, iox.ReaderOptions{QueueDepth: 4, ChunkSize: 1 << 20})
 	readOne(t, r, f, 777, 5<<20)
 	if f.Mode() != iox.ModeBuffered || !strings.Contains(f.DirectFallback(), "first O_DIRECT read") {
@@ -96,19 +95,19 @@ func TestForcedFallbackAtFirstRead(t *testing.T) {
 // unaligned reads (which the kernel returns only at EOF, but the loop must
 // survive anywhere by restarting at the block boundary).
 func TestDirectRetries(t *testing.T) {
-	f := openPattern(t, 4<<20+99, iox.FileOptions{Direct: true})
-	if f.Mode() != iox.ModeDirect {
-		t.Skipf("no O_DIRECT here: %s", f.DirectFallback())
-	}
 	calls := 0
-	iox.SetPread(f, func(pread func(int, []byte, int64) (int, error), fd int, p []byte, off int64) (int, error) {
+	hook := func(pread func(int, []byte, int64) (int, error), fd int, p []byte, off int64) (int, error) {
 		calls++ // one worker: no race
 		if calls%3 == 1 {
 			return -1, syscall.EINTR
 		}
 		n, err := pread(fd, p[:min(len(p), 4*4096)], off)
 		return min(n, 3*4096+1000), err // short, unaligned
-	})
+	}
+	f := openPattern(t, 4<<20+99, iox.WithPread(iox.FileOptions{Direct: true}, hook))
+	if f.Mode() != iox.ModeDirect {
+		t.Skipf("no O_DIRECT here: %s", f.DirectFallback())
+	}
 	r := newReader(t, iox.ReaderOptions{QueueDepth: 1})
 	readOne(t, r, f, 5000, 200_000)
 	readOne(t, r, f, 4<<20+99-70_000, 70_000) // to EOF
@@ -119,16 +118,16 @@ func TestDirectRetries(t *testing.T) {
 }
 
 func TestDirectEIO(t *testing.T) {
-	f := openPattern(t, 4<<20, iox.FileOptions{Direct: true})
-	if f.Mode() != iox.ModeDirect {
-		t.Skipf("no O_DIRECT here: %s", f.DirectFallback())
-	}
-	iox.SetPread(f, func(pread func(int, []byte, int64) (int, error), fd int, p []byte, off int64) (int, error) {
+	hook := func(pread func(int, []byte, int64) (int, error), fd int, p []byte, off int64) (int, error) {
 		if off <= 2<<20 && 2<<20 < off+int64(len(p)) {
 			return -1, syscall.EIO
 		}
 		return pread(fd, p, off)
-	})
+	}
+	f := openPattern(t, 4<<20, iox.WithPread(iox.FileOptions{Direct: true}, hook))
+	if f.Mode() != iox.ModeDirect {
+		t.Skipf("no O_DIRECT here: %s", f.DirectFallback())
+	}
 	r := newReader(t, iox.ReaderOptions{ChunkSize: 1 << 20})
 	dst := alignedDst(t, 1<<20+5, 2<<20)
 	_, err := r.Submit(context.Background(), iox.Request{Src: f, Off: 1<<20 + 5, Len: 2 << 20, Dst: dst}).Wait()

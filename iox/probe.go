@@ -47,6 +47,10 @@ type ProbeOptions struct {
 	// random seed. Keep contents unique across runs: storage that dedupes or
 	// caches by content would serve a previous run's blocks from cache.
 	Seed uint64
+
+	// file is how the probe file is opened for reading (Direct is always
+	// set); iox's tests inject faults through it.
+	file FileOptions
 }
 
 // Throughput is one measurement.
@@ -166,7 +170,9 @@ func ProbeBandwidth(ctx context.Context, dir string, opts ProbeOptions) (res Pro
 		return res, err
 	}
 
-	f, err := OpenFile(path, FileOptions{Direct: true})
+	fo := opts.file
+	fo.Direct = true
+	f, err := OpenFile(path, fo)
 	if err != nil {
 		return res, err
 	}

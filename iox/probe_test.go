@@ -58,9 +58,8 @@ func TestProbeBandwidth(t *testing.T) {
 }
 
 func TestProbeFallback(t *testing.T) {
-	defer iox.SetOpenDirectErr(syscall.EINVAL)()
 	dir := t.TempDir()
-	res, err := iox.ProbeBandwidth(context.Background(), dir, smallProbe)
+	res, err := iox.ProbeBandwidth(context.Background(), dir, iox.ProbeWithDirectRefused(smallProbe, syscall.EINVAL))
 	if err != nil {
 		t.Fatal(err)
 	}

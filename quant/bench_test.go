@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/k3go/k3/internal/benchdata"
 	"github.com/k3go/k3/internal/kernel/probe"
 	"github.com/k3go/k3/internal/par"
 	"github.com/k3go/k3/quant"
@@ -21,18 +22,9 @@ func BenchmarkMatVecMXFP4(b *testing.B) {
 	for _, sh := range [][2]int{{3072, 3584}, {3584, 3072}} {
 		rows, cols := sh[0], sh[1]
 		rng := rand.New(rand.NewPCG(2, uint64(rows)))
-		m := quant.Matrix{Rows: rows, Cols: cols, Packed: make([]byte, rows*cols/2), Scales: make([]byte, rows*cols/quant.GroupSize)}
-		for i := range m.Packed {
-			m.Packed[i] = byte(rng.Uint32())
-		}
-		for i := range m.Scales {
-			m.Scales[i] = byte(115 + rng.IntN(10))
-		}
+		m := benchMatrix(rng, rows, cols)
 		for _, batch := range []int{1, 8, 64} {
-			x := make([]float32, batch*cols)
-			for i := range x {
-				x[i] = float32(rng.NormFloat64())
-			}
+			x := benchdata.Activations(rng, batch*cols)
 			dst := make([]float32, batch*rows)
 			for _, th := range probe.Threads() {
 				b.Run(fmt.Sprintf("%dx%d/b%d/threads%d", rows, cols, batch, th), func(b *testing.B) {
@@ -49,5 +41,25 @@ func BenchmarkMatVecMXFP4(b *testing.B) {
 				})
 			}
 		}
+	}
+}
+
+// benchMatrix is an expert matrix with the released checkpoint's nibble and
+// scale frequencies (see internal/benchdata).
+func benchMatrix(rng *rand.Rand, rows, cols int) quant.Matrix {
+	packed, scales := benchdata.MXFP4(rng, rows, cols)
+	return quant.Matrix{Rows: rows, Cols: cols, Packed: packed, Scales: scales}
+}
+
+// TestBenchDataNormal fails if the benchmark's matrix dequantises to
+// subnormals or its activations hold any.
+func TestBenchDataNormal(t *testing.T) {
+	rng := rand.New(rand.NewPCG(2, 2))
+	m := benchMatrix(rng, 64, 3584)
+	if benchdata.HasSubnormalMXFP4(m.Scales) {
+		t.Error("MXFP4 benchmark scales make subnormal weights")
+	}
+	if benchdata.HasSubnormalF32(benchdata.Activations(rng, 1<<16)) {
+		t.Error("benchmark activations hold subnormals")
 	}
 }

@@ -1,9 +1,6 @@
 package quant
 
-import (
-	"github.com/k3go/k3/internal/cpu"
-	"github.com/k3go/k3/internal/kernel"
-)
+import "github.com/k3go/k3/internal/kernel"
 
 // MatKernel computes rows [0, rows) of an MXFP4 block (cols columns per row)
 // for n tokens: dst[t*dstStride+r] = Σ_c W[r][c]·x[t*cols+c]. Implementations
@@ -39,15 +36,7 @@ var genericImpl = Impl{Name: "generic", Mat: matGeneric, Available: true}
 var reg = kernel.New("quant", &genericImpl)
 
 func init() {
-	for _, i := range archImpls {
-		reg.Add(i.Name, i)
-		i.Available, _ = cpu.Supported(i.Name)
-	}
-	reg.Init(func(i *Impl) error {
-		err := selfCheck(i)
-		i.Available = err == nil
-		return err
-	})
+	reg.Setup(archImpls, func(i *Impl) string { return i.Name }, func(i *Impl, ok bool) { i.Available = ok }, selfCheck)
 }
 
 func active() *Impl { return reg.Current() }

@@ -20,9 +20,14 @@ func TestSelectedImplementation(t *testing.T) {
 	t.Logf("selected %s; %v", Implementation(), ImplementationStatus())
 }
 
-const guard = 64
-
-var sentinel = math.Float32frombits(0x7FC0DEAD)
+// The guard bands around every dst, shared with quant and tensor's other
+// kernel tests.
+var (
+	sentinel    = kerneltest.Sentinel
+	guarded     = kerneltest.Guarded
+	checkGuards = kerneltest.CheckGuards
+	same        = kerneltest.Same
+)
 
 // mxCase is one randomised MXFP4 input placed at the given misalignments
 // inside 0xAA-padded buffers, with x inside NaN padding.
@@ -86,27 +91,6 @@ func (c *mxCase) checkInputs(t *testing.T) {
 			t.Fatalf("x padding changed")
 		}
 	}
-}
-
-func guarded(n int) (buf, dst []float32) {
-	buf = make([]float32, n+2*guard)
-	for i := range buf {
-		buf[i] = sentinel
-	}
-	return buf, buf[guard : guard+n : guard+n]
-}
-
-func checkGuards(t *testing.T, buf []float32, n int) {
-	t.Helper()
-	for i, v := range buf {
-		if (i < guard || i >= guard+n) && math.Float32bits(v) != math.Float32bits(sentinel) {
-			t.Fatalf("guard band overwritten at %d (dst length %d)", i-guard, n)
-		}
-	}
-}
-
-func same(a, b float32) bool {
-	return math.Float32bits(a) == math.Float32bits(b) || (a != a && b != b)
 }
 
 // run checks the selected implementation on c against the generic kernel.

@@ -1,14 +1,13 @@
 package tensor_test
 
 import (
-	"encoding/binary"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"os"
 	"testing"
 	"time"
 
+	"github.com/k3go/k3/internal/benchdata"
 	"github.com/k3go/k3/internal/kernel/probe"
 	"github.com/k3go/k3/internal/par"
 	"github.com/k3go/k3/tensor"
@@ -22,12 +21,9 @@ func benchDense(b *testing.B, dt tensor.DType, shapes [][2]int) {
 	for _, sh := range shapes {
 		rows, cols := sh[0], sh[1]
 		rng := rand.New(rand.NewPCG(1, uint64(rows)))
-		w := tensor.Mat{DType: dt, Rows: rows, Cols: cols, Data: realWeights(rng, dt, rows*cols)}
+		w := benchWeights(rng, dt, rows, cols)
 		for _, batch := range []int{1, 4, 8, 16, 64} {
-			x := make([]float32, batch*cols)
-			for i := range x {
-				x[i] = float32(rng.NormFloat64())
-			}
+			x := benchdata.Activations(rng, batch*cols)
 			dst := make([]float32, batch*rows)
 			for _, th := range probe.Threads() {
 				b.Run(fmt.Sprintf("%dx%d/b%d/threads%d", rows, cols, batch, th), func(b *testing.B) {
@@ -63,11 +59,8 @@ func BenchmarkMatVecF32(b *testing.B) { benchDense(b, tensor.F32, [][2]int{{3584
 func BenchmarkMatVecF64Acc(b *testing.B) {
 	rows, cols := 384, 7168
 	rng := rand.New(rand.NewPCG(3, 3))
-	w := tensor.Mat{DType: tensor.BF16, Rows: rows, Cols: cols, Data: realWeights(rng, tensor.BF16, rows*cols)}
-	x := make([]float32, cols)
-	for i := range x {
-		x[i] = float32(rng.NormFloat64())
-	}
+	w := benchWeights(rng, tensor.BF16, rows, cols)
+	x := benchdata.Activations(rng, cols)
 	dst := make([]float32, rows)
 	for _, th := range probe.Threads() {
 		b.Run(fmt.Sprintf("%dx%d/threads%d", rows, cols, th), func(b *testing.B) {
@@ -84,10 +77,7 @@ func BenchmarkMatVecF64Acc(b *testing.B) {
 }
 
 func BenchmarkDot(b *testing.B) {
-	x, y := make([]float32, 7168), make([]float32, 7168)
-	for i := range x {
-		x[i], y[i] = float32(i%7), float32(i%5)
-	}
+	x, y := dotInputs()
 	var s float32
 	for b.Loop() {
 		s += tensor.Dot(x, y)
@@ -96,30 +86,44 @@ func BenchmarkDot(b *testing.B) {
 }
 
 func BenchmarkAxpy(b *testing.B) {
-	x, y := make([]float32, 7168), make([]float32, 7168)
+	x, y := dotInputs()
 	for b.Loop() {
 		tensor.Axpy(y, 0.5, x)
 	}
 	b.ReportMetric(2*float64(len(x))/(b.Elapsed().Seconds()/float64(b.N))/1e9, "GFLOP/s")
 }
 
-// realWeights returns n values of dtype dt that look like trained weights:
-// normal numbers around ±0.02, never subnormal (Intel cores take a
-// microcode assist on subnormal operands, which would measure the assist,
-// not the kernel).
-func realWeights(rng *rand.Rand, dt tensor.DType, n int) []byte {
-	b := make([]byte, n*dt.Size())
-	for i := 0; i < n; i++ {
-		v := float32(rng.NormFloat64() * 0.02)
-		if v == 0 {
-			v = 0.02
-		}
-		switch dt {
-		case tensor.BF16:
-			binary.LittleEndian.PutUint16(b[2*i:], tensor.F32ToBF16(v))
-		default:
-			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
+// benchWeights returns a rows×cols matrix of dtype dt drawn like trained
+// trunk weights (see internal/benchdata: arbitrary bytes would be full of
+// subnormals, which cost Intel cores a microcode assist per FMA).
+func benchWeights(rng *rand.Rand, dt tensor.DType, rows, cols int) tensor.Mat {
+	data := benchdata.F32Weights(rng, rows*cols)
+	if dt == tensor.BF16 {
+		data = benchdata.BF16Weights(rng, rows*cols)
+	}
+	return tensor.Mat{DType: dt, Rows: rows, Cols: cols, Data: data}
+}
+
+// TestBenchDataNormal fails if the benchmarks' inputs hold a subnormal.
+func TestBenchDataNormal(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 1))
+	for _, dt := range []tensor.DType{tensor.BF16, tensor.F32} {
+		w := benchWeights(rng, dt, 64, 7168)
+		if (dt == tensor.BF16 && benchdata.HasSubnormalBF16(w.Data)) || (dt == tensor.F32 && benchdata.HasSubnormalF32Bytes(w.Data)) {
+			t.Errorf("%v benchmark weights hold subnormals", dt)
 		}
 	}
-	return b
+	if x, y := dotInputs(); benchdata.HasSubnormalF32(x) || benchdata.HasSubnormalF32(y) {
+		t.Error("Dot/Axpy benchmark inputs hold subnormals")
+	}
+	if benchdata.HasSubnormalF32(benchdata.Activations(rng, 1<<16)) {
+		t.Error("benchmark activations hold subnormals")
+	}
+}
+
+// dotInputs are the vectors of BenchmarkDot and BenchmarkAxpy: a hidden
+// state's width and scale.
+func dotInputs() (x, y []float32) {
+	rng := rand.New(rand.NewPCG(4, 4))
+	return benchdata.Activations(rng, 7168), benchdata.Activations(rng, 7168)
 }

@@ -1,9 +1,6 @@
 package tensor
 
-import (
-	"github.com/k3go/k3/internal/cpu"
-	"github.com/k3go/k3/internal/kernel"
-)
+import "github.com/k3go/k3/internal/kernel"
 
 // MatKernel computes rows [0, rows) of a row-major weight block w (cols
 // columns per row) for n tokens: dst[t*dstStride+r] = Σ_c w[r][c]·x[t*cols+c].
@@ -48,15 +45,7 @@ var genericImpl = Impl{Name: "generic", MatBF16: matBF16Generic, MatF32: matF32G
 var reg = kernel.New("tensor", &genericImpl)
 
 func init() {
-	for _, i := range archImpls {
-		reg.Add(i.Name, i)
-		i.Available, _ = cpu.Supported(i.Name)
-	}
-	reg.Init(func(i *Impl) error {
-		err := selfCheck(i)
-		i.Available = err == nil
-		return err
-	})
+	reg.Setup(archImpls, func(i *Impl) string { return i.Name }, func(i *Impl, ok bool) { i.Available = ok }, selfCheck)
 }
 
 func active() *Impl { return reg.Current() }

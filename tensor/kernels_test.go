@@ -21,10 +21,14 @@ func TestSelectedImplementation(t *testing.T) {
 	t.Logf("selected %s; %v", Implementation(), ImplementationStatus())
 }
 
-const guard = 64
-
-// sentinel is the NaN (with a payload) that fills dst guard bands.
-var sentinel = math.Float32frombits(0x7FC0DEAD)
+// The guard bands around every dst, shared with quant and tensor's other
+// kernel tests.
+var (
+	sentinel    = kerneltest.Sentinel
+	guarded     = kerneltest.Guarded
+	checkGuards = kerneltest.CheckGuards
+	same        = kerneltest.Same
+)
 
 // denseCase is one randomised input: a weight matrix and x placed at the
 // given misalignments inside padded buffers.
@@ -91,28 +95,6 @@ func (c *denseCase) checkInputs(t *testing.T) {
 			t.Fatalf("x padding changed")
 		}
 	}
-}
-
-// guarded returns a dst of length n inside NaN guard bands.
-func guarded(n int) (buf, dst []float32) {
-	buf = make([]float32, n+2*guard)
-	for i := range buf {
-		buf[i] = sentinel
-	}
-	return buf, buf[guard : guard+n : guard+n]
-}
-
-func checkGuards(t *testing.T, buf []float32, n int) {
-	t.Helper()
-	for i, v := range buf {
-		if (i < guard || i >= guard+n) && math.Float32bits(v) != math.Float32bits(sentinel) {
-			t.Fatalf("guard band overwritten at %d (dst length %d)", i-guard, n)
-		}
-	}
-}
-
-func same(a, b float32) bool {
-	return math.Float32bits(a) == math.Float32bits(b) || (a != a && b != b)
 }
 
 // agree reports whether got matches the generic result want: the same NaN
@@ -281,6 +263,7 @@ func TestDenseKernelStride(t *testing.T) {
 			stride := c.rows + 11
 			buf, dst := guarded(c.n * stride)
 			impl.MatMul(dst, c.w, c.x, c.n) // contiguous first
+			checkGuards(t, buf, c.n*stride)
 			buf, dst = guarded(c.n * stride)
 			k := impl.MatF32
 			if dt == BF16 {

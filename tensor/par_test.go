@@ -11,14 +11,6 @@ import (
 	"github.com/k3go/k3/tensor"
 )
 
-// grainRunner runs a pool with its own (odd) grain instead of the kernel's.
-type grainRunner struct {
-	p     *par.Pool
-	grain int
-}
-
-func (g grainRunner) Run(n, _ int, job tensor.RangeJob) { g.p.Run(n, g.grain, job) }
-
 // TestThreadInvariance checks that every implementation gives bit-identical
 // results through internal/par with 1, 2, 3 and 8 threads and odd grains.
 func TestThreadInvariance(t *testing.T) {
@@ -40,7 +32,7 @@ func TestThreadInvariance(t *testing.T) {
 				tensor.MatMul(nil, ref, w, x, n)
 				for _, threads := range []int{1, 2, 3, 8} {
 					p := par.New(threads)
-					for _, r := range []tensor.Runner{p, grainRunner{p, 1}, grainRunner{p, 3}, grainRunner{p, 7}, grainRunner{p, 13}} {
+					for _, r := range []tensor.Runner{p, kerneltest.GrainRunner{Pool: p, Grain: 1}, kerneltest.GrainRunner{Pool: p, Grain: 3}, kerneltest.GrainRunner{Pool: p, Grain: 7}, kerneltest.GrainRunner{Pool: p, Grain: 13}} {
 						got := make([]float32, n*rows)
 						tensor.MatMul(r, got, w, x, n)
 						for i := range got {

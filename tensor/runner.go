@@ -1,11 +1,11 @@
 package tensor
 
+import "github.com/k3go/k3/internal/par"
+
 // RangeJob is a unit of parallel work over an index range, typically a block
 // of output rows. Range must be safe to call concurrently for disjoint
-// ranges.
-type RangeJob interface {
-	Range(lo, hi int)
-}
+// ranges. It is defined next to the worker pool that runs it.
+type RangeJob = par.RangeJob
 
 // Runner runs job.Range over [0, n) split into chunks of at most grain
 // indices, possibly on several goroutines, and returns when every chunk is
@@ -13,9 +13,7 @@ type RangeJob interface {
 // k3 computes each output index entirely inside one chunk.
 //
 // A nil Runner means: run on the calling goroutine.
-type Runner interface {
-	Run(n, grain int, job RangeJob)
-}
+type Runner = par.Runner
 
 // run dispatches job over [0, n) with r, or serially when r is nil.
 func run(r Runner, n, grain int, job RangeJob) {

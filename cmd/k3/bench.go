@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/k3go/k3"
+	"github.com/k3go/k3/internal/benchdata"
 	"github.com/k3go/k3/internal/par"
 	"github.com/k3go/k3/internal/rss"
 	"github.com/k3go/k3/iox"
@@ -44,12 +45,15 @@ type benchResult struct {
 	TrunkBytesPerToken int64   `json:"trunk_bytes_per_token"`
 	ExpertBytesPerTok  int64   `json:"expert_bytes_per_token"`
 	ReadGBps           float64 `json:"read_gbps"`
-	DeviceGBps         float64 `json:"device_gbps"`
-	IOWaitSPerToken    float64 `json:"io_wait_s_per_token"`
-	MeasuredCompute    float64 `json:"measured_compute_s_per_token"`
-	OtherSPerToken     float64 `json:"other_s_per_token"`
-	CacheHitRate       float64 `json:"cache_hit_rate"`
-	PeakRSSBytes       int64   `json:"peak_rss_bytes"`
+	DeviceGBps         float64 `json:"device_gbps,omitempty"`
+	// DeviceNote says how the device was measured, or why it was not
+	// (then DeviceGBps and the I/O roofline are absent, not zero).
+	DeviceNote      string  `json:"device_note,omitempty"`
+	IOWaitSPerToken float64 `json:"io_wait_s_per_token"`
+	MeasuredCompute float64 `json:"measured_compute_s_per_token"`
+	OtherSPerToken  float64 `json:"other_s_per_token"`
+	CacheHitRate    float64 `json:"cache_hit_rate"`
+	PeakRSSBytes    int64   `json:"peak_rss_bytes"`
 	// FloorBytes is the smallest budget for these options, as k3 doctor
 	// and the error refusing a smaller budget report it.
 	FloorBytes int64 `json:"floor_bytes"`
@@ -62,7 +66,7 @@ type benchResult struct {
 	// The roofline for this run: the bytes it had to read over the
 	// device's bandwidth, and the compute time at the kernels' rates
 	// measured in the same process.
-	RooflineSPerToken float64 `json:"roofline_s_per_token"`
+	RooflineSPerToken float64 `json:"roofline_s_per_token,omitempty"`
 	ComputeSPerToken  float64 `json:"compute_s_per_token"`
 	BF16GFLOPs        float64 `json:"bf16_gflops"`
 	MXFP4GFLOPs       float64 `json:"mxfp4_gflops"`
@@ -77,7 +81,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	tokens := fs.Int("tokens", 8, "tokens to decode")
 	promptLen := fs.Int("prompt-len", 16, "prompt tokens to prefill")
 	cold := fs.Bool("cold", false, "start from a cold page cache (drops the checkpoint's cached pages where the OS allows)")
-	probeBytes := fs.String("probe", "2GiB", "bytes of the checkpoint read with O_DIRECT to measure the device bandwidth (0 to skip)")
+	probeBytes := fs.String("probe", "2GiB", "bytes read with O_DIRECT to measure the device bandwidth: random 16 MiB reads of the checkpoint, or of a temporary file this size written beside it when its files are smaller (0 skips it, and the I/O roofline is left out)")
 	seed := fs.Uint64("seed", 1, "seed of the random prompt")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	batchSizes := fs.String("batch", "", "batch `sizes`, e.g. 1,4,8,16: decode that many sessions at once for each and print a table of aggregate speed, bytes per token and passes (skips the device probe and roofline)")
@@ -246,15 +250,18 @@ func benchOne(ctx context.Context, mf *modelFlags, trunk string, budget int64, r
 	if budget > 0 {
 		room = budget - rss.ExecutableBytes() - 32<<20
 	}
-	if pb > 0 && run.device == 0 {
+	switch {
+	case pb <= 0:
+		r.DeviceNote = "not measured (--probe 0)"
+	case run.device > 0:
+		// Measured in this process already (the first of several trunks).
+	default:
 		chunk, qd := probeShape(room / 2)
 		if chunk == 0 {
 			fmt.Fprintf(stderr, "bench: the budget leaves no room for the device probe's buffers; skipped\n")
-		} else {
-			fmt.Fprintf(stderr, "bench: measuring the device with %s of O_DIRECT reads...\n", human(pb))
-			if r.DeviceGBps, err = deviceBandwidth(ctx, shards, pb, chunk, qd); err != nil {
-				return nil, fmt.Errorf("device probe: %w", err)
-			}
+			r.DeviceNote = "unmeasured: the budget leaves no room for the probe's buffers"
+		} else if r.DeviceGBps, r.DeviceNote, err = measureDevice(ctx, mf.dir, shards, pb, chunk, qd, stderr); err != nil {
+			return nil, fmt.Errorf("device probe: %w", err)
 		}
 	}
 	r.Threads = mf.threads
@@ -352,8 +359,15 @@ func printBench(w io.Writer, r *benchResult) {
 	fmt.Fprintf(w, "load            %8.2f s\n", r.LoadSeconds)
 	fmt.Fprintf(w, "prefill         %8.2f tokens/s (%d tokens in %.2f s)\n", r.PrefillTokensPerS, r.PromptLen, r.PrefillSeconds)
 	fmt.Fprintf(w, "decode          %8.3f s/token (%.2f tokens/s over %d tokens)\n", r.DecodeSPerToken, r.DecodeTokensPerS, r.DecodeTokens)
-	fmt.Fprintf(w, "read per token  %8s (trunk %s, experts %s) at %.2f GB/s; device %.2f GB/s\n",
-		human(r.BytesReadPerToken), human(r.TrunkBytesPerToken), human(r.ExpertBytesPerTok), r.ReadGBps, r.DeviceGBps)
+	device := fmt.Sprintf("device %.2f GB/s", r.DeviceGBps)
+	if r.DeviceGBps <= 0 {
+		device = "device unmeasured"
+	}
+	if r.DeviceNote != "" {
+		device += " (" + r.DeviceNote + ")"
+	}
+	fmt.Fprintf(w, "read per token  %8s (trunk %s, experts %s) at %.2f GB/s; %s\n",
+		human(r.BytesReadPerToken), human(r.TrunkBytesPerToken), human(r.ExpertBytesPerTok), r.ReadGBps, device)
 	if r.TrunkDecodedPerToken > 0 {
 		fmt.Fprintf(w, "trunk decode    %8s decoded per token, %.3f core-s per token, %.2f GB/s per core\n",
 			human(r.TrunkDecodedPerToken), r.DecodeCoreSPerToken, r.DecodeGBpsPerCore)
@@ -361,8 +375,12 @@ func printBench(w io.Writer, r *benchResult) {
 	fmt.Fprintf(w, "time per token  waiting for weights %.3f s, compute %.3f s, other %.3f s\n", r.IOWaitSPerToken, r.MeasuredCompute, r.OtherSPerToken)
 	fmt.Fprintf(w, "cache hit rate  %8.1f %%\n", 100*r.CacheHitRate)
 	fmt.Fprintf(w, "peak RSS        %8s (floor %s)\n", human(r.PeakRSSBytes), human(r.FloorBytes))
-	fmt.Fprintf(w, "roofline        I/O %.3f s/token (bytes ÷ device), compute %.3f s/token (BF16 %.1f, MXFP4 %.1f GFLOP/s); decode is %.2f× the bound\n",
-		r.RooflineSPerToken, r.ComputeSPerToken, r.BF16GFLOPs, r.MXFP4GFLOPs, r.VsBound)
+	ioBound := "I/O unmeasured (no device bandwidth; the bound is compute only)"
+	if r.DeviceGBps > 0 {
+		ioBound = fmt.Sprintf("I/O %.3f s/token (bytes ÷ device)", r.RooflineSPerToken)
+	}
+	fmt.Fprintf(w, "roofline        %s, compute %.3f s/token (BF16 %.1f, MXFP4 %.1f GFLOP/s); decode is %.2f× the bound\n",
+		ioBound, r.ComputeSPerToken, r.BF16GFLOPs, r.MXFP4GFLOPs, r.VsBound)
 }
 
 // dropCaches evicts the checkpoint's pages from the page cache with
@@ -407,6 +425,57 @@ func probeShape(room int64) (chunk int64, qd int) {
 		return 0, 0
 	}
 	return chunk, qd
+}
+
+// probeChunk is the size of the device probe's reads: large enough that
+// the device, not the per-request cost, sets the rate.
+const probeChunk = 16 << 20
+
+// measureDevice measures the read bandwidth of the device holding the
+// checkpoint with about n bytes of O_DIRECT reads of chunk bytes, qd in
+// flight, and says how. It reads the
+// checkpoint's own files when at least one holds a probeChunk; a small
+// checkpoint (tiny, quickstart) gets a temporary file of n bytes written
+// next to it, on the same file system, and removed. A device that cannot be
+// measured (no space for the file, a refused write) is no failure: the
+// note says why and the I/O roofline is left out. Only cancellation is an
+// error.
+func measureDevice(ctx context.Context, dir string, shards []string, n, chunk int64, qd int, stderr io.Writer) (float64, string, error) {
+	if largestFile(shards) >= probeChunk {
+		fmt.Fprintf(stderr, "bench: measuring the device with %s of O_DIRECT reads of the checkpoint...\n", human(n))
+		gbps, err := deviceBandwidth(ctx, shards, n, chunk, qd)
+		if err == nil || ctx.Err() != nil {
+			return gbps, fmt.Sprintf("random %s reads of the checkpoint", human(chunk)), err
+		}
+		fmt.Fprintf(stderr, "bench: reading the checkpoint failed (%v); trying a temporary file\n", err)
+	}
+	size := iox.AlignUp(max(n, 2*chunk))
+	fmt.Fprintf(stderr, "bench: the checkpoint's files are too small to probe; measuring the device with a temporary file of %s in %s...\n", human(size), dir)
+	res, err := iox.ProbeBandwidth(ctx, dir, iox.ProbeOptions{FileSize: size, QueueDepths: []int{qd}, ChunkSize: int(chunk),
+		RandomReadSize: int(chunk), RandomReads: int(size / chunk), SmallReads: 1})
+	if ctx.Err() != nil {
+		return 0, "", ctx.Err()
+	}
+	if err != nil || len(res.Runs) == 0 || res.Runs[0].Random.GBps() <= 0 {
+		fmt.Fprintf(stderr, "bench: device unmeasured: %v\n", err)
+		return 0, fmt.Sprintf("unmeasured: %v", err), nil
+	}
+	note := fmt.Sprintf("random %s reads of a temporary %s file", human(chunk), human(size))
+	if !res.Direct {
+		note += "; O_DIRECT refused, so the page cache may be in it"
+	}
+	return res.Runs[0].Random.GBps(), note, nil
+}
+
+// largestFile returns the size of the largest of paths that exists.
+func largestFile(paths []string) int64 {
+	var n int64
+	for _, p := range paths {
+		if st, err := os.Stat(p); err == nil {
+			n = max(n, st.Size())
+		}
+	}
+	return n
 }
 
 // deviceBandwidth reads about n bytes of the given files at random aligned
@@ -491,32 +560,17 @@ func kernelRates(c k3.Config, threads int, room int64) (bf16, mx float64) {
 	if fit := room / int64(2*cols); int64(rows) > fit {
 		rows = max(int(fit)&^15, 16)
 	}
-	w := tensor.Mat{DType: tensor.BF16, Rows: rows, Cols: cols, Data: make([]byte, rows*cols*2)}
-	// Normal weights, about N(0, 0.02) as in a checkpoint: subnormal
-	// operands take a microcode assist on Intel and would measure that.
-	for i := 0; i < len(w.Data); i += 2 {
-		b := math.Float32bits(float32(rng.NormFloat64() * 0.02))
-		w.Data[i], w.Data[i+1] = byte(b>>16), byte(b>>24)
-	}
-	x := make([]float32, cols)
-	for i := range x {
-		x[i] = float32(rng.NormFloat64())
-	}
+	// Weights drawn like a trained model's: arbitrary bytes hold subnormals,
+	// which cost Intel cores a microcode assist and understate the rate.
+	w := tensor.Mat{DType: tensor.BF16, Rows: rows, Cols: cols, Data: benchdata.BF16Weights(rng, rows*cols)}
+	x := benchdata.Activations(rng, cols)
 	y := make([]float32, rows)
 	bf16 = rate(func() { tensor.MatVec(pool, y, w, x) }, 2*float64(rows*cols))
 
 	I, Lt := c.MoEIntermediate, c.LatentDim
-	mxm := quant.Matrix{Rows: I, Cols: Lt, Packed: make([]byte, I*Lt/2), Scales: make([]byte, I*Lt/32)}
-	for i := range mxm.Packed {
-		mxm.Packed[i] = byte(rng.Uint32())
-	}
-	for i := range mxm.Scales {
-		mxm.Scales[i] = 120 + byte(rng.IntN(4))
-	}
-	xl := make([]float32, Lt)
-	for i := range xl {
-		xl[i] = float32(rng.NormFloat64())
-	}
+	packed, scales := benchdata.MXFP4(rng, I, Lt)
+	mxm := quant.Matrix{Rows: I, Cols: Lt, Packed: packed, Scales: scales}
+	xl := benchdata.Activations(rng, Lt)
 	yl := make([]float32, I)
 	mx = rate(func() { quant.MatVec(pool, yl, mxm, xl) }, 2*float64(I*Lt))
 	return bf16, mx

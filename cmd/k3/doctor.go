@@ -79,6 +79,13 @@ func runDoctor(args []string, stdout, stderr io.Writer) error {
 	if *modelDir != "" && !dirSet {
 		*dir = *modelDir
 	}
+	// A directory that is not there is a typo, not a finding about the
+	// machine: say so and fail, as every other command does.
+	if st, err := os.Stat(*dir); err != nil {
+		return usagef("--dir: %v", err)
+	} else if !st.IsDir() {
+		return usagef("--dir: %s is not a directory", *dir)
+	}
 	ctx, cancel := signalContext()
 	defer cancel()
 

@@ -14,6 +14,7 @@ import (
 	"io/fs"
 	"os"
 	"runtime/debug"
+	"strings"
 	"syscall"
 
 	"github.com/k3go/k3"
@@ -97,7 +98,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			if errors.Is(err, errHelp) {
 				return exitOK
 			}
-			fmt.Fprintf(stderr, "k3 %s: %v\n", c.name, err)
+			fmt.Fprintf(stderr, "k3 %s: %s\n", c.name, errorText(c.name, err))
 			return exitCode(err)
 		}
 	}
@@ -126,6 +127,16 @@ type internalError struct {
 
 func (e *internalError) Error() string {
 	return fmt.Sprintf("internal error: %v\nThis is a bug in k3; please report it with this stack:\n%s", e.panic, e.stack)
+}
+
+// errorText is err's message without the prefixes that repeat what the
+// command line already says: the library marks its errors "k3: " (and some
+// "k3: <command>: "), which after "k3 <command>: " would read twice.
+func errorText(name string, err error) string {
+	msg := err.Error()
+	msg = strings.TrimPrefix(msg, "k3: ")
+	msg = strings.TrimPrefix(msg, name+": ")
+	return msg
 }
 
 func exitCode(err error) int {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/k3go/k3"
@@ -24,6 +25,13 @@ func runPack(args []string, stdout, stderr io.Writer) error {
 	}
 	if *dir == "" || (*out == "" && !*dryRun) {
 		return usagef("--model and --out are required")
+	}
+	// The library refuses too, but in its own terms (PackOptions.Force);
+	// here the fix is a flag.
+	for _, name := range []string{model.PackedDataFile, model.PackedIndexFile} {
+		if p := filepath.Join(*out, name); !*dryRun && !*force && fileExists(p) {
+			return usagef("%s already exists (use --force to replace it)", p)
+		}
 	}
 	ctx, cancel := writerSignalContext()
 	defer cancel()
@@ -65,4 +73,9 @@ func packDryRun(ctx context.Context, dir string, stdout io.Writer) error {
 	}
 	fmt.Fprintln(stdout, r.String())
 	return nil
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -45,6 +46,25 @@ max by default): its reasoning goes to stderr, dimmed on a terminal, apart
 from the answer on stdout (--hide-reasoning drops it). Ctrl-C stops a reply
 at the next token; a second Ctrl-C abandons it (the conversation restarts).
 
+Sampling: temperature 1 with top-k, top-p and min-p off, seed 1: the
+defaults of examples/server (the OpenAI API's), so that the command and the
+server answer alike; the same prompt and seed give the same text.
+--temperature 0 decodes greedily. (k3 generate stays greedy by default: it
+produces the ids the conformance checks compare.)
+
+A continuation stops at [EOS], --stop, --max-tokens or the end of the
+context (--max-context, 4096 positions by default), and says which on
+stderr when it is the context. --json prints one object instead of the
+stream: {"text", "reasoning" (chats), "prompt_tokens", "generated_tokens",
+"stop_reason": "stop" | "max_tokens" | "context_full"}. In a chat, and on
+a terminal, control tokens ([BOS], [PAD], ...) are not shown and bytes that
+are not UTF-8 are shown as U+FFFD; into a pipe a continuation is the
+model's exact bytes.
+
+In the interactive chat, Ctrl-C at the prompt says how to leave (a second
+one leaves); Ctrl-D on a terminal ends the chat, during a reply too (the
+reply stops at the next token).
+
 With no --model, k3 run uses the quickstart checkpoint: a tiny synthetic model
 with random weights (it writes gibberish), written once into the user's cache
 directory. The tokenizer is read from --tokenizer, or else from the checkpoint
@@ -62,8 +82,14 @@ type runOpts struct {
 	hideReasoning        bool
 	noSpecial, ignoreEOS bool
 	stats                bool
+	json                 bool
 	gen                  k3.GenerateOptions
+	show                 *display // cleans chat text; set once the model is open
 }
+
+// defaultTemperature is k3 run's sampling temperature, the one
+// examples/server defaults to (the OpenAI API's): see runUsage.
+const defaultTemperature = 1
 
 func runRun(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("run", runUsage, stderr)
@@ -82,7 +108,8 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&o.stats, "stats", false, "print token counts, speed and engine statistics on stderr")
 	fs.IntVar(&o.gen.MaxTokens, "max-tokens", 256, "most tokens to generate per reply")
 	fs.IntVar(&o.gen.Speculate, "spec", 0, "speculative decoding: verify up to `N` drafted tokens (prompt lookup) per pass over the weights; the text is exactly that of plain decoding (0 = off)")
-	temperature := fs.Float64("temperature", 0, "sampling temperature (0 = greedy)")
+	temperature := fs.Float64("temperature", defaultTemperature, "sampling temperature (0 = greedy)")
+	fs.BoolVar(&o.json, "json", false, "print one JSON object (text, token counts, stop reason) instead of streaming; not for the interactive chat")
 	fs.IntVar(&o.gen.Sampling.TopK, "top-k", 0, "keep the K most likely tokens (0 = all)")
 	topP := fs.Float64("top-p", 0, "nucleus sampling: keep the most likely tokens up to this probability (0 or 1 = off)")
 	minP := fs.Float64("min-p", 0, "drop tokens less likely than this fraction of the best (0 = off)")
@@ -128,6 +155,9 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	if !interactive && prompt == "" {
 		return usagef("empty prompt")
 	}
+	if interactive && o.json {
+		return usagef("--json needs a prompt (--prompt, --prompt-file or stdin), not the interactive chat")
+	}
 	if !o.chat && !interactive {
 		for _, f := range []string{"system", "thinking", "effort", "hide-reasoning"} {
 			if synthFlagSet(fs, f) {
@@ -144,6 +174,7 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer m.Close()
+	o.show = newDisplay(m.Tokenizer())
 	ctx = context.Background()
 	start := m.Stats()
 	var n tokenCount
@@ -215,6 +246,12 @@ func (o *runOpts) open(ctx context.Context, stderr io.Writer) (*k3.Model, error)
 	if err != nil {
 		return nil, err
 	}
+	// Loading the real model takes seconds (7.5 s for medium): say so on a
+	// terminal, and take the line back once it is done.
+	if isTerminal(stderr) {
+		fmt.Fprintf(stderr, "loading %s...", dir)
+		defer fmt.Fprint(stderr, "\r\x1b[K")
+	}
 	// Two sessions where the budget holds them: the chat's /load reads
 	// into a new conversation before it replaces the current one. At the
 	// floor (one session, the floor k3 doctor reports) /load says the
@@ -231,7 +268,7 @@ func (o *runOpts) open(ctx context.Context, stderr io.Writer) (*k3.Model, error)
 	}
 	if m.Tokenizer() == nil {
 		m.Close()
-		return nil, usagef("%s has no tokenizer (%s and %s); give --tokenizer DIR", dir, tokenizer.ModelFile, tokenizer.ConfigFile)
+		return nil, errNoTokenizer(dir)
 	}
 	return m, nil
 }
@@ -263,11 +300,13 @@ func (o *runOpts) complete(ctx context.Context, m *k3.Model, prompt string, stdo
 	if eos, ok := tok.ID("[EOS]"); ok && !o.ignoreEOS {
 		opts.StopTokens = []int{eos}
 	}
-	if maxCtx := o.maxContext(); len(ids)+opts.MaxTokens > maxCtx {
+	maxCtx := o.maxContext()
+	clipped := false
+	if len(ids)+opts.MaxTokens > maxCtx {
 		if len(ids) >= maxCtx {
 			return usagef("the prompt has %d tokens; a session holds %d (--max-context)", len(ids), maxCtx)
 		}
-		opts.MaxTokens = maxCtx - len(ids)
+		opts.MaxTokens, clipped = maxCtx-len(ids), true
 	}
 	n.prompt += len(ids)
 	s := m.NewSession()
@@ -288,24 +327,100 @@ func (o *runOpts) complete(ctx context.Context, m *k3.Model, prompt string, stdo
 	}
 	w := bufio.NewWriter(stdout)
 	defer w.Flush()
+	// On a terminal the text is cleaned for reading; into a pipe or file it
+	// stays exactly the model's bytes.
+	var show *display
+	if isTerminal(stdout) {
+		show = newDisplay(tok)
+	}
+	var text strings.Builder
+	gen := 0
 	for t, err := range s.Generate(ctx, ids, opts) {
 		if err != nil {
-			w.WriteString("\n")
-			w.Flush()
+			if !o.json {
+				w.WriteString("\n")
+				w.Flush()
+			}
 			if ctx.Err() != nil {
 				return errInterrupted
 			}
 			return err
 		}
-		n.generated++
-		w.WriteString(t.Text)
+		gen++
+		if o.json {
+			text.WriteString(t.Text)
+			continue
+		}
+		w.WriteString(show.text(t.ID, t.Text))
 		if err := w.Flush(); err != nil {
 			return err
 		}
 	}
+	n.generated += gen
 	n.elapsed += time.Since(t0)
+	reason := stopReason(gen, opts.MaxTokens, clipped)
+	if reason == "context_full" {
+		fmt.Fprintf(stderr, "k3 run: stopped at the end of the context: %d positions (--max-context)\n", maxCtx)
+	}
+	if o.json {
+		return writeRunJSON(stdout, runJSON{Text: text.String(), PromptTokens: n.prompt, GeneratedTokens: gen, StopReason: reason})
+	}
 	w.WriteString("\n")
 	return w.Flush()
+}
+
+// stopReason says why a generation of gen tokens out of at most max
+// ended; clipped says max was cut to what the context holds.
+func stopReason(gen, max int, clipped bool) string {
+	switch {
+	case gen < max:
+		return "stop"
+	case clipped:
+		return "context_full"
+	}
+	return "max_tokens"
+}
+
+// runJSON is what k3 run --json prints.
+type runJSON struct {
+	Text            string `json:"text"`
+	Reasoning       string `json:"reasoning,omitempty"`
+	PromptTokens    int    `json:"prompt_tokens"`
+	GeneratedTokens int    `json:"generated_tokens"`
+	StopReason      string `json:"stop_reason"`
+}
+
+func writeRunJSON(w io.Writer, r runJSON) error {
+	return json.NewEncoder(w).Encode(r)
+}
+
+// display cleans generated text for a reader: the tokenizer's special
+// added tokens ([BOS], [PAD], <|im_user|>, ...), which a chat's format does
+// not consume, are dropped, and bytes that are not UTF-8 become U+FFFD
+// instead of reaching the terminal raw. A nil display passes text through.
+type display struct {
+	special map[int]string
+}
+
+func newDisplay(tok *tokenizer.Tokenizer) *display {
+	d := &display{special: map[int]string{}}
+	for _, a := range tok.AddedTokens() {
+		if a.Special {
+			d.special[a.ID] = a.Content
+		}
+	}
+	return d
+}
+
+// text is s, the text token id added, as it should be shown.
+func (d *display) text(id int, s string) string {
+	if d == nil || s == "" {
+		return s
+	}
+	if c, ok := d.special[id]; ok {
+		s = strings.Replace(s, c, "", 1)
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
 }
 
 // maxContext is the capacity of a session.
@@ -331,7 +446,7 @@ func (o *runOpts) chatTurn(ctx context.Context, m *k3.Model, user string, stdout
 	if err != nil {
 		return usagef("%v", err)
 	}
-	_, err = o.reply(ctx, c, user, stdout, stderr, n)
+	_, err = o.reply(ctx, c, user, stdout, stderr, n, nil)
 	return err
 }
 
@@ -339,8 +454,10 @@ func (o *runOpts) chatTurn(ctx context.Context, m *k3.Model, user string, stdout
 // stderr (dimmed on a terminal, or not at all with --hide-reasoning). The
 // first Ctrl-C stops it at the next token, keeping the conversation; a
 // second abandons it, which leaves the conversation unusable (broken
-// reports it).
-func (o *runOpts) reply(ctx context.Context, c *k3.Conversation, user string, stdout, stderr io.Writer, n *tokenCount) (broken bool, err error) {
+// reports it). A close of quit (the end of a terminal's input) stops it
+// like the first Ctrl-C. With --json nothing streams: one object is
+// printed at the end.
+func (o *runOpts) reply(ctx context.Context, c *k3.Conversation, user string, stdout, stderr io.Writer, n *tokenCount, quit <-chan struct{}) (broken bool, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var stop atomic.Bool
@@ -356,6 +473,9 @@ func (o *runOpts) reply(ctx context.Context, c *k3.Conversation, user string, st
 				if stop.Swap(true) {
 					cancel()
 				}
+			case <-quit:
+				stop.Store(true)
+				quit = nil
 			case <-done:
 				return
 			}
@@ -366,26 +486,38 @@ func (o *runOpts) reply(ctx context.Context, c *k3.Conversation, user string, st
 	defer w.Flush()
 	r := &reasoningWriter{w: stderr, dim: isTerminal(stderr), hide: o.hideReasoning}
 	defer r.end()
+	show := o.show
+	var text, reasoning strings.Builder
 	t0 := time.Now()
 	gen := 0
 	msg := []chat.Message{{Role: chat.RoleUser, Content: user}}
 	for d, err := range c.Stream(ctx, msg, o.gen) {
 		if err != nil {
 			r.end()
-			w.WriteString("\n")
-			w.Flush()
+			if !o.json {
+				w.WriteString("\n")
+				w.Flush()
+			}
 			if ctx.Err() != nil {
 				return true, errInterrupted
+			}
+			if errors.Is(err, k3.ErrContextFull) {
+				return false, fmt.Errorf("the conversation fills the context (%d positions, --max-context); /reset starts a new one: %w", o.maxContext(), err)
 			}
 			return false, err
 		}
 		if d.Token.Index >= 0 {
 			gen++
 		}
-		r.write(d.Reasoning)
-		if d.Content != "" {
+		if o.json {
+			reasoning.WriteString(d.Reasoning)
+			text.WriteString(d.Content)
+			continue
+		}
+		r.write(show.text(d.Token.ID, d.Reasoning))
+		if content := show.text(d.Token.ID, d.Content); content != "" {
 			r.end()
-			w.WriteString(d.Content)
+			w.WriteString(content)
 		}
 		if d.ToolCall != nil {
 			fmt.Fprintf(w, "\n[tool call %s %s]\n", d.ToolCall.Function.Name, d.ToolCall.Function.Arguments)
@@ -400,7 +532,15 @@ func (o *runOpts) reply(ctx context.Context, c *k3.Conversation, user string, st
 	r.end()
 	n.elapsed += time.Since(t0)
 	n.generated += gen
-	n.prompt += c.Session().Len() - before - gen
+	prompt := c.Session().Len() - before - gen
+	n.prompt += prompt
+	if o.json {
+		reason := "stop"
+		if gen >= o.gen.MaxTokens {
+			reason = "max_tokens"
+		}
+		return false, writeRunJSON(stdout, runJSON{Text: text.String(), Reasoning: reasoning.String(), PromptTokens: prompt, GeneratedTokens: gen, StopReason: reason})
+	}
 	w.WriteString("\n")
 	return false, w.Flush()
 }
@@ -461,19 +601,26 @@ func (o *runOpts) chatLoop(ctx context.Context, m *k3.Model, stdout, stderr io.W
 		fmt.Fprintf(stderr, "error: %v\n", err)
 		return nil
 	}
-	sc := bufio.NewScanner(stdin)
-	sc.Buffer(make([]byte, 64<<10), 64<<20)
+	in := readLines(stdin)
+	defer in.stop()
+	// The end of a terminal's input (Ctrl-D) also stops a reply; the end
+	// of a pipe only ends the chat once the replies to its lines are out.
+	var quit <-chan struct{}
+	if tty {
+		quit = in.eof
+	}
 	for {
 		if tty {
 			fmt.Fprint(stderr, "> ")
 		}
-		if !sc.Scan() {
+		line, ok, err := in.next(stderr)
+		if err != nil || !ok {
 			if tty {
 				fmt.Fprintln(stderr)
 			}
-			return sc.Err()
+			return err
 		}
-		line := strings.TrimRight(sc.Text(), "\r")
+		line = strings.TrimRight(line, "\r")
 		if strings.TrimSpace(line) == "" {
 			continue
 		}
@@ -532,7 +679,11 @@ func (o *runOpts) chatLoop(ctx context.Context, m *k3.Model, stdout, stderr io.W
 		if strings.HasPrefix(line, "//") {
 			line = line[1:]
 		}
-		broken, err := o.reply(ctx, c, line, stdout, stderr, n)
+		broken, err := o.reply(ctx, c, line, stdout, stderr, n, quit)
+		if quit != nil && in.ended() {
+			fmt.Fprintln(stderr, "end of input: the chat ends")
+			return nil
+		}
 		if err != nil {
 			if broken {
 				fmt.Fprintln(stderr, "reply abandoned; the conversation restarts")
@@ -545,6 +696,78 @@ func (o *runOpts) chatLoop(ctx context.Context, m *k3.Model, stdout, stderr io.W
 			if err := fail(err); err != nil {
 				return err
 			}
+		}
+	}
+}
+
+// lineReader reads the chat's input lines in a goroutine, so that the chat
+// can wait for a line and a Ctrl-C at once, and see the end of a
+// terminal's input while a reply streams.
+type lineReader struct {
+	lines chan string
+	eof   chan struct{} // closed once input has ended; err is then set
+	done  chan struct{} // closed by stop: the reader goroutine returns
+	err   error
+}
+
+func readLines(r io.Reader) *lineReader {
+	lr := &lineReader{lines: make(chan string), eof: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(lr.eof)
+		sc := bufio.NewScanner(r)
+		sc.Buffer(make([]byte, 64<<10), 64<<20)
+		for sc.Scan() {
+			select {
+			case lr.lines <- sc.Text():
+			case <-lr.done:
+				return
+			}
+		}
+		lr.err = sc.Err()
+	}()
+	return lr
+}
+
+func (lr *lineReader) stop() { close(lr.done) }
+
+// ended reports whether the input has ended.
+func (lr *lineReader) ended() bool {
+	select {
+	case <-lr.eof:
+		return true
+	default:
+		return false
+	}
+}
+
+// next waits for a line; ok is false at the end of input. A Ctrl-C while
+// it waits says how to leave, and a second one in a row leaves with
+// errInterrupted.
+func (lr *lineReader) next(stderr io.Writer) (line string, ok bool, err error) {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt)
+	defer signal.Stop(sig)
+	interrupted := false
+	for {
+		select {
+		case line := <-lr.lines:
+			return line, true, nil
+		case <-lr.eof:
+			// A line sent just before the end is still there.
+			select {
+			case line := <-lr.lines:
+				return line, true, nil
+			default:
+			}
+			return "", false, lr.err
+		case <-sig:
+			if interrupted {
+				fmt.Fprintln(stderr)
+				return "", false, errInterrupted // main says "k3 run: interrupted"
+
+			}
+			interrupted = true
+			fmt.Fprint(stderr, "\n(Ctrl-C again, /quit or Ctrl-D to leave)\n> ")
 		}
 	}
 }
@@ -567,7 +790,7 @@ type prefillBar struct {
 }
 
 // prefillBarMin is the shortest prompt that gets a progress line.
-var prefillBarMin = 256
+const prefillBarMin = 256
 
 // newPrefillBar returns a bar if w is a terminal and the prompt is long
 // enough for one to help, else nil.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"strconv"
 	"strings"
@@ -52,6 +53,9 @@ func (t *tokenizerFlags) load() (*tokenizer.Tokenizer, error) {
 	}
 	tok, err := tokenizer.Load(dir)
 	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, errNoTokenizer(dir)
+		}
 		var fe *tokenizer.FormatError
 		if errors.As(err, &fe) {
 			return nil, badTokenizer{err}
@@ -59,6 +63,12 @@ func (t *tokenizerFlags) load() (*tokenizer.Tokenizer, error) {
 		return nil, err
 	}
 	return tok, nil
+}
+
+// errNoTokenizer is the usage error for a directory without tokenizer
+// files: the fix is a flag, so it says which.
+func errNoTokenizer(dir string) error {
+	return usagef("%s has no tokenizer (%s and %s); give --tokenizer DIR", dir, tokenizer.ModelFile, tokenizer.ConfigFile)
 }
 
 // badTokenizer marks malformed tokenizer files for the exit code (3, bad

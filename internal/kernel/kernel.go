@@ -74,6 +74,24 @@ func (r *Registry[T]) Add(name string, impl T) {
 // cheap for programs that never multiply.
 func (r *Registry[T]) Init(check func(T) error) { r.check = check }
 
+// Setup is the start-up glue of a kernel package: it adds impls (in
+// increasing order of speed) under their names, sets each one's own
+// availability flag from the CPU, and installs check as the self-check,
+// which clears the flag of an implementation that fails it. name and
+// setAvailable reach the package's implementation type.
+func (r *Registry[T]) Setup(impls []T, name func(T) string, setAvailable func(T, bool), check func(T) error) {
+	for _, impl := range impls {
+		r.Add(name(impl), impl)
+		ok, _ := cpu.Supported(name(impl))
+		setAvailable(impl, ok)
+	}
+	r.Init(func(impl T) error {
+		err := check(impl)
+		setAvailable(impl, err == nil)
+		return err
+	})
+}
+
 func (r *Registry[T]) ready() { r.once.Do(r.selectImpl) }
 
 func (r *Registry[T]) selectImpl() {

@@ -1,5 +1,7 @@
 // Package par is k3's worker pool: a fixed set of goroutines that run the
-// row blocks of the kernels. It implements tensor.Runner.
+// row blocks of the kernels. It defines the two interfaces the kernels
+// dispatch through, RangeJob and Runner (tensor re-exports them), so that
+// the pool depends on nothing above it.
 //
 // Several goroutines (one per session) may call Run concurrently on one
 // Pool; their chunks interleave on the shared workers. Run allocates nothing
@@ -10,11 +12,28 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
-
-	"github.com/k3go/k3/tensor"
 )
 
-// Pool runs tensor.RangeJob chunks on a fixed number of goroutines.
+// RangeJob is a unit of parallel work over an index range, typically a block
+// of output rows. Range must be safe to call concurrently for disjoint
+// ranges.
+type RangeJob interface {
+	Range(lo, hi int)
+}
+
+// Runner runs job.Range over [0, n) split into chunks of at most grain
+// indices, possibly on several goroutines, and returns when every chunk is
+// done. Results must not depend on how the range is split: every kernel in
+// k3 computes each output index entirely inside one chunk.
+//
+// A nil Runner means: run on the calling goroutine.
+type Runner interface {
+	Run(n, grain int, job RangeJob)
+}
+
+var _ Runner = (*Pool)(nil)
+
+// Pool runs RangeJob chunks on a fixed number of goroutines.
 type Pool struct {
 	threads int
 	work    chan *batch
@@ -23,7 +42,7 @@ type Pool struct {
 }
 
 type batch struct {
-	job     tensor.RangeJob
+	job     RangeJob
 	n       int
 	grain   int
 	next    atomic.Int64
@@ -70,10 +89,10 @@ func (b *batch) drain() {
 	}
 }
 
-// Run implements tensor.Runner: it splits [0, n) into chunks of grain and
+// Run implements Runner: it splits [0, n) into chunks of grain and
 // runs them on the pool and the calling goroutine, returning when all are
 // done. After Close it runs everything on the caller.
-func (p *Pool) Run(n, grain int, job tensor.RangeJob) {
+func (p *Pool) Run(n, grain int, job RangeJob) {
 	if n <= 0 {
 		return
 	}

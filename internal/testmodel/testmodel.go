@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/k3go/k3/internal/fixtures"
 	"github.com/k3go/k3/internal/synth"
 )
 
@@ -69,6 +70,7 @@ func Dir(tb TB) string {
 // it from TestMain.
 func Main(m interface{ Run() int }) {
 	code := m.Run()
+	fixtures.Report()
 	if tempDir != "" {
 		os.RemoveAll(tempDir)
 	}

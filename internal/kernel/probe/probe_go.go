@@ -5,6 +5,10 @@ import (
 	"math"
 )
 
+// sink takes the probes' results so that their loops do real work; nothing
+// reads it.
+//
+//lint:ignore U1000 written, never read, on purpose
 var sink uint64
 
 func fmaGo(iters int) float64 {
