@@ -1,7 +1,6 @@
 package iox
 
 import (
-	"errors"
 	"fmt"
 	"sync/atomic"
 	"unsafe"
@@ -124,5 +123,3 @@ func (b *Buffer) Free() error {
 	}
 	return nil
 }
-
-var errNoMmap = errors.New("anonymous mmap not available")

@@ -3,6 +3,7 @@
 package iox
 
 import (
+	"errors"
 	"sync"
 	"unsafe"
 )
@@ -28,3 +29,5 @@ func unmap(base unsafe.Pointer, size uintptr) error {
 func adviseHuge(b []byte) error { return errNoMmap }
 
 func populate(b []byte) {}
+
+var errNoMmap = errors.New("anonymous mmap not available")

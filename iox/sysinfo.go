@@ -3,7 +3,6 @@ package iox
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -179,5 +178,3 @@ func readBytesFile(path string) int64 {
 	}
 	return v
 }
-
-var errUnsupported = errors.ErrUnsupported

@@ -45,14 +45,6 @@ type matSpec struct {
 	field      func(*LayerMats) *Linear
 }
 
-// vecSpec describes a small vector that is widened to f32 at load time.
-type vecSpec struct {
-	name    string
-	n       int  // elements used
-	atLeast bool // the stored tensor may be longer (A_log)
-	field   func(*LayerVecs) *[]float32
-}
-
 // Part names half of a layer's dense weights. The trunk streams layers in
 // two parts, so that its ring buffers hold half a layer: on Kimi K3 the
 // largest part (layer 0's dense FFN, 1.45 GB) is much smaller than the

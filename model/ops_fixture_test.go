@@ -218,14 +218,6 @@ func (f *opFixture) linear(t *testing.T, key string, rows, cols int) Linear {
 	return Linear{Dense: f32Mat(f.tensor(t, key, rows, cols), rows, cols)}
 }
 
-func f64s(x []float32) []float64 {
-	out := make([]float64, len(x))
-	for i, v := range x {
-		out[i] = float64(v)
-	}
-	return out
-}
-
 // fixtureExperts is an ExpertSource over dense f32 expert matrices of one
 // layer. It checks the protocol: every Acquire is for a prefetched expert of
 // that layer and is released.

@@ -18,8 +18,7 @@ type LayerSource interface {
 // Expert is one routed expert's three matrices (w1 gate, w2 down, w3 up),
 // valid until released.
 type Expert struct {
-	W      [3]Linear
-	handle any
+	W [3]Linear
 }
 
 // ExpertSource provides routed experts for one MoE pass at a time per
