@@ -214,9 +214,16 @@ func (s *Session) Fork() (*Session, error) {
 		return f, nil
 	}
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(s.st.Save(pw, s.tokens, s.pending)) }()
+	saved := make(chan struct{})
+	go func() {
+		defer close(saved)
+		pw.CloseWithError(s.st.Save(pw, s.tokens, s.pending))
+	}()
 	err := f.Load(pr, -1)
 	pr.CloseWithError(io.ErrClosedPipe) // stops the writer if Load gave up early
+	// The writer reads this session's state until it returns: wait, or a
+	// step the caller makes next would race with it.
+	<-saved
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("k3: Fork: %w", err)
