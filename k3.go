@@ -75,6 +75,13 @@ type Options struct {
 	// Logger receives load decisions at Info and per-step events at Debug.
 	// Nil discards everything.
 	Logger *slog.Logger
+
+	// wrapSource, set by tests only, wraps every file the engine reads
+	// (to inject I/O faults).
+	wrapSource func(path string, f *iox.File) iox.Source
+	// machineMemory, set by tests only, replaces the machine's memory
+	// limit that a model without a budget must fit.
+	machineMemory func() int64
 }
 
 const defaultMaxContext = 4096
