@@ -74,7 +74,7 @@ type benchResult struct {
 	VsBound           float64 `json:"decode_vs_bound"`
 }
 
-func runBench(args []string, stdout, stderr io.Writer) error {
+func runBench(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlags("bench", "--model DIR [--budget SIZE | --preset NAME] [--tokens N] [--prompt-len P] [--cold] [--batch 1,4,8,16 [--check]] [--json]", stderr)
 	var mf modelFlags
 	mf.register(fs)

@@ -57,7 +57,7 @@ type doctorReport struct {
 	Problems    []string              `json:"problems,omitempty"`
 }
 
-func runDoctor(args []string, stdout, stderr io.Writer) error {
+func runDoctor(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlags("doctor", "[--dir DIR] [--model CHECKPOINT] [--json]", stderr)
 	dir := fs.String("dir", ".", "`directory` on the disk to measure (a temporary file is written and removed)")
 	modelDir := fs.String("model", "", "checkpoint `directory` to plan for (its disk is measured unless --dir is given)")

@@ -71,7 +71,7 @@ func signalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt)
 }
 
-func runGenerate(args []string, stdout, stderr io.Writer) error {
+func runGenerate(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlags("generate", "--model DIR (--ids 1,2,3 | --batch-file FILE) [flags]", stderr)
 	var mf modelFlags
 	mf.register(fs)
@@ -160,7 +160,7 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-func runLogits(args []string, stdout, stderr io.Writer) error {
+func runLogits(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlags("logits", "--model DIR --ids 1,2,3 [flags]", stderr)
 	var mf modelFlags
 	mf.register(fs)
