@@ -43,8 +43,9 @@
 //
 // Decoding is incremental: the prompt is fed once (in chunks of
 // Options.PrefillChunk tokens that share one pass over the weights), then
-// one token per step. [FullRecompute] re-runs the whole sequence per token
-// and gives bit-identical logits; it exists to check the incremental path.
+// one token per step. The logits are bit-identical to a fresh forward over
+// the whole sequence per token, which the tests check ("k3 generate --mode
+// full" does the same from the command line).
 //
 // # Streaming and cancellation
 //
