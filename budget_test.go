@@ -380,13 +380,18 @@ func TestSessionsWithinBudget(t *testing.T) {
 			}
 		}
 	}
-	// A closed session is empty and can be used again.
+	// A closed session is empty and unusable; its place serves another.
 	if a.Len() != 0 {
 		t.Fatalf("closed session holds %d tokens", a.Len())
 	}
 	c.Close()
-	if _, err := a.Step(ctx, exp.PromptIDs); err != nil {
-		t.Fatalf("reusing a closed session: %v", err)
+	if _, err := a.Step(ctx, exp.PromptIDs); !errors.Is(err, k3.ErrClosed) {
+		t.Fatalf("stepping a closed session: %v, want ErrClosed", err)
+	}
+	d := m.NewSession()
+	defer d.Close()
+	if _, err := d.Step(ctx, exp.PromptIDs); err != nil {
+		t.Fatalf("a new session after closing the others: %v", err)
 	}
 }
 

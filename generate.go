@@ -135,6 +135,9 @@ func (s *Session) Generate(ctx context.Context, prompt []int, opts GenerateOptio
 }
 
 func (s *Session) generate(ctx context.Context, prompt []int, opts GenerateOptions, yield func(Token, error) bool) error {
+	if err := s.usable("Generate"); err != nil {
+		return err
+	}
 	if len(prompt) == 0 && len(s.pending) == 0 {
 		return fmt.Errorf("k3: Generate: %w: empty prompt", ErrBadOptions)
 	}

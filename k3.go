@@ -130,7 +130,7 @@ func (m *Model) takeSessionSlot(for_ *Session) error {
 	m.mu.Lock()
 	def := m.def
 	if def != nil && def != for_ && def.st != nil && def.idle.CompareAndSwap(true, false) {
-		def.Close() // gives its slot back
+		def.release() // gives its slot back
 		def.idle.Store(true)
 	}
 	m.mu.Unlock()
@@ -275,7 +275,7 @@ func (m *Model) enter() error {
 	m.active.Add(1)
 	if m.closed.Load() {
 		m.active.Done()
-		return fmt.Errorf("k3: %w", ErrClosed)
+		return fmt.Errorf("k3: model %w", ErrClosed)
 	}
 	return nil
 }
@@ -314,7 +314,7 @@ func (m *Model) Reset() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.def != nil && m.def.idle.CompareAndSwap(true, false) {
-		m.def.Close()
+		m.def.release()
 		m.def.idle.Store(true)
 	}
 }
