@@ -433,11 +433,11 @@ func TestPlanCoversHeap(t *testing.T) {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	t.Logf("plan: heap %s, Go memory limit %s; live heap %s, Go's memory %s", human(mp.Heap()), human(mp.HeapLimit()), human(int64(ms.HeapAlloc)), human(goMem))
-	if int64(ms.HeapAlloc) > mp.Heap() {
-		t.Errorf("live heap %d exceeds the planned heap %d", ms.HeapAlloc, mp.Heap())
+	t.Logf("plan: heap %s, Go memory limit %s; live heap %s, Go's memory %s", human(mp.HeapBytes), human(mp.HeapLimitBytes), human(int64(ms.HeapAlloc)), human(goMem))
+	if int64(ms.HeapAlloc) > mp.HeapBytes {
+		t.Errorf("live heap %d exceeds the planned heap %d", ms.HeapAlloc, mp.HeapBytes)
 	}
-	if goMem > mp.HeapLimit() {
-		t.Errorf("the Go runtime holds %d bytes, over the limit %d", goMem, mp.HeapLimit())
+	if goMem > mp.HeapLimitBytes {
+		t.Errorf("the Go runtime holds %d bytes, over the limit %d", goMem, mp.HeapLimitBytes)
 	}
 }

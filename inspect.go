@@ -8,16 +8,15 @@ import (
 	"github.com/k3go/k3/model"
 )
 
-// MemoryPlan says where every byte of a RAM budget goes: the fixed floor,
-// the pinned trunk, the streaming ring, the expert cache.
-type MemoryPlan = model.MemoryPlan
-
 // Inspection describes a checkpoint without loading its weights: sizes,
 // the smallest budget that runs it, and the plan for any budget.
 type Inspection struct {
-	Config  Config
+	// Config is the model's architecture, as Model.Config reports it.
+	Config Config
+	// Tensors is the number of tensors in the checkpoint's shards.
 	Tensors int
-	Sizes   model.Sizes
+	// Sizes are the weights' sizes and the work per token.
+	Sizes Sizes
 	// FloorBytes is the smallest RAMBudget Open accepts (with the options
 	// given to Inspect); FullBytes the budget that keeps everything
 	// resident.
@@ -61,7 +60,7 @@ func Inspect(dir string, opts Options) (*Inspection, error) {
 	}
 	req := budgetRequest(dir, opts)
 	req.Budget = 0
-	in := &Inspection{Config: *cfg, Tensors: ck.Len(), Sizes: plan.Sizes(), plan: plan, req: req}
+	in := &Inspection{Config: newConfig(cfg), Tensors: ck.Len(), Sizes: newSizes(plan.Sizes()), plan: plan, req: req}
 	in.FloorBytes = plan.FloorBudget(req)
 	in.FullBytes = plan.FullBudget(req)
 	return in, nil
@@ -75,7 +74,7 @@ func (in *Inspection) Plan(budget int64) (*MemoryPlan, error) {
 	if err != nil {
 		return nil, fmt.Errorf("k3: %w", err)
 	}
-	return mp, nil
+	return newMemoryPlan(mp), nil
 }
 
 // BytesPerToken estimates the bytes one decoded token reads at a budget:
@@ -141,5 +140,5 @@ func (in *Inspection) PlanSessions(budget int64, sessions, maxBatch int) (*Memor
 	if err != nil {
 		return nil, fmt.Errorf("k3: %w", err)
 	}
-	return mp, nil
+	return newMemoryPlan(mp), nil
 }

@@ -15,9 +15,6 @@ import (
 	"github.com/k3go/k3/tokenizer"
 )
 
-// Config is the model configuration read from config.json.
-type Config = model.Config
-
 // Options configure Open. The zero value is valid: everything resident,
 // GOMAXPROCS threads, a 4096-position context per session.
 type Options struct {
@@ -98,6 +95,7 @@ type Model struct {
 	e      *engine
 	tok    *tokenizer.Tokenizer
 	eos    []int // generation_config.json's eos_token_id
+	cfg    Config
 	opts   Options
 	log    *slog.Logger
 	closed atomic.Bool
@@ -209,7 +207,7 @@ func OpenContext(ctx context.Context, dir string, opts Options) (*Model, error) 
 	opened = true
 	log.Info("k3: model loaded", "dir", dir, "layers", cfg.Layers, "experts", cfg.Experts, "vocab", cfg.Vocab)
 	ok = true
-	mod := &Model{m: e.m, e: e, tok: tok, eos: eos, opts: opts, log: log}
+	mod := &Model{m: e.m, e: e, tok: tok, eos: eos, cfg: newConfig(cfg), opts: opts, log: log}
 	if opts.RAMBudget > 0 {
 		mod.slots = make(chan struct{}, max(opts.Sessions, 1))
 	}
@@ -253,8 +251,8 @@ func loadTokenizer(ckptDir, dir string) (*tokenizer.Tokenizer, error) {
 // Tokenizer returns the model's tokenizer, or nil if it has none.
 func (m *Model) Tokenizer() *tokenizer.Tokenizer { return m.tok }
 
-// Config returns the model configuration.
-func (m *Model) Config() Config { return *m.m.Cfg }
+// Config returns the model's architecture, read from config.json.
+func (m *Model) Config() Config { return m.cfg }
 
 // Close stops every running generation (they end with ErrClosed at the next
 // layer boundary), waits for them, then releases memory and files. It is

@@ -556,7 +556,7 @@ func kernelRates(c k3.Config, threads int, room int64) (bf16, mx float64) {
 	pool := par.New(threads)
 	defer pool.Close()
 	rng := rand.New(rand.NewPCG(3, 4))
-	rows, cols := c.KDAWidth(), c.Hidden
+	rows, cols := c.KDAHeads*c.KDAHeadDim, c.Hidden
 	if fit := room / int64(2*cols); int64(rows) > fit {
 		rows = max(int(fit)&^15, 16)
 	}

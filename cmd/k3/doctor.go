@@ -165,14 +165,9 @@ func presetPlans(in *k3.Inspection) []doctorPlan {
 		}
 		dp := doctorPlan{Preset: p.name, Budget: p.bytes}
 		if mp, err := in.Plan(p.bytes); err == nil {
-			dp.Fits, dp.Parts = true, len(mp.Pinned)
-			for _, x := range mp.Pinned {
-				if x {
-					dp.PinnedParts++
-				}
-			}
+			dp.Fits, dp.Parts, dp.PinnedParts = true, mp.PinnedParts+mp.StreamedParts, mp.PinnedParts
 			dp.RingSlots, dp.RingSlotBytes, dp.CacheSlots = mp.RingSlots, mp.RingSlotBytes, mp.CacheSlots
-			dp.TrunkPerPass, dp.HeapLimit, dp.Planned = mp.TrunkBytesPerPass, mp.HeapLimit(), mp.Total()
+			dp.TrunkPerPass, dp.HeapLimit, dp.Planned = mp.TrunkBytesPerPass, mp.HeapLimitBytes, mp.TotalBytes
 			dp.BytesPerToken, _ = in.BytesPerToken(p.bytes)
 		}
 		out = append(out, dp)

@@ -96,7 +96,7 @@ func runPlan(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		union = u
 		rep.UnionModel = "measured on " + *trace + ": mean distinct experts per layer over B tokens drawn from different positions"
 	}
-	moeLayers := int64(c.Layers - c.FirstKDense)
+	moeLayers := int64(c.MoELayers)
 	for _, budget := range bs {
 		for _, b := range ns {
 			row := planRow{Budget: budget, Batch: b}
