@@ -1,7 +1,9 @@
 package k3_test
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -63,5 +65,27 @@ func TestPublicConfigAndPlan(t *testing.T) {
 		if streams := mp.StreamedParts > 0; streams != (budget > 0) {
 			t.Errorf("budget %d: %d parts stream", budget, mp.StreamedParts)
 		}
+	}
+}
+
+// TestInspectContextCancelled: a cancelled context stops InspectContext
+// with the context's error, and Inspect is the same call without one.
+func TestInspectContextCancelled(t *testing.T) {
+	dir := fixtures.Path(t, "oracle/tiny-mxfp4")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := k3.InspectContext(ctx, dir, k3.Options{}); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled: %v, want context.Canceled", err)
+	}
+	a, err := k3.InspectContext(context.Background(), dir, k3.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := k3.Inspect(dir, k3.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.FloorBytes != b.FloorBytes || a.Config != b.Config {
+		t.Errorf("InspectContext floor %d, Inspect %d", a.FloorBytes, b.FloorBytes)
 	}
 }

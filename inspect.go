@@ -1,6 +1,7 @@
 package k3
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 
@@ -30,13 +31,20 @@ type Inspection struct {
 // exactly as Open would with the same options (RAMBudget is ignored), so
 // FloorBytes is the smallest budget Open accepts. The plan counts the
 // whole process: the executable that calls Inspect, the Go runtime, the
-// tokenizer, the index, as Open does.
+// tokenizer, the index, as Open does. It is InspectContext with
+// context.Background(), as Open is OpenContext's.
 func Inspect(dir string, opts Options) (*Inspection, error) {
+	return InspectContext(context.Background(), dir, opts)
+}
+
+// InspectContext is Inspect with a context that can cancel reading the
+// checkpoint's headers (a full-size checkpoint has many shards).
+func InspectContext(ctx context.Context, dir string, opts Options) (*Inspection, error) {
 	cfg, err := readConfig(filepath.Join(dir, "config.json"))
 	if err != nil {
 		return nil, err
 	}
-	ck, err := iox.OpenCheckpoint(dir)
+	ck, err := iox.OpenCheckpointContext(ctx, dir)
 	if err != nil {
 		return nil, fmt.Errorf("k3: %w", checkpointErr(err))
 	}

@@ -147,12 +147,15 @@ func (m *Model) releaseSessionSlot() {
 }
 
 // Open loads the checkpoint in dir (config.json plus safetensors shards,
-// one file or several with model.safetensors.index.json).
+// one file or several with model.safetensors.index.json). It is
+// OpenContext with context.Background(), as net.Dial is DialContext's.
 func Open(dir string, opts Options) (*Model, error) {
 	return OpenContext(context.Background(), dir, opts)
 }
 
-// OpenContext is Open with a context that can cancel loading.
+// OpenContext is Open with a context that can cancel loading; the context
+// comes first, as everywhere in k3, and Open is the short form without it
+// (the net.Dial / net.DialContext idiom).
 func OpenContext(ctx context.Context, dir string, opts Options) (*Model, error) {
 	if opts.RAMBudget < 0 || opts.Threads < 0 || opts.MaxContext < 0 || opts.PrefillChunk < 0 || opts.Sessions < 0 || opts.MaxBatch < 0 || opts.Speculate < 0 || opts.IOQueueDepth < 0 {
 		return nil, fmt.Errorf("k3: %w: negative value in %+v", ErrBadOptions, opts)
