@@ -59,7 +59,9 @@ const MaxTopLogprobs = 20
 
 // TokenLogprob is a token id and its log-probability.
 type TokenLogprob struct {
-	ID      int
+	// ID is a token id.
+	ID int
+	// Logprob is its log-probability (natural log, at most 0).
 	Logprob float32
 }
 
@@ -102,6 +104,7 @@ func (d NGramDrafter) Draft(seq []int, max int, dst []int) []int {
 
 // Token is one generated token.
 type Token struct {
+	// ID is the token's id in the vocabulary, [0, Config.Vocab).
 	ID int
 	// Index counts generated tokens from 0.
 	Index int
