@@ -380,13 +380,18 @@ func TestSessionsWithinBudget(t *testing.T) {
 			}
 		}
 	}
-	// A closed session is empty and can be used again.
+	// A closed session is empty and unusable; its place serves another.
 	if a.Len() != 0 {
 		t.Fatalf("closed session holds %d tokens", a.Len())
 	}
 	c.Close()
-	if _, err := a.Step(ctx, exp.PromptIDs); err != nil {
-		t.Fatalf("reusing a closed session: %v", err)
+	if _, err := a.Step(ctx, exp.PromptIDs); !errors.Is(err, k3.ErrClosed) {
+		t.Fatalf("stepping a closed session: %v, want ErrClosed", err)
+	}
+	d := m.NewSession()
+	defer d.Close()
+	if _, err := d.Step(ctx, exp.PromptIDs); err != nil {
+		t.Fatalf("a new session after closing the others: %v", err)
 	}
 }
 
@@ -428,11 +433,11 @@ func TestPlanCoversHeap(t *testing.T) {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	t.Logf("plan: heap %s, Go memory limit %s; live heap %s, Go's memory %s", human(mp.Heap()), human(mp.HeapLimit()), human(int64(ms.HeapAlloc)), human(goMem))
-	if int64(ms.HeapAlloc) > mp.Heap() {
-		t.Errorf("live heap %d exceeds the planned heap %d", ms.HeapAlloc, mp.Heap())
+	t.Logf("plan: heap %s, Go memory limit %s; live heap %s, Go's memory %s", human(mp.HeapBytes), human(mp.HeapLimitBytes), human(int64(ms.HeapAlloc)), human(goMem))
+	if int64(ms.HeapAlloc) > mp.HeapBytes {
+		t.Errorf("live heap %d exceeds the planned heap %d", ms.HeapAlloc, mp.HeapBytes)
 	}
-	if goMem > mp.HeapLimit() {
-		t.Errorf("the Go runtime holds %d bytes, over the limit %d", goMem, mp.HeapLimit())
+	if goMem > mp.HeapLimitBytes {
+		t.Errorf("the Go runtime holds %d bytes, over the limit %d", goMem, mp.HeapLimitBytes)
 	}
 }

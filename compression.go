@@ -23,8 +23,45 @@ const (
 
 // CompressionReport is what a sample of a checkpoint's trunk says about
 // compressing it (k3 pack --compress) on this machine: the ratio, decode
-// rates, a short disk measurement and the verdict.
-type CompressionReport = model.CompressionReport
+// rates, a short disk measurement and the verdict. Rates are in raw
+// (decompressed) bytes per second.
+type CompressionReport struct {
+	// SampleBytes is the raw bytes compressed, StoredBytes what they
+	// compress to; Ratio is StoredBytes / SampleBytes.
+	SampleBytes, StoredBytes int64
+	Ratio                    float64
+	// DecodePerCore is the decode rate of one core, DecodeAll that of
+	// Cores cores decoding one part together, as the trunk ring does.
+	DecodePerCore, DecodeAll float64
+	Cores                    int
+	// DiskRate is a short direct read of the trunk's bytes: a rough
+	// figure (one 64 MiB run), 0 if not measured.
+	DiskRate float64
+	// NeedDecode is the decode rate (all cores) at which compression
+	// breaks even, FullDecode the rate from which it gains all it can
+	// (Ratio): decoding overlaps the reads, so a raw byte costs
+	// max(Ratio/DiskRate, 1/DecodeAll) instead of 1/DiskRate.
+	NeedDecode, FullDecode float64
+	// Pays says compression beats reading the trunk raw here.
+	Pays bool
+
+	m model.CompressionReport // what String and Judge work from
+}
+
+// String is a one-paragraph human report.
+func (r CompressionReport) String() string { return r.m.String() }
+
+// Judge returns the report with the verdict redone for another disk rate
+// (bytes per second), for instance one a longer device probe measured.
+func (r CompressionReport) Judge(diskRate float64) CompressionReport {
+	return newCompressionReport(r.m.Judge(diskRate))
+}
+
+func newCompressionReport(r model.CompressionReport) CompressionReport {
+	return CompressionReport{SampleBytes: r.SampleBytes, StoredBytes: r.StoredBytes, Ratio: r.Ratio,
+		DecodePerCore: r.DecodePerCore, DecodeAll: r.DecodeAll, Cores: r.Cores, DiskRate: r.DiskRate,
+		NeedDecode: r.NeedDecode, FullDecode: r.FullDecode, Pays: r.Pays, m: r}
+}
 
 // MeasureCompression samples the trunk of the checkpoint in dir: it
 // compresses 128 blocks (32 MiB) spread over up to 32 layer parts as k3
@@ -34,16 +71,16 @@ type CompressionReport = model.CompressionReport
 // overlaps the reads, so a byte then costs less than reading it raw). It
 // takes about a second.
 func MeasureCompression(ctx context.Context, dir string) (CompressionReport, error) {
-	var r CompressionReport
 	e, plan, err := openForPack(dir)
 	if err != nil {
-		return r, err
+		return CompressionReport{}, err
 	}
 	defer e.closePack()
-	if r, err = plan.MeasureCompression(ctx, e.read, packAlloc, true); err != nil {
-		return r, fmt.Errorf("k3: %w", err)
+	r, err := plan.MeasureCompression(ctx, e.read, packAlloc, true)
+	if err != nil {
+		return CompressionReport{}, fmt.Errorf("k3: %w", err)
 	}
-	return r, nil
+	return newCompressionReport(r), nil
 }
 
 // packAlloc gives buffers from the Go heap (large ones are page-aligned;

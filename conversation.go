@@ -194,7 +194,7 @@ func (c *Conversation) Reply() chat.Message {
 }
 
 // Close releases the conversation's state and its place in the RAM budget;
-// see Session.Close.
+// the conversation is then unusable (ErrClosed), see Session.Close.
 func (c *Conversation) Close() { c.s.Close() }
 
 // Session returns the conversation's session (its tokens and state).
@@ -205,6 +205,16 @@ func (c *Conversation) Save(w io.Writer) error { return c.s.Save(w) }
 
 // SaveFile writes the conversation's state to path; see Session.SaveFile.
 func (c *Conversation) SaveFile(path string) error { return c.s.SaveFile(path) }
+
+// Load restores a conversation written by Save; see LoadFile and
+// Session.Load.
+func (c *Conversation) Load(r io.Reader) error {
+	if err := c.s.Load(r); err != nil {
+		return err
+	}
+	c.restored()
+	return nil
+}
 
 // LoadFile restores a conversation saved with SaveFile: the next turn
 // continues it without re-reading earlier ones. The last reply (and the

@@ -43,8 +43,9 @@
 //
 // Decoding is incremental: the prompt is fed once (in chunks of
 // Options.PrefillChunk tokens that share one pass over the weights), then
-// one token per step. [FullRecompute] re-runs the whole sequence per token
-// and gives bit-identical logits; it exists to check the incremental path.
+// one token per step. The logits are bit-identical to a fresh forward over
+// the whole sequence per token, which the tests check ("k3 generate --mode
+// full" does the same from the command line).
 //
 // # Streaming and cancellation
 //
@@ -124,8 +125,8 @@
 //
 // Errors wrap the sentinels [ErrBadConfig], [ErrBadCheckpoint],
 // [ErrTokenOutOfRange], [ErrContextFull], [ErrClosed], [ErrBudget],
-// [ErrBadOptions], [ErrNoTokenizer] and [ErrBadState]; test them with
-// errors.Is.
+// [ErrNoTokenizer], [ErrNonFinite], [ErrExpertLoad], [ErrBadOptions] and
+// [ErrBadState]; test them with errors.Is.
 //
 // # Platforms
 //

@@ -37,6 +37,9 @@ type engine struct {
 	// (nil without a budget).
 	limit *limitClaim
 
+	// wrapSource is Options.wrapSource (tests only).
+	wrapSource func(path string, f *iox.File) iox.Source
+
 	pathChecked atomic.Int64          // unix nanoseconds of the last path check
 	filesErr    atomic.Pointer[error] // the first change found in the files
 
@@ -46,7 +49,7 @@ type engine struct {
 }
 
 func newEngine(ctx context.Context, ck *iox.Checkpoint, plan *model.Plan, opts Options, limit *limitClaim, log *slog.Logger) (_ *engine, err error) {
-	e := &engine{ck: ck, limit: limit}
+	e := &engine{ck: ck, limit: limit, wrapSource: opts.wrapSource}
 	defer func() {
 		if err != nil {
 			e.close()
@@ -83,7 +86,7 @@ func newEngine(ctx context.Context, ck *iox.Checkpoint, plan *model.Plan, opts O
 		return nil, fmt.Errorf("k3: %w", err)
 	}
 	if opts.RAMBudget == 0 {
-		if err := checkResidentFits(e.mem); err != nil {
+		if err := checkResidentFits(e.mem, opts.machineMemory); err != nil {
 			return nil, fmt.Errorf("k3: %w", err)
 		}
 	}
@@ -166,18 +169,14 @@ func (e *engine) decideCompression(ctx context.Context, plan *model.Plan, mode C
 }
 
 // pathCheckInterval is how often checkFiles looks for replaced files.
-var pathCheckInterval = time.Second
-
-// wrapSourceForTest, set by tests only, wraps every file the engine reads
-// (to inject I/O faults).
-var wrapSourceForTest func(path string, f *iox.File) iox.Source
+const pathCheckInterval = time.Second
 
 // addFile records an opened file and its identity on disk.
 func (e *engine) addFile(f *iox.File, path string) error {
 	e.files = append(e.files, f)
 	var src iox.Source = f
-	if wrapSourceForTest != nil {
-		src = wrapSourceForTest(path, f)
+	if e.wrapSource != nil {
+		src = e.wrapSource(path, f)
 	}
 	e.srcs = append(e.srcs, src)
 	st, err := os.Stat(path)

@@ -21,9 +21,14 @@ var (
 	// ErrContextFull: the sequence would exceed the session's capacity
 	// (Options.MaxContext).
 	ErrContextFull = model.ErrContextFull
-	// ErrClosed: the Model was closed.
+	// ErrClosed: the Model was closed (a running step stops at the next
+	// layer boundary with it), or the Session (Session.Close).
 	ErrClosed = model.ErrClosed
-	// ErrBudget: Options.RAMBudget cannot hold the model's fixed floor.
+	// ErrBudget: Options.RAMBudget cannot hold the model's fixed floor
+	// (Open), a model without a budget does not fit the machine's memory
+	// (Open), or every session slot the budget reserves
+	// (Options.Sessions) is held by another session when one more needs
+	// state (a step, Fork, Load).
 	ErrBudget = model.ErrBudget
 	// ErrNoTokenizer: a text operation on a model opened without a
 	// tokenizer (tiktoken.model and tokenizer_config.json).
@@ -40,6 +45,10 @@ var (
 	ErrExpertLoad = model.ErrExpertLoad
 	// ErrBadOptions: an option value is invalid.
 	ErrBadOptions = errors.New("invalid options")
+	// ErrBadState: a saved session state (Session.Load) is truncated,
+	// corrupt, or was saved with a model of another configuration or
+	// checkpoint.
+	ErrBadState = model.ErrBadState
 )
 
 // checkpointErr marks low-level container errors as checkpoint errors.

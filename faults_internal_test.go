@@ -45,12 +45,11 @@ func TestInjectedReadFaults(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var faulty *ioxtest.FaultySource
-			wrapSourceForTest = func(path string, f *iox.File) iox.Source {
+			wrap := func(path string, f *iox.File) iox.Source {
 				faulty = ioxtest.NewFaultySource(f)
 				return faulty
 			}
-			defer func() { wrapSourceForTest = nil }()
-			m, err := Open(dir, Options{RAMBudget: 56e6, MaxContext: 64})
+			m, err := Open(dir, Options{RAMBudget: 56e6, MaxContext: 64, wrapSource: wrap})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -94,16 +93,15 @@ func TestInjectedReadFaults(t *testing.T) {
 func TestHungReadCancelled(t *testing.T) {
 	dir := fixtures.Path(t, "oracle/tiny-mxfp4")
 	var faulty *ioxtest.FaultySource
-	wrapSourceForTest = func(path string, f *iox.File) iox.Source {
+	wrap := func(path string, f *iox.File) iox.Source {
 		faulty = ioxtest.NewFaultySource(f)
 		return faulty
 	}
-	defer func() { wrapSourceForTest = nil }()
 	before := runtime.NumGoroutine()
 	// 58 MB keeps the embedding table resident: an embedding row is read
 	// into the pass's scratch, and a hung read of one holds its step until
 	// the disk answers (docs/RELIABILITY.md).
-	m, err := Open(dir, Options{RAMBudget: 58e6, MaxContext: 64})
+	m, err := Open(dir, Options{RAMBudget: 58e6, MaxContext: 64, wrapSource: wrap})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,12 +151,11 @@ func TestExpertFaultInBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	var faulty *ioxtest.FaultySource
-	wrapSourceForTest = func(path string, f *iox.File) iox.Source {
+	wrap := func(path string, f *iox.File) iox.Source {
 		faulty = ioxtest.NewFaultySource(f)
 		return faulty
 	}
-	defer func() { wrapSourceForTest = nil }()
-	m, err := Open(dir, Options{RAMBudget: 60e6, MaxContext: 64, Sessions: 4})
+	m, err := Open(dir, Options{RAMBudget: 60e6, MaxContext: 64, Sessions: 4, wrapSource: wrap})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -66,8 +66,8 @@ func TestFullShapeSparse(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%d GB: %v", budget/1e9, err)
 		}
-		if mp.Total() > budget || mp.HeapLimit() < mp.Heap() {
-			t.Fatalf("%d GB: planned %d, heap %d, Go memory limit %d", budget/1e9, mp.Total(), mp.Heap(), mp.HeapLimit())
+		if mp.TotalBytes > budget || mp.HeapLimitBytes < mp.HeapBytes {
+			t.Fatalf("%d GB: planned %d, heap %d, Go memory limit %d", budget/1e9, mp.TotalBytes, mp.HeapBytes, mp.HeapLimitBytes)
 		}
 		if mp.PinnedBytes <= lastPinned {
 			t.Fatalf("%d GB pins %d bytes of trunk, not more than the smaller budget's %d", budget/1e9, mp.PinnedBytes, lastPinned)

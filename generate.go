@@ -10,26 +10,10 @@ import (
 	"github.com/k3go/k3/tokenizer"
 )
 
-// Mode selects how Generate carries state between tokens.
-type Mode int
-
-const (
-	// Incremental prefills the prompt once and then feeds one token per
-	// step, carrying the KDA state, conv histories and MLA cache. The
-	// default.
-	Incremental Mode = iota
-	// FullRecompute re-runs a fresh forward over the whole sequence for
-	// every token. It is slow and exists to check Incremental: both give
-	// bit-identical logits.
-	FullRecompute
-)
-
 // GenerateOptions configure one generation.
 type GenerateOptions struct {
 	// MaxTokens bounds the number of generated tokens; zero means 256.
 	MaxTokens int
-	// Mode selects incremental decoding (default) or full recompute.
-	Mode Mode
 	// Sampling chooses tokens; the zero value is greedy.
 	Sampling SamplingOptions
 	// StopTokens end the generation once one of them is produced; the stop
@@ -49,7 +33,7 @@ type GenerateOptions struct {
 	// decoding, greedy or sampled; only the speed changes. The draft length
 	// adapts to how many drafts are accepted and drops to none while
 	// drafts keep failing. Zero decodes one token per pass. Under a RAM
-	// budget it may not exceed Options.Speculate. Incremental mode only.
+	// budget it may not exceed Options.Speculate.
 	Speculate int
 	// Drafter proposes the drafts; nil means an NGramDrafter (prompt
 	// lookup over the sequence so far).
@@ -63,6 +47,11 @@ type GenerateOptions struct {
 	// MaxTopLogprobs). Generation allocates nothing for either unless
 	// asked.
 	TopLogprobs int
+
+	// fullRecompute, a test oracle (export_test.go), re-runs a fresh
+	// forward over the whole sequence for every token instead of carrying
+	// the state: slow, and bit-identical to incremental decoding.
+	fullRecompute bool
 }
 
 // MaxTopLogprobs bounds GenerateOptions.TopLogprobs.
@@ -70,7 +59,9 @@ const MaxTopLogprobs = 20
 
 // TokenLogprob is a token id and its log-probability.
 type TokenLogprob struct {
-	ID      int
+	// ID is a token id.
+	ID int
+	// Logprob is its log-probability (natural log, at most 0).
 	Logprob float32
 }
 
@@ -113,6 +104,7 @@ func (d NGramDrafter) Draft(seq []int, max int, dst []int) []int {
 
 // Token is one generated token.
 type Token struct {
+	// ID is the token's id in the vocabulary, [0, Config.Vocab).
 	ID int
 	// Index counts generated tokens from 0.
 	Index int
@@ -146,6 +138,9 @@ func (s *Session) Generate(ctx context.Context, prompt []int, opts GenerateOptio
 }
 
 func (s *Session) generate(ctx context.Context, prompt []int, opts GenerateOptions, yield func(Token, error) bool) error {
+	if err := s.usable("Generate"); err != nil {
+		return err
+	}
 	if len(prompt) == 0 && len(s.pending) == 0 {
 		return fmt.Errorf("k3: Generate: %w: empty prompt", ErrBadOptions)
 	}
@@ -177,8 +172,8 @@ func (s *Session) generate(ctx context.Context, prompt []int, opts GenerateOptio
 	if opts.Speculate < 0 {
 		return fmt.Errorf("k3: Generate: %w: Speculate %d is negative", ErrBadOptions, opts.Speculate)
 	}
-	if opts.Speculate > 0 && opts.Mode == FullRecompute {
-		return fmt.Errorf("k3: Generate: %w: Speculate needs incremental mode", ErrBadOptions)
+	if opts.Speculate > 0 && opts.fullRecompute {
+		return fmt.Errorf("k3: Generate: %w: Speculate needs incremental decoding", ErrBadOptions)
 	}
 	if opts.TopLogprobs < 0 || opts.TopLogprobs > MaxTopLogprobs {
 		return fmt.Errorf("k3: Generate: %w: TopLogprobs %d is outside [0, %d]", ErrBadOptions, opts.TopLogprobs, MaxTopLogprobs)
@@ -197,7 +192,7 @@ func (s *Session) generate(ctx context.Context, prompt []int, opts GenerateOptio
 		smp.observe(id)
 	}
 	var seq []int
-	if opts.Mode == FullRecompute {
+	if opts.fullRecompute {
 		seq = append(append(slices.Clone(s.tokens), s.pending...), prompt...)
 	}
 	var text *textStream
@@ -220,7 +215,7 @@ func (s *Session) generate(ctx context.Context, prompt []int, opts GenerateOptio
 			t.Text, stopped = text.add(id, stopTok, last)
 		}
 		s.pending = append(s.pending[:0], id)
-		if opts.Mode == FullRecompute {
+		if opts.fullRecompute {
 			seq = append(seq, id)
 		}
 		i++
@@ -243,7 +238,7 @@ func (s *Session) generate(ctx context.Context, prompt []int, opts GenerateOptio
 		}
 		var logits []float32
 		var err error
-		if opts.Mode == FullRecompute {
+		if opts.fullRecompute {
 			s.Reset()
 			logits, err = s.Step(ctx, seq)
 		} else {

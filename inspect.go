@@ -1,6 +1,7 @@
 package k3
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 
@@ -8,16 +9,15 @@ import (
 	"github.com/k3go/k3/model"
 )
 
-// MemoryPlan says where every byte of a RAM budget goes: the fixed floor,
-// the pinned trunk, the streaming ring, the expert cache.
-type MemoryPlan = model.MemoryPlan
-
 // Inspection describes a checkpoint without loading its weights: sizes,
 // the smallest budget that runs it, and the plan for any budget.
 type Inspection struct {
-	Config  Config
+	// Config is the model's architecture, as Model.Config reports it.
+	Config Config
+	// Tensors is the number of tensors in the checkpoint's shards.
 	Tensors int
-	Sizes   model.Sizes
+	// Sizes are the weights' sizes and the work per token.
+	Sizes Sizes
 	// FloorBytes is the smallest RAMBudget Open accepts (with the options
 	// given to Inspect); FullBytes the budget that keeps everything
 	// resident.
@@ -31,13 +31,20 @@ type Inspection struct {
 // exactly as Open would with the same options (RAMBudget is ignored), so
 // FloorBytes is the smallest budget Open accepts. The plan counts the
 // whole process: the executable that calls Inspect, the Go runtime, the
-// tokenizer, the index, as Open does.
+// tokenizer, the index, as Open does. It is InspectContext with
+// context.Background(), as Open is OpenContext's.
 func Inspect(dir string, opts Options) (*Inspection, error) {
+	return InspectContext(context.Background(), dir, opts)
+}
+
+// InspectContext is Inspect with a context that can cancel reading the
+// checkpoint's headers (a full-size checkpoint has many shards).
+func InspectContext(ctx context.Context, dir string, opts Options) (*Inspection, error) {
 	cfg, err := readConfig(filepath.Join(dir, "config.json"))
 	if err != nil {
 		return nil, err
 	}
-	ck, err := iox.OpenCheckpoint(dir)
+	ck, err := iox.OpenCheckpointContext(ctx, dir)
 	if err != nil {
 		return nil, fmt.Errorf("k3: %w", checkpointErr(err))
 	}
@@ -61,7 +68,7 @@ func Inspect(dir string, opts Options) (*Inspection, error) {
 	}
 	req := budgetRequest(dir, opts)
 	req.Budget = 0
-	in := &Inspection{Config: *cfg, Tensors: ck.Len(), Sizes: plan.Sizes(), plan: plan, req: req}
+	in := &Inspection{Config: newConfig(cfg), Tensors: ck.Len(), Sizes: newSizes(plan.Sizes()), plan: plan, req: req}
 	in.FloorBytes = plan.FloorBudget(req)
 	in.FullBytes = plan.FullBudget(req)
 	return in, nil
@@ -75,7 +82,7 @@ func (in *Inspection) Plan(budget int64) (*MemoryPlan, error) {
 	if err != nil {
 		return nil, fmt.Errorf("k3: %w", err)
 	}
-	return mp, nil
+	return newMemoryPlan(mp), nil
 }
 
 // BytesPerToken estimates the bytes one decoded token reads at a budget:
@@ -141,5 +148,5 @@ func (in *Inspection) PlanSessions(budget int64, sessions, maxBatch int) (*Memor
 	if err != nil {
 		return nil, fmt.Errorf("k3: %w", err)
 	}
-	return mp, nil
+	return newMemoryPlan(mp), nil
 }

@@ -15,9 +15,6 @@ import (
 	"github.com/k3go/k3/tokenizer"
 )
 
-// Config is the model configuration read from config.json.
-type Config = model.Config
-
 // Options configure Open. The zero value is valid: everything resident,
 // GOMAXPROCS threads, a 4096-position context per session.
 type Options struct {
@@ -75,6 +72,13 @@ type Options struct {
 	// Logger receives load decisions at Info and per-step events at Debug.
 	// Nil discards everything.
 	Logger *slog.Logger
+
+	// wrapSource, set by tests only, wraps every file the engine reads
+	// (to inject I/O faults).
+	wrapSource func(path string, f *iox.File) iox.Source
+	// machineMemory, set by tests only, replaces the machine's memory
+	// limit that a model without a budget must fit.
+	machineMemory func() int64
 }
 
 const defaultMaxContext = 4096
@@ -91,6 +95,7 @@ type Model struct {
 	e      *engine
 	tok    *tokenizer.Tokenizer
 	eos    []int // generation_config.json's eos_token_id
+	cfg    Config
 	opts   Options
 	log    *slog.Logger
 	closed atomic.Bool
@@ -123,7 +128,7 @@ func (m *Model) takeSessionSlot(for_ *Session) error {
 	m.mu.Lock()
 	def := m.def
 	if def != nil && def != for_ && def.st != nil && def.idle.CompareAndSwap(true, false) {
-		def.Close() // gives its slot back
+		def.release() // gives its slot back
 		def.idle.Store(true)
 	}
 	m.mu.Unlock()
@@ -142,12 +147,15 @@ func (m *Model) releaseSessionSlot() {
 }
 
 // Open loads the checkpoint in dir (config.json plus safetensors shards,
-// one file or several with model.safetensors.index.json).
+// one file or several with model.safetensors.index.json). It is
+// OpenContext with context.Background(), as net.Dial is DialContext's.
 func Open(dir string, opts Options) (*Model, error) {
 	return OpenContext(context.Background(), dir, opts)
 }
 
-// OpenContext is Open with a context that can cancel loading.
+// OpenContext is Open with a context that can cancel loading; the context
+// comes first, as everywhere in k3, and Open is the short form without it
+// (the net.Dial / net.DialContext idiom).
 func OpenContext(ctx context.Context, dir string, opts Options) (*Model, error) {
 	if opts.RAMBudget < 0 || opts.Threads < 0 || opts.MaxContext < 0 || opts.PrefillChunk < 0 || opts.Sessions < 0 || opts.MaxBatch < 0 || opts.Speculate < 0 || opts.IOQueueDepth < 0 {
 		return nil, fmt.Errorf("k3: %w: negative value in %+v", ErrBadOptions, opts)
@@ -202,7 +210,7 @@ func OpenContext(ctx context.Context, dir string, opts Options) (*Model, error) 
 	opened = true
 	log.Info("k3: model loaded", "dir", dir, "layers", cfg.Layers, "experts", cfg.Experts, "vocab", cfg.Vocab)
 	ok = true
-	mod := &Model{m: e.m, e: e, tok: tok, eos: eos, opts: opts, log: log}
+	mod := &Model{m: e.m, e: e, tok: tok, eos: eos, cfg: newConfig(cfg), opts: opts, log: log}
 	if opts.RAMBudget > 0 {
 		mod.slots = make(chan struct{}, max(opts.Sessions, 1))
 	}
@@ -246,8 +254,8 @@ func loadTokenizer(ckptDir, dir string) (*tokenizer.Tokenizer, error) {
 // Tokenizer returns the model's tokenizer, or nil if it has none.
 func (m *Model) Tokenizer() *tokenizer.Tokenizer { return m.tok }
 
-// Config returns the model configuration.
-func (m *Model) Config() Config { return *m.m.Cfg }
+// Config returns the model's architecture, read from config.json.
+func (m *Model) Config() Config { return m.cfg }
 
 // Close stops every running generation (they end with ErrClosed at the next
 // layer boundary), waits for them, then releases memory and files. It is
@@ -268,7 +276,7 @@ func (m *Model) enter() error {
 	m.active.Add(1)
 	if m.closed.Load() {
 		m.active.Done()
-		return fmt.Errorf("k3: %w", ErrClosed)
+		return fmt.Errorf("k3: model %w", ErrClosed)
 	}
 	return nil
 }
@@ -307,7 +315,7 @@ func (m *Model) Reset() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.def != nil && m.def.idle.CompareAndSwap(true, false) {
-		m.def.Close()
+		m.def.release()
 		m.def.idle.Store(true)
 	}
 }

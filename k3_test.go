@@ -100,9 +100,10 @@ func TestOracleGates(t *testing.T) {
 			checkLogits(t, exp, inc, V)
 			// GATE 2 (full recompute) and GATE 3 (incremental).
 			n := len(exp.FullIDs) - len(exp.PromptIDs)
-			for _, mode := range []k3.Mode{k3.FullRecompute, k3.Incremental} {
+			plain := k3.GenerateOptions{MaxTokens: n}
+			for mode, opts := range []k3.GenerateOptions{k3.FullRecompute(plain), plain} {
 				var got []int
-				for tok, err := range m.Generate(ctx, exp.PromptIDs, k3.GenerateOptions{MaxTokens: n, Mode: mode}) {
+				for tok, err := range m.Generate(ctx, exp.PromptIDs, opts) {
 					if err != nil {
 						t.Fatal(err)
 					}

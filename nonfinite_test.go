@@ -202,7 +202,7 @@ func TestNonFiniteState(t *testing.T) {
 		// and the three tokens.
 		binary.LittleEndian.PutUint32(b[stateHeaderBytes+4*3:], math.Float32bits(float32(math.NaN())))
 		binary.LittleEndian.PutUint32(b[len(b)-4:], crc32.Checksum(b[:len(b)-4], crc32.MakeTable(crc32.Castagnoli)))
-		if err := s.Load(bytes.NewReader(b), int64(len(b))); err != nil {
+		if err := s.Load(bytes.NewReader(b)); err != nil {
 			t.Fatal(err)
 		}
 		err = within(t, "a step", func() error { _, err := s.Step(ctx, []int{4}); return err })
@@ -273,7 +273,7 @@ func TestNonFiniteInBatch(t *testing.T) {
 				s := m.NewSession()
 				defer s.Close()
 				if g == 0 {
-					if errs[g] = s.Load(bytes.NewReader(bad), int64(len(bad))); errs[g] != nil {
+					if errs[g] = s.Load(bytes.NewReader(bad)); errs[g] != nil {
 						return
 					}
 				}

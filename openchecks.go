@@ -43,8 +43,8 @@ func checkTokenizerFits(tok *tokenizer.Tokenizer, cfg *model.Config) error {
 }
 
 // memoryLimit returns the memory the process may hold (RAM, or a smaller
-// cgroup limit), 0 if unknown; a variable so tests can shrink the machine.
-var memoryLimit = func() int64 {
+// cgroup limit), 0 if unknown.
+func memoryLimit() int64 {
 	mi, err := iox.MemoryInfo()
 	if err != nil {
 		return 0
@@ -55,8 +55,12 @@ var memoryLimit = func() int64 {
 // checkResidentFits refuses, before anything is allocated, a model opened
 // without a budget (everything resident) that needs more memory than the
 // machine has: the allocator would otherwise kill the process.
-func checkResidentFits(mem *model.MemoryPlan) error {
-	limit := memoryLimit()
+// machine, if not nil, replaces memoryLimit (tests shrink the machine).
+func checkResidentFits(mem *model.MemoryPlan, machine func() int64) error {
+	if machine == nil {
+		machine = memoryLimit
+	}
+	limit := machine()
 	if limit <= 0 || mem.Total() <= limit {
 		return nil
 	}

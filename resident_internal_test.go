@@ -13,14 +13,12 @@ import (
 // allocating (the allocator would kill the process), and a budget opens it.
 func TestResidentMustFitTheMachine(t *testing.T) {
 	src := fixtures.Path(t, "oracle/tiny-mxfp4")
-	old := memoryLimit
-	memoryLimit = func() int64 { return 4 << 20 } // smaller than the oracle's ~8 MB resident
-	defer func() { memoryLimit = old }()
-	_, err := Open(src, Options{MaxContext: 64})
+	small := func() int64 { return 4 << 20 } // smaller than the oracle's ~8 MB resident
+	_, err := Open(src, Options{MaxContext: 64, machineMemory: small})
 	if !errors.Is(err, ErrBudget) || !strings.Contains(err.Error(), "RAMBudget") {
 		t.Fatalf("got %v, want ErrBudget suggesting a budget", err)
 	}
-	m, err := Open(src, Options{MaxContext: 64, RAMBudget: 56e6})
+	m, err := Open(src, Options{MaxContext: 64, RAMBudget: 56e6, machineMemory: small})
 	if err != nil {
 		t.Fatalf("with a budget: %v", err)
 	}

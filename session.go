@@ -26,6 +26,7 @@ type Session struct {
 	feed    []int // scratch for pending + new tokens
 	logits  []float32
 	broken  bool    // a failed step left the state undefined
+	closed  bool    // Close was called: every method fails with ErrClosed
 	req     request // its step, as the batcher sees it
 	// specRows, set by speculate for one step, makes the step's pass
 	// recoverable (model.State.BeginSpeculation); specOut holds its logits.
@@ -59,15 +60,34 @@ func (s *Session) state() (*model.State, error) {
 	return s.st, nil
 }
 
-// Close releases the session's state and its place in the RAM budget. The
-// session is then empty and may be used again (it takes a place again).
+// Close releases the session's state and its place in the RAM budget.
+// The session is then unusable: every later method fails with ErrClosed
+// (Len is 0), and Close again does nothing. Reset is what empties a
+// session for reuse.
 func (s *Session) Close() {
+	s.release()
+	s.closed = true
+}
+
+// release drops the session's state and sequence and gives its place in
+// the budget back; the session stays usable and takes a place again when
+// it next needs state (the default session does this to give its place
+// away).
+func (s *Session) release() {
 	if s.st != nil {
 		s.st = nil
 		s.m.releaseSessionSlot()
 	}
 	s.tokens, s.pending = s.tokens[:0], s.pending[:0]
 	s.broken = false
+}
+
+// usable fails with ErrClosed once the session is closed.
+func (s *Session) usable(op string) error {
+	if s.closed {
+		return fmt.Errorf("k3: %s: session %w", op, ErrClosed)
+	}
+	return nil
 }
 
 // Len returns the length of the sequence: tokens fed plus pending ones.
@@ -78,7 +98,9 @@ func (s *Session) Tokens() []int {
 	return append(append([]int(nil), s.tokens...), s.pending...)
 }
 
-// Reset empties the session, keeping its allocations.
+// Reset empties the session, keeping its allocations, so that it starts a
+// new sequence; it also recovers a session a failed step left unusable.
+// On a closed session it does nothing.
 func (s *Session) Reset() {
 	if s.st != nil {
 		s.st.Reset()
@@ -101,6 +123,9 @@ func (s *Session) Reset() {
 // instead, and like any other failed step (an I/O error, a closed model)
 // leaves the session unusable until Reset.
 func (s *Session) Step(ctx context.Context, tokens []int) ([]float32, error) {
+	if err := s.usable("Step"); err != nil {
+		return nil, err
+	}
 	if len(tokens) == 0 && len(s.pending) == 0 {
 		return nil, fmt.Errorf("k3: Step: %w: no tokens", ErrBadOptions)
 	}
@@ -118,6 +143,9 @@ func (s *Session) Step(ctx context.Context, tokens []int) ([]float32, error) {
 // their positions (len(tokens)×vocab values, position-major; a new slice).
 // It is teacher forcing: one forward over the tokens.
 func (s *Session) Logits(ctx context.Context, tokens []int) ([]float32, error) {
+	if err := s.usable("Logits"); err != nil {
+		return nil, err
+	}
 	if len(tokens) == 0 && len(s.pending) == 0 {
 		return nil, fmt.Errorf("k3: Logits: %w: no tokens", ErrBadOptions)
 	}
@@ -132,6 +160,9 @@ func (s *Session) Logits(ctx context.Context, tokens []int) ([]float32, error) {
 
 // forward feeds the pending tokens and then tokens.
 func (s *Session) forward(ctx context.Context, tokens []int, out []float32, all bool) error {
+	if err := s.usable("step"); err != nil {
+		return err
+	}
 	if s.broken {
 		return fmt.Errorf("k3: session unusable after a failed step; call Reset")
 	}
@@ -171,13 +202,13 @@ func (s *Session) forward(ctx context.Context, tokens []int, out []float32, all 
 		if r.broken {
 			s.broken = true
 			if errors.Is(err, model.ErrClosed) {
-				return fmt.Errorf("k3: %w", ErrClosed)
+				return fmt.Errorf("k3: model %w", ErrClosed)
 			}
 			return fmt.Errorf("k3: step at position %d: %w", len(s.tokens), err)
 		}
 		s.keepFed(tokens[:r.fed])
 		if errors.Is(err, ErrClosed) {
-			return fmt.Errorf("k3: %w", ErrClosed)
+			return fmt.Errorf("k3: model %w", ErrClosed)
 		}
 		return fmt.Errorf("k3: step at position %d: %w", len(s.tokens), err)
 	}
@@ -205,6 +236,9 @@ func (s *Session) keepFed(fed []int) {
 // budget (ErrBudget when none is left) and must be closed. The state is
 // copied through a pipe, so the copy needs no buffer of the state's size.
 func (s *Session) Fork() (*Session, error) {
+	if err := s.usable("Fork"); err != nil {
+		return nil, err
+	}
 	if s.broken {
 		return nil, fmt.Errorf("k3: Fork: session unusable after a failed step; call Reset")
 	}
@@ -219,7 +253,7 @@ func (s *Session) Fork() (*Session, error) {
 		defer close(saved)
 		pw.CloseWithError(s.st.Save(pw, s.tokens, s.pending))
 	}()
-	err := f.Load(pr, -1)
+	err := f.load(pr, -1)
 	pr.CloseWithError(io.ErrClosedPipe) // stops the writer if Load gave up early
 	// The writer reads this session's state until it returns: wait, or a
 	// step the caller makes next would race with it.

@@ -162,7 +162,7 @@ func TestSpeculationOracleGates(t *testing.T) {
 
 func TestSpeculationOptions(t *testing.T) {
 	m, exp := openOracle(t, "tiny-mxfp4", k3.Options{RAMBudget: 60e6, MaxContext: 64, Speculate: 2})
-	for _, o := range []k3.GenerateOptions{{Speculate: -1}, {Speculate: 3}, {Speculate: 1, Mode: k3.FullRecompute}} {
+	for _, o := range []k3.GenerateOptions{{Speculate: -1}, {Speculate: 3}, k3.FullRecompute(k3.GenerateOptions{Speculate: 1})} {
 		for _, err := range m.Generate(context.Background(), exp.PromptIDs, o) {
 			if err == nil {
 				t.Fatalf("%+v accepted", o)

@@ -5,18 +5,15 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-
-	"github.com/k3go/k3/model"
 )
-
-// ErrBadState reports a saved session state that is truncated, corrupt, or
-// was saved with a model of another configuration.
-var ErrBadState = model.ErrBadState
 
 // Save writes the session's state (its tokens, the KDA recurrent state and
 // conv histories, the MLA cache) to w. A session restored from it continues
 // exactly where this one stands: same logits, same tokens.
 func (s *Session) Save(w io.Writer) error {
+	if err := s.usable("Save"); err != nil {
+		return err
+	}
 	if s.broken {
 		return fmt.Errorf("k3: Save: session unusable after a failed step; call Reset")
 	}
@@ -34,6 +31,9 @@ func (s *Session) Save(w io.Writer) error {
 // same directory, synced, then renamed over path. It refuses to write into
 // the checkpoint directory.
 func (s *Session) SaveFile(path string) (err error) {
+	if err := s.usable("SaveFile"); err != nil {
+		return err
+	}
 	dir := filepath.Dir(path)
 	if same(dir, s.m.e.ck.Dir) {
 		return fmt.Errorf("k3: SaveFile: %w: refusing to write into the checkpoint directory %s", ErrBadOptions, dir)
@@ -63,10 +63,20 @@ func (s *Session) SaveFile(path string) (err error) {
 	return nil
 }
 
-// Load replaces the session's state with one written by Save. size is the
-// stream's length if known (it is checked exactly), or -1. On error the
-// session is empty and usable.
-func (s *Session) Load(r io.Reader, size int64) error {
+// Load replaces the session's state with one written by Save. It reads
+// exactly the length the state's header declares, never past it, so a
+// state may be followed by other data in r. On error the session is empty
+// and usable.
+func (s *Session) Load(r io.Reader) error {
+	if err := s.usable("Load"); err != nil {
+		return err
+	}
+	return s.load(r, -1)
+}
+
+// load is Load with the stream's length, checked exactly against the
+// header when known (size >= 0).
+func (s *Session) load(r io.Reader, size int64) error {
 	ms, err := s.state()
 	if err != nil {
 		return fmt.Errorf("k3: loading session: %w", err)
@@ -84,6 +94,9 @@ func (s *Session) Load(r io.Reader, size int64) error {
 
 // LoadFile replaces the session's state with the one saved at path.
 func (s *Session) LoadFile(path string) error {
+	if err := s.usable("LoadFile"); err != nil {
+		return err
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return fmt.Errorf("k3: LoadFile: %w", err)
@@ -93,7 +106,7 @@ func (s *Session) LoadFile(path string) error {
 	if err != nil {
 		return fmt.Errorf("k3: LoadFile: %w", err)
 	}
-	return s.Load(f, st.Size())
+	return s.load(f, st.Size())
 }
 
 func same(a, b string) bool {

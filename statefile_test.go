@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -66,12 +67,21 @@ func TestSaveRestore(t *testing.T) {
 		"empty":     nil,
 	}
 	for name, b := range bad {
-		if err := r.Load(bytes.NewReader(b), int64(len(b))); !errors.Is(err, k3.ErrBadState) {
+		if err := r.Load(bytes.NewReader(b)); !errors.Is(err, k3.ErrBadState) {
 			t.Errorf("%s: got %v, want ErrBadState", name, err)
 		}
 		if r.Len() != 0 {
 			t.Errorf("%s: session holds %d tokens after a failed load", name, r.Len())
 		}
+	}
+	// Load reads exactly the state its header declares: what follows it
+	// in the stream stays unread.
+	stream := bytes.NewReader(append(append([]byte{}, raw...), "tail"...))
+	if err := r.Load(stream); err != nil {
+		t.Fatalf("state followed by more data: %v", err)
+	}
+	if rest, _ := io.ReadAll(stream); string(rest) != "tail" || r.Len() != np {
+		t.Errorf("after Load: %d tokens, %q left in the stream; want %d, \"tail\"", r.Len(), rest, np)
 	}
 	other, err := k3.Open(fixtures.Path(t, "oracle/tiny-f32"), k3.Options{MaxContext: 64})
 	if err != nil {

@@ -18,7 +18,9 @@ type Stats struct {
 
 	// BytesRead is everything read from the checkpoint after Open (trunk,
 	// experts, embedding rows), alignment padding included.
-	BytesRead       int64
+	BytesRead int64
+	// TrunkBytesRead is the part of it that streamed dense layer parts;
+	// ExpertBytesRead the routed experts the cache missed.
 	TrunkBytesRead  int64
 	ExpertBytesRead int64
 	// TrunkDecodedBytes are the bytes of streamed trunk parts decoded from
@@ -29,6 +31,8 @@ type Stats struct {
 	TrunkDecodedBytes int64
 	TrunkDecodeTime   time.Duration
 
+	// CacheHits and CacheMisses count routed-expert lookups in the expert
+	// cache: a miss reads the expert from disk.
 	CacheHits, CacheMisses int64
 
 	// Passes counts forward passes over the weights, Rows the token rows

@@ -37,14 +37,14 @@ type Layout [3]MatrixLayout
 
 // Bind returns the three matrices as views over an expert's bytes (laid
 // out as the layout says). It copies nothing.
-func (lay *Layout) Bind(buf []byte, out *[3]Matrix) {
+func (lay *Layout) Bind(buf []byte, out *[3]quant.Linear) {
 	for i := range lay {
 		m := &lay[i]
 		if m.MX {
-			out[i] = Matrix{IsMX: true, MX: quant.Matrix{Rows: m.Rows, Cols: m.Cols,
+			out[i] = quant.Linear{IsMX: true, MX: quant.Matrix{Rows: m.Rows, Cols: m.Cols,
 				Packed: buf[m.Off : m.Off+m.Size : m.Off+m.Size], Scales: buf[m.ScaleOff : m.ScaleOff+m.ScaleSize : m.ScaleOff+m.ScaleSize]}}
 		} else {
-			out[i] = Matrix{Dense: tensor.Mat{DType: m.DType, Rows: m.Rows, Cols: m.Cols, Data: buf[m.Off : m.Off+m.Size : m.Off+m.Size]}}
+			out[i] = quant.Linear{Dense: tensor.Mat{DType: m.DType, Rows: m.Rows, Cols: m.Cols, Data: buf[m.Off : m.Off+m.Size : m.Off+m.Size]}}
 		}
 	}
 }

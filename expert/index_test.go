@@ -16,6 +16,7 @@ import (
 	"github.com/k3go/k3/cache"
 	"github.com/k3go/k3/internal/fixtures"
 	"github.com/k3go/k3/iox"
+	"github.com/k3go/k3/quant"
 )
 
 // The cache fixture: 24 experts of layer 0, six U8 tensors each (packed
@@ -82,7 +83,7 @@ func openFixture(t *testing.T) (*iox.Checkpoint, *Index) {
 // checkExpert verifies an expert's bound matrices byte for byte.
 func checkExpert(t *testing.T, x *Index, e int, payload []byte) {
 	t.Helper()
-	var m [3]Matrix
+	var m [3]quant.Linear
 	x.Layout(0, e).Bind(payload, &m)
 	for w := range m {
 		if !m[w].IsMX || m[w].MX.Rows != 8 || m[w].MX.Cols != 128 {

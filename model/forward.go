@@ -171,20 +171,23 @@ type segment struct {
 // passes for one sequence. It is not safe for concurrent use.
 type Session struct {
 	m  *Model
-	St *State
+	st *State
 	sc *Scratch
 	g  [1]Group
 }
 
 // NewSession creates a sequence state of up to capacity positions.
 func (m *Model) NewSession(capacity int) *Session {
-	return &Session{m: m, St: NewState(m.Cfg, capacity)}
+	return &Session{m: m, st: NewState(m.Cfg, capacity)}
 }
+
+// Reset empties the session's state for a fresh sequence.
+func (s *Session) Reset() { s.st.Reset() }
 
 // Forward feeds tokens at the current position and writes logits into out:
 // the last position's V logits, or every position's (len(tokens)·V) when
 // all is set. It carries the KDA, conv and MLA state forward; call
-// St.Reset first for a fresh sequence. On error the state is undefined and
+// Reset first for a fresh sequence. On error the state is undefined and
 // must be reset before reuse. It is ForwardBatch with one group.
 func (s *Session) Forward(ctx context.Context, tokens []int, out []float32, all bool) error {
 	if len(out) == 0 {
@@ -194,7 +197,7 @@ func (s *Session) Forward(ctx context.Context, tokens []int, out []float32, all 
 	if s.sc == nil || s.sc.tc < tc {
 		s.sc = NewScratch(s.m.Cfg, tc)
 	}
-	s.g[0] = Group{St: s.St, Tokens: tokens, All: all, Out: out}
+	s.g[0] = Group{St: s.st, Tokens: tokens, All: all, Out: out}
 	err := s.m.ForwardBatch(ctx, s.sc, s.g[:])
 	if s.g[0].Err != nil {
 		err = s.g[0].Err

@@ -15,8 +15,9 @@ import (
 // ErrTokenOutOfRange reports a token id outside [0, vocab).
 var ErrTokenOutOfRange = errors.New("token id out of range")
 
-// ErrClosed reports a forward pass stopped because its Model was closed.
-var ErrClosed = errors.New("model closed")
+// ErrClosed reports a forward pass stopped because its Model was closed
+// (the root package also uses it for a closed session, hence the text).
+var ErrClosed = errors.New("closed")
 
 // Options configure a Model's compute.
 type Options struct {

@@ -344,8 +344,8 @@ func newOpSession(t *testing.T, c *Config, vecs []LayerVecs, experts ExpertSourc
 		vecs = make([]LayerVecs, c.Layers)
 	}
 	m := &Model{Cfg: c, Plan: &Plan{Cfg: c, vecs: vecs}, experts: experts, pool: pool, chunk: 64}
-	s := &Session{m: m, St: NewState(c, 64), sc: NewScratch(c, T)}
-	if err := s.St.reserve(T); err != nil {
+	s := &Session{m: m, st: NewState(c, 64), sc: NewScratch(c, T)}
+	if err := s.st.reserve(T); err != nil {
 		t.Fatal(err)
 	}
 	return s
@@ -594,7 +594,7 @@ func TestOpKDALayer(t *testing.T) {
 			s.kda(l, &mats, &vecs[l], T)
 			out := append([]float32(nil), s.sc.attn[:T*E]...)
 			f.expect(t, "out", out, want)
-			f.expect(t, "state_out", s.St.kda[l].S, wantS)
+			f.expect(t, "state_out", s.st.kda[l].S, wantS)
 
 			// One token at a time, the conv histories and S carried: the
 			// same bits (each token gets the one-token arithmetic).
@@ -608,9 +608,9 @@ func TestOpKDALayer(t *testing.T) {
 					}
 				}
 			}
-			for i, v := range s2.St.kda[l].S {
-				if math.Float32bits(v) != math.Float32bits(s.St.kda[l].S[i]) {
-					t.Fatalf("state element %d: step-by-step %v, whole sequence %v", i, v, s.St.kda[l].S[i])
+			for i, v := range s2.st.kda[l].S {
+				if math.Float32bits(v) != math.Float32bits(s.st.kda[l].S[i]) {
+					t.Fatalf("state element %d: step-by-step %v, whole sequence %v", i, v, s.st.kda[l].S[i])
 				}
 			}
 		})
@@ -791,18 +791,18 @@ func TestOpMLA(t *testing.T) {
 	s.mla(l, &mats, &vecs[l], T)
 	out := append([]float32(nil), s.sc.attn[:T*E]...)
 	f.expect(t, "out", out, want)
-	f.expect(t, "kv_latent", s.St.mla[l].lat, f.tensor64(t, "kv_latent", 1, T, Ckv))
-	f.expect(t, "k_rope", s.St.mla[l].kr, f.tensor64(t, "k_rope", 1, T, r))
+	f.expect(t, "kv_latent", s.st.mla[l].lat, f.tensor64(t, "kv_latent", 1, T, Ckv))
+	f.expect(t, "k_rope", s.st.mla[l].kr, f.tensor64(t, "k_rope", 1, T, r))
 
 	// Incremental: one token at a time against the growing latent cache.
 	s2 := newOpSession(t, c, vecs, nil, 1)
-	if err := s2.St.reserve(T); err != nil {
+	if err := s2.st.reserve(T); err != nil {
 		t.Fatal(err)
 	}
 	for tk := range T {
 		copy(s2.sc.xn, in[tk*E:(tk+1)*E])
 		s2.mla(l, &mats, &vecs[l], 1)
-		s2.St.pos++
+		s2.st.pos++
 		for i := range E {
 			if a, b := s2.sc.attn[i], out[tk*E+i]; math.Float32bits(a) != math.Float32bits(b) {
 				t.Fatalf("token %d element %d: incremental %v, whole sequence %v", tk, i, a, b)

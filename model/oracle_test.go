@@ -115,7 +115,7 @@ func greedy(t *testing.T, m *Model, prompt []int, n int, full bool) ([]int, [][]
 	feed := prompt
 	for i := 0; i < n; i++ {
 		if full {
-			s.St.Reset()
+			s.st.Reset()
 			feed = seq
 		}
 		if err := s.Forward(context.Background(), feed, logits, false); err != nil {

@@ -6,7 +6,7 @@ import "context"
 // as a pass of one segment over the session's state.
 
 func (s *Session) onePass(T int) *pass {
-	s.sc.segs = append(s.sc.segs[:0], segment{st: s.St, lo: 0, n: T, p0: s.St.pos})
+	s.sc.segs = append(s.sc.segs[:0], segment{st: s.st, lo: 0, n: T, p0: s.st.pos})
 	return &pass{m: s.m, c: s.m.Cfg, sc: s.sc, segs: s.sc.segs, T: T}
 }
 

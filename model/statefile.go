@@ -111,8 +111,12 @@ func writeFloats(w io.Writer, v []float32) {
 // and p pending tokens.
 func StateFileSize(c *Config, n, p int) int64 {
 	fixed, perPos := StateBytes(c)
-	return int64(len(stateMagic)) + 4 + 8 + stateCkptBytes + 8 + 8 + 4*int64(n+p) + fixed + perPos*int64(n) + 4
+	return stateHeaderBytes + 4*int64(n+p) + fixed + perPos*int64(n) + 4
 }
+
+// stateHeaderBytes is the header's size: magic, version, config and
+// checkpoint fingerprints, position and pending counts.
+const stateHeaderBytes = int64(len(stateMagic)) + 4 + 8 + stateCkptBytes + 8 + 8
 
 // maxPending bounds the pending tokens of a state file.
 const maxPending = 1 << 20
@@ -129,9 +133,11 @@ func (s *State) Load(r io.Reader, size int64) (tokens, pending []int, err error)
 			err = fmt.Errorf("%w: %v", ErrBadState, err)
 		}
 	}()
+	// The header is read unbuffered and the rest through a reader bounded
+	// by the length the header declares, so that Load never consumes a
+	// byte of r past the state's end (a stream may hold more).
 	h := crc32.New(castagnoli)
-	br := bufio.NewReaderSize(r, 1<<20)
-	in := io.TeeReader(br, h) // hashes exactly the bytes consumed
+	in := io.TeeReader(r, h) // hashes exactly the bytes consumed
 	magic := make([]byte, len(stateMagic))
 	if _, err := io.ReadFull(in, magic); err != nil {
 		return nil, nil, fmt.Errorf("reading header: %v", err)
@@ -167,9 +173,12 @@ func (s *State) Load(r io.Reader, size int64) (tokens, pending []int, err error)
 	if np < 0 || np > maxPending {
 		return nil, nil, fmt.Errorf("%d pending tokens", np)
 	}
-	if want := StateFileSize(s.cfg, int(n), int(np)); size >= 0 && size != want {
-		return nil, nil, fmt.Errorf("file is %d bytes, a state of %d positions and %d pending tokens is %d", size, n, np, want)
+	total := StateFileSize(s.cfg, int(n), int(np))
+	if size >= 0 && size != total {
+		return nil, nil, fmt.Errorf("file is %d bytes, a state of %d positions and %d pending tokens is %d", size, n, np, total)
 	}
+	br := bufio.NewReaderSize(io.LimitReader(r, total-stateHeaderBytes), 1<<20)
+	in = io.TeeReader(br, h)
 	s.Reset()
 	if err := s.reserve(int(n)); err != nil {
 		return nil, nil, err

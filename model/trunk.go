@@ -329,21 +329,21 @@ func (t *Trunk) load(s *ringSlot, u int) {
 
 // TrunkStats are cumulative counters of the trunk.
 type TrunkStats struct {
-	BytesRead       int64         // pinned loads included
-	StreamedBytes   int64         // reads of streamed parts
-	ReadTime        time.Duration // summed over reads
-	DecodeTime      time.Duration // decoding compressed parts, core time summed over blocks
-	DecodedBytes    int64         // bytes decoded from a compressed pack
-	WaitTime        time.Duration // compute blocked on a streamed part
-	PinnedAcquires  int64
-	StreamedAcquire int64
+	BytesRead        int64         // pinned loads included
+	StreamedBytes    int64         // reads of streamed parts
+	ReadTime         time.Duration // summed over reads
+	DecodeTime       time.Duration // decoding compressed parts, core time summed over blocks
+	DecodedBytes     int64         // bytes decoded from a compressed pack
+	WaitTime         time.Duration // compute blocked on a streamed part
+	PinnedAcquires   int64         // layer parts used from resident buffers
+	StreamedAcquires int64         // layer parts used from the streaming ring
 }
 
 // Stats returns the trunk's counters.
 func (t *Trunk) Stats() TrunkStats {
 	return TrunkStats{BytesRead: t.bytesRead.Load(), StreamedBytes: t.streamedBytes.Load(), ReadTime: time.Duration(t.readNanos.Load()),
 		WaitTime:   time.Duration(t.waitNanos.Load()),
-		DecodeTime: time.Duration(t.decodeNanos.Load()), DecodedBytes: t.decodedBytes.Load(), PinnedAcquires: t.hits.Load(), StreamedAcquire: t.streamed.Load()}
+		DecodeTime: time.Duration(t.decodeNanos.Load()), DecodedBytes: t.decodedBytes.Load(), PinnedAcquires: t.hits.Load(), StreamedAcquires: t.streamed.Load()}
 }
 
 // Close stops the ring and waits for reads in flight, after which the

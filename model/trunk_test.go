@@ -77,7 +77,7 @@ func TestBudgetInvariance(t *testing.T) {
 							}
 						}
 					}
-					if tr := m.Trunk(); tr != nil && mp.Streaming() && tr.Stats().StreamedAcquire == 0 {
+					if tr := m.Trunk(); tr != nil && mp.Streaming() && tr.Stats().StreamedAcquires == 0 {
 						t.Fatalf("budget %d: streaming plan but no streamed acquires", b)
 					}
 				}

@@ -100,7 +100,7 @@ func parseBatch(args []string, stderr io.Writer) (*batchConfig, error) {
 	return c, nil
 }
 
-func runBatch(args []string, stdout, stderr io.Writer) error {
+func runBatch(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	c, err := parseBatch(args, stderr)
 	if err != nil {
 		return err

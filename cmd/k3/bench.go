@@ -74,7 +74,7 @@ type benchResult struct {
 	VsBound           float64 `json:"decode_vs_bound"`
 }
 
-func runBench(args []string, stdout, stderr io.Writer) error {
+func runBench(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlags("bench", "--model DIR [--budget SIZE | --preset NAME] [--tokens N] [--prompt-len P] [--cold] [--batch 1,4,8,16 [--check]] [--json]", stderr)
 	var mf modelFlags
 	mf.register(fs)
@@ -556,7 +556,7 @@ func kernelRates(c k3.Config, threads int, room int64) (bf16, mx float64) {
 	pool := par.New(threads)
 	defer pool.Close()
 	rng := rand.New(rand.NewPCG(3, 4))
-	rows, cols := c.KDAWidth(), c.Hidden
+	rows, cols := c.KDAHeads*c.KDAHeadDim, c.Hidden
 	if fit := room / int64(2*cols); int64(rows) > fit {
 		rows = max(int(fit)&^15, 16)
 	}

@@ -57,7 +57,7 @@ type doctorReport struct {
 	Problems    []string              `json:"problems,omitempty"`
 }
 
-func runDoctor(args []string, stdout, stderr io.Writer) error {
+func runDoctor(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlags("doctor", "[--dir DIR] [--model CHECKPOINT] [--json]", stderr)
 	dir := fs.String("dir", ".", "`directory` on the disk to measure (a temporary file is written and removed)")
 	modelDir := fs.String("model", "", "checkpoint `directory` to plan for (its disk is measured unless --dir is given)")
@@ -165,14 +165,9 @@ func presetPlans(in *k3.Inspection) []doctorPlan {
 		}
 		dp := doctorPlan{Preset: p.name, Budget: p.bytes}
 		if mp, err := in.Plan(p.bytes); err == nil {
-			dp.Fits, dp.Parts = true, len(mp.Pinned)
-			for _, x := range mp.Pinned {
-				if x {
-					dp.PinnedParts++
-				}
-			}
+			dp.Fits, dp.Parts, dp.PinnedParts = true, mp.PinnedParts+mp.StreamedParts, mp.PinnedParts
 			dp.RingSlots, dp.RingSlotBytes, dp.CacheSlots = mp.RingSlots, mp.RingSlotBytes, mp.CacheSlots
-			dp.TrunkPerPass, dp.HeapLimit, dp.Planned = mp.TrunkBytesPerPass, mp.HeapLimit(), mp.Total()
+			dp.TrunkPerPass, dp.HeapLimit, dp.Planned = mp.TrunkBytesPerPass, mp.HeapLimitBytes, mp.TotalBytes
 			dp.BytesPerToken, _ = in.BytesPerToken(p.bytes)
 		}
 		out = append(out, dp)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -56,14 +57,42 @@ func (m *modelFlags) openWith(ctx context.Context, edit func(*k3.Options)) (*k3.
 	return k3.OpenContext(ctx, m.dir, opts)
 }
 
-func parseMode(s string) (k3.Mode, error) {
+// decodeMode is how a command feeds the sequence: full re-runs a fresh
+// forward over all of it (an oracle for the incremental path).
+type decodeMode struct{ full bool }
+
+func parseMode(s string) (decodeMode, error) {
 	switch s {
 	case "incremental", "":
-		return k3.Incremental, nil
+		return decodeMode{}, nil
 	case "full":
-		return k3.FullRecompute, nil
+		return decodeMode{full: true}, nil
 	}
-	return 0, usagef("--mode must be full or incremental, not %q", s)
+	return decodeMode{}, usagef("--mode must be full or incremental, not %q", s)
+}
+
+// generateFull decodes greedily by full recompute: every token is the
+// argmax (lower id on ties) of a fresh session's forward over the whole
+// sequence, so its ids check the engine's incremental decoding.
+func generateFull(ctx context.Context, m *k3.Model, prompt []int, maxTokens int, emit func(int)) error {
+	seq := slices.Clone(prompt)
+	for range maxTokens {
+		s := m.NewSession()
+		lg, err := s.Step(ctx, seq)
+		s.Close()
+		if err != nil {
+			return err
+		}
+		best := 0
+		for j, v := range lg {
+			if v > lg[best] {
+				best = j
+			}
+		}
+		seq = append(seq, best)
+		emit(best)
+	}
+	return nil
 }
 
 // signalContext cancels on Ctrl-C.
@@ -71,7 +100,7 @@ func signalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt)
 }
 
-func runGenerate(args []string, stdout, stderr io.Writer) error {
+func runGenerate(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlags("generate", "--model DIR (--ids 1,2,3 | --batch-file FILE) [flags]", stderr)
 	var mf modelFlags
 	mf.register(fs)
@@ -115,10 +144,13 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 	if *sessions < 0 || *maxBatch < 0 || *spec < 0 {
 		return usagef("--sessions, --max-batch and --spec must not be negative")
 	}
-	if *spec > 0 && md == k3.FullRecompute {
+	if *spec > 0 && md.full {
 		return usagef("--spec needs --mode incremental")
 	}
-	opts := k3.GenerateOptions{MaxTokens: *maxTokens, Mode: md, Speculate: *spec, Sampling: k3.SamplingOptions{
+	if md.full && (*temperature != 0 || *batchFile != "") {
+		return usagef("--mode full decodes one prompt greedily: no --temperature, no --batch-file")
+	}
+	opts := k3.GenerateOptions{MaxTokens: *maxTokens, Speculate: *spec, Sampling: k3.SamplingOptions{
 		Temperature: float32(*temperature), TopK: *topK, TopP: float32(*topP), MinP: float32(*minP), Seed: *seed}}
 	ctx, cancel := signalContext()
 	defer cancel()
@@ -132,15 +164,22 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 	}
 	defer m.Close()
 	var gen []int
-	if *maxTokens > 0 {
+	emit := func(id int) {
+		gen = append(gen, id)
+		if !*asJSON {
+			fmt.Fprintf(stdout, "%d\n", id)
+		}
+	}
+	if md.full {
+		if err := generateFull(ctx, m, prompt, *maxTokens, emit); err != nil {
+			return err
+		}
+	} else if *maxTokens > 0 {
 		for tok, err := range m.Generate(ctx, prompt, opts) {
 			if err != nil {
 				return err
 			}
-			gen = append(gen, tok.ID)
-			if !*asJSON {
-				fmt.Fprintf(stdout, "%d\n", tok.ID)
-			}
+			emit(tok.ID)
 		}
 	}
 	if *asJSON {
@@ -160,7 +199,7 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-func runLogits(args []string, stdout, stderr io.Writer) error {
+func runLogits(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlags("logits", "--model DIR --ids 1,2,3 [flags]", stderr)
 	var mf modelFlags
 	mf.register(fs)
@@ -188,7 +227,7 @@ func runLogits(args []string, stdout, stderr io.Writer) error {
 	V := m.Config().Vocab
 	s := m.NewSession()
 	var all []float32
-	if md == k3.FullRecompute {
+	if md.full {
 		if all, err = s.Logits(ctx, tokens); err != nil {
 			return err
 		}

@@ -38,7 +38,7 @@ const (
 type command struct {
 	name    string
 	summary string
-	run     func(args []string, stdout, stderr io.Writer) error
+	run     func(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 }
 
 var commands []command
@@ -63,7 +63,7 @@ func init() {
 }
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
 // usageError marks errors in the command line.
@@ -73,7 +73,9 @@ func (e *usageError) Error() string { return e.msg }
 
 func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
 
-func run(args []string, stdout, stderr io.Writer) int {
+// run runs the command line args with the given standard streams and
+// returns the exit code.
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		printHelp(stderr)
 		return exitUsage
@@ -81,7 +83,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "help", "-h", "-help", "--help":
 		if len(args) > 1 {
-			return run([]string{args[1], "--help"}, stdout, stderr)
+			return run([]string{args[1], "--help"}, stdin, stdout, stderr)
 		}
 		printHelp(stdout)
 		return exitOK
@@ -91,7 +93,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	for _, c := range commands {
 		if c.name == args[0] {
-			err := runCommand(c, args[1:], stdout, stderr)
+			err := runCommand(c, args[1:], stdin, stdout, stderr)
 			if err == nil {
 				return exitOK
 			}
@@ -110,13 +112,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 // runCommand runs c, recovering a panic on the command's goroutine as an
 // *internalError (exit code 7, the stack in the message). A panic on
 // another goroutine still ends the process with the runtime's exit code 2.
-func runCommand(c command, args []string, stdout, stderr io.Writer) (err error) {
+func runCommand(c command, args []string, stdin io.Reader, stdout, stderr io.Writer) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = &internalError{panic: p, stack: debug.Stack()}
 		}
 	}()
-	return c.run(args, stdout, stderr)
+	return c.run(args, stdin, stdout, stderr)
 }
 
 // internalError is a recovered panic: a bug in k3, not the user's input.

@@ -20,7 +20,7 @@ import (
 func runCmd(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code := run(args, &out, &errb)
+	code := run(args, strings.NewReader(testStdin), &out, &errb)
 	return code, out.String(), errb.String()
 }
 
@@ -145,7 +145,7 @@ func loadOracle(t *testing.T, name string) (string, expected) {
 // error" and the stack, never 2 (a usage error); an unreadable config.json
 // (EACCES, EIO) is an I/O error (6), not a bad checkpoint (3).
 func TestCrashIsNotAUsageError(t *testing.T) {
-	commands = append(commands, command{name: "crash-for-test", run: func([]string, io.Writer, io.Writer) error {
+	commands = append(commands, command{name: "crash-for-test", run: func([]string, io.Reader, io.Writer, io.Writer) error {
 		var s []int
 		_ = s[len(os.Args)+1] // an index out of range: a runtime panic
 		return nil

@@ -13,7 +13,7 @@ import (
 	"github.com/k3go/k3/model"
 )
 
-func runPack(args []string, stdout, stderr io.Writer) error {
+func runPack(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlags("pack", "--model DIR --out TRUNKDIR", stderr)
 	dir := fs.String("model", "", "checkpoint `directory`")
 	out := fs.String("out", "", "output `directory` for trunk.bin and trunk.json")

@@ -43,7 +43,7 @@ type planReport struct {
 // memory planner and a model of the expert union: no weights are read, so
 // it works on a header-only checkpoint (k3 synth --profile full
 // --sparse) as well as on a real one.
-func runPlan(args []string, stdout, stderr io.Writer) error {
+func runPlan(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlags("plan", "--model DIR [--budget 8GB,32GB,128GB] [--batch 1,4,16,64] [--gbps 6,14] [--trace FILE] [--json]", stderr)
 	dir := fs.String("model", "", "checkpoint `directory` (only config.json and the shard headers are read)")
 	budgets := fs.String("budget", "8GB,32GB,128GB", "comma-separated RAM `budgets`")
@@ -96,7 +96,7 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 		union = u
 		rep.UnionModel = "measured on " + *trace + ": mean distinct experts per layer over B tokens drawn from different positions"
 	}
-	moeLayers := int64(c.Layers - c.FirstKDense)
+	moeLayers := int64(c.MoELayers)
 	for _, budget := range bs {
 		for _, b := range ns {
 			row := planRow{Budget: budget, Batch: b}

@@ -21,9 +21,6 @@ import (
 	"github.com/k3go/k3/tokenizer"
 )
 
-// stdin is the commands' standard input; tests replace it.
-var stdin io.Reader = os.Stdin
-
 const runUsage = `[--model DIR] [--prompt TEXT | --prompt-file F] [--chat] [flags]
 
 Generates text and streams it to stdout as it is produced.
@@ -91,7 +88,7 @@ type runOpts struct {
 // examples/server defaults to (the OpenAI API's): see runUsage.
 const defaultTemperature = 1
 
-func runRun(args []string, stdout, stderr io.Writer) error {
+func runRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlags("run", runUsage, stderr)
 	var o runOpts
 	o.mf.register(fs)
@@ -180,7 +177,7 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	var n tokenCount
 	switch {
 	case interactive:
-		err = o.chatLoop(ctx, m, stdout, stderr, &n)
+		err = o.chatLoop(ctx, m, stdin, stdout, stderr, &n)
 	case o.chat:
 		err = o.chatTurn(ctx, m, prompt, stdout, stderr, &n)
 	default:
@@ -585,7 +582,7 @@ const chatHelp = `commands: /save FILE, /load FILE, /reset, /quit (or Ctrl-D); "
 
 // chatLoop reads user messages from stdin, one per line. On a terminal,
 // errors are reported and the chat goes on; from a pipe they end it.
-func (o *runOpts) chatLoop(ctx context.Context, m *k3.Model, stdout, stderr io.Writer, n *tokenCount) error {
+func (o *runOpts) chatLoop(ctx context.Context, m *k3.Model, stdin io.Reader, stdout, stderr io.Writer, n *tokenCount) error {
 	c, err := o.newChat(m)
 	if err != nil {
 		return usagef("%v", err)

@@ -298,10 +298,10 @@ func TestRunLongPrompt(t *testing.T) {
 	prompt := strings.Repeat("A long prompt about nothing in particular. ", 14)
 	args := []string{"run", "--model", dir, "--prompt", prompt, "--max-tokens", "6", "--temperature", "0.5"}
 	var plain, chunked, errb bytes.Buffer
-	if code := run(args, &plain, &errb); code != 0 {
+	if code := run(args, strings.NewReader(""), &plain, &errb); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
-	if code := run(args, &chunked, devnull); code != 0 {
+	if code := run(args, strings.NewReader(""), &chunked, devnull); code != 0 {
 		t.Fatalf("with a terminal: exit %d", code)
 	}
 	if plain.String() != chunked.String() || plain.Len() == 0 {

@@ -47,7 +47,7 @@ type serveOpts struct {
 	maxBody         string
 }
 
-func runServe(args []string, stdout, stderr io.Writer) error {
+func runServe(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlags("serve", serveUsage, stderr)
 	var o serveOpts
 	o.mf.register(fs)

@@ -44,7 +44,7 @@ func TestServeChild(t *testing.T) {
 	if args == "" {
 		t.Skip("run by TestServeSIGTERM")
 	}
-	os.Exit(run(strings.Split(args, "\x1f"), os.Stdout, os.Stderr))
+	os.Exit(run(strings.Split(args, "\x1f"), os.Stdin, os.Stdout, os.Stderr))
 }
 
 // serveChild starts "k3 serve" in a subprocess and returns its address.

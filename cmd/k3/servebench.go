@@ -55,7 +55,7 @@ type benchServeResult struct {
 	Levels      []serveLevel `json:"levels"`
 }
 
-func runBenchServe(args []string, stdout, stderr io.Writer) error {
+func runBenchServe(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlags("bench-serve", benchServeUsage, stderr)
 	var mf modelFlags
 	mf.register(fs)

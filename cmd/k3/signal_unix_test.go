@@ -22,7 +22,7 @@ func TestHelperProcess(t *testing.T) {
 	if args == "" {
 		t.Skip("run by the signal tests only")
 	}
-	os.Exit(run(strings.Split(args, "\n"), os.Stdout, os.Stderr))
+	os.Exit(run(strings.Split(args, "\n"), os.Stdin, os.Stdout, os.Stderr))
 }
 
 // startK3 starts `k3 args...` in a child process.

@@ -44,7 +44,7 @@ and code substrings, and the first eight of Kimi K3's special tokens
 offsets after the ranks; and generation_config.json, whose eos_token_id is
 <|end_of_msg|>. Chat (k3 run, the server) works on it.`
 
-func runSynth(args []string, stdout, stderr io.Writer) error {
+func runSynth(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlags("synth", synthUsage, stderr)
 	out := fs.String("out", "", "output `directory` (must not exist or be empty)")
 	profile := fs.String("profile", "", "`name`: tiny, medium, quickstart, full or custom")

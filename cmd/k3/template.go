@@ -30,7 +30,7 @@ or with --json {"reasoning_content", "content", "tool_calls": [{"name",
 answer to a prompt without thinking (it starts in the response channel).
 --tokenizer defaults to --model.`
 
-func runTemplate(args []string, stdout, stderr io.Writer) error {
+func runTemplate(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlags("template", templateUsage, stderr)
 	var tf tokenizerFlags
 	tf.register(fs)
@@ -63,7 +63,7 @@ func runTemplate(args []string, stdout, stderr io.Writer) error {
 	if *parseMode {
 		in := []byte(*idsFlag)
 		if !idsSet {
-			if in, err = readInput(*input); err != nil {
+			if in, err = readInput(*input, stdin); err != nil {
 				return err
 			}
 		}
@@ -82,7 +82,7 @@ func runTemplate(args []string, stdout, stderr io.Writer) error {
 		}
 		return printAnswer(stdout, m, *asJSON)
 	}
-	raw, err := readInput(*input)
+	raw, err := readInput(*input, stdin)
 	if err != nil {
 		return err
 	}

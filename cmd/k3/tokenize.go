@@ -79,7 +79,7 @@ func (e badTokenizer) Error() string   { return e.err.Error() }
 func (e badTokenizer) Unwrap() []error { return []error{e.err, k3.ErrBadCheckpoint} }
 
 // readInput returns the contents of file, or of stdin if file is empty.
-func readInput(file string) ([]byte, error) {
+func readInput(file string, stdin io.Reader) ([]byte, error) {
 	if file != "" {
 		return os.ReadFile(file)
 	}
@@ -90,7 +90,7 @@ func readInput(file string) ([]byte, error) {
 	return b, nil
 }
 
-func runTokenize(args []string, stdout, stderr io.Writer) error {
+func runTokenize(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlags("tokenize", tokenizeUsage, stderr)
 	var tf tokenizerFlags
 	tf.register(fs)
@@ -111,7 +111,7 @@ func runTokenize(args []string, stdout, stderr io.Writer) error {
 	}
 	in := *text
 	if !textSet {
-		b, err := readInput(*file)
+		b, err := readInput(*file, stdin)
 		if err != nil {
 			return err
 		}
@@ -135,7 +135,7 @@ func runTokenize(args []string, stdout, stderr io.Writer) error {
 	return err
 }
 
-func runDetokenize(args []string, stdout, stderr io.Writer) error {
+func runDetokenize(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlags("detokenize", detokenizeUsage, stderr)
 	var tf tokenizerFlags
 	tf.register(fs)
@@ -155,7 +155,7 @@ func runDetokenize(args []string, stdout, stderr io.Writer) error {
 	}
 	in := []byte(*idsFlag)
 	if !idsSet {
-		if in, err = readInput(*file); err != nil {
+		if in, err = readInput(*file, stdin); err != nil {
 			return err
 		}
 	}

@@ -37,12 +37,16 @@ func loadVectors(t *testing.T) (dir string, cases []vectorCase) {
 	return dir, v.Cases
 }
 
-// withStdin makes the commands read s from stdin.
+// testStdin is what runCmd gives the command as its standard input.
+var testStdin string
+
+// withStdin makes the commands runCmd runs read s from stdin, until the
+// test ends.
 func withStdin(t *testing.T, s string) {
 	t.Helper()
-	old := stdin
-	stdin = strings.NewReader(s)
-	t.Cleanup(func() { stdin = old })
+	old := testStdin
+	testStdin = s
+	t.Cleanup(func() { testStdin = old })
 }
 
 // vectorSubset names the cases of vectors.json the command tests use (the
