@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/k3go/k3/internal/bf16merge"
 	"github.com/k3go/k3/iox"
 	"github.com/klauspost/compress/huff0"
 )
@@ -96,28 +97,29 @@ type blockDecoder struct {
 
 var errBlockCorrupt = errors.New("corrupt block")
 
-// decodeBlock decodes one stored block into dst (the block's raw length).
-func (d *blockDecoder) decodeBlock(dst, src []byte) error {
+// decodeBlock decodes one stored block into dst (the block's raw length)
+// and returns the CRC-32C of the decoded bytes.
+func (d *blockDecoder) decodeBlock(dst, src []byte) (uint32, error) {
 	n := len(dst) / 2
 	if len(dst)%2 != 0 || len(src) < compHeader {
-		return errBlockCorrupt
+		return 0, errBlockCorrupt
 	}
 	mode := src[0]
 	el := int(src[1]) | int(src[2])<<8 | int(src[3])<<16
 	if compHeader+el+n != len(src) {
-		return errBlockCorrupt
+		return 0, errBlockCorrupt
 	}
 	es, sm := src[compHeader:compHeader+el], src[compHeader+el:]
 	var exp []byte
 	switch mode {
 	case compExpRaw:
 		if el != n {
-			return errBlockCorrupt
+			return 0, errBlockCorrupt
 		}
 		exp = es
 	case compExpRLE:
 		if el != 1 {
-			return errBlockCorrupt
+			return 0, errBlockCorrupt
 		}
 		if cap(d.exp) < n {
 			d.exp = make([]byte, n)
@@ -132,7 +134,7 @@ func (d *blockDecoder) decodeBlock(dst, src []byte) error {
 		}
 		s, rest, err := huff0.ReadTable(es, d.s)
 		if err != nil {
-			return errBlockCorrupt
+			return 0, errBlockCorrupt
 		}
 		d.s = s
 		if cap(d.exp) < n {
@@ -140,49 +142,31 @@ func (d *blockDecoder) decodeBlock(dst, src []byte) error {
 		}
 		out, err := s.Decoder().Decompress4X(d.exp[:0:n], rest)
 		if err != nil || len(out) != n {
-			return errBlockCorrupt
+			return 0, errBlockCorrupt
 		}
 		exp = out
 	default:
-		return errBlockCorrupt
+		return 0, errBlockCorrupt
 	}
-	mergeWords(dst, exp, sm)
-	return nil
+	return mergeWords(dst, exp, sm), nil
 }
+
+// mergeChunk is the number of words merged before their bytes are
+// checksummed: 16 KiB of output, so the CRC reads it from L1 right after
+// the merge wrote it instead of from L2 or memory after the whole block.
+const mergeChunk = 8 << 10
 
 // mergeWords rebuilds the 16-bit words from exponent and sign+mantissa
-// bytes, eight words per step: the bytes are spread into 16-bit lanes of
-// a uint64 and combined with lane-wise masks and shifts (no lane
-// overflows: an exponent shifted by 7 stays under bit 15).
-func mergeWords(dst, exp, sm []byte) {
-	n := len(exp)
-	dst = dst[:2*n]
-	sm = sm[:n]
-	for len(exp) >= 8 && len(sm) >= 8 && len(dst) >= 16 {
-		e := binary.LittleEndian.Uint64(exp)
-		m := binary.LittleEndian.Uint64(sm)
-		binary.LittleEndian.PutUint64(dst, mergeLanes(uint32(e), uint32(m)))
-		binary.LittleEndian.PutUint64(dst[8:], mergeLanes(uint32(e>>32), uint32(m>>32)))
-		exp, sm, dst = exp[8:], sm[8:], dst[16:]
+// bytes into dst (2*len(exp) bytes) and returns the CRC-32C of dst.
+func mergeWords(dst, exp, sm []byte) uint32 {
+	var crc uint32
+	for i := 0; i < len(exp); i += mergeChunk {
+		j := min(i+mergeChunk, len(exp))
+		out := dst[2*i : 2*j]
+		bf16merge.Merge(out, exp[i:j], sm[i:j])
+		crc = crc32.Update(crc, crcTable, out)
 	}
-	for i := range exp {
-		e, m := uint16(exp[i]), uint16(sm[i])
-		binary.LittleEndian.PutUint16(dst[2*i:], (m&0x80)<<8|e<<7|m&0x7f)
-	}
-}
-
-// mergeLanes combines four exponent and four sign+mantissa bytes into four
-// little-endian 16-bit words.
-func mergeLanes(e4, m4 uint32) uint64 {
-	e, m := spread16(e4), spread16(m4)
-	return (m&0x0080008000800080)<<8 | e<<7 | m&0x007f007f007f007f
-}
-
-// spread16 moves byte k of v to the low byte of 16-bit lane k.
-func spread16(v uint32) uint64 {
-	x := uint64(v)
-	x = (x | x<<16) & 0x0000ffff0000ffff
-	return (x | x<<8) & 0x00ff00ff00ff00ff
+	return crc
 }
 
 // compressImage encodes a part image (even length) into blocks, returning
@@ -329,7 +313,8 @@ func (r *decodeRun) decodeSome(d *blockDecoder) {
 		lo := b * r.cp.block
 		out := r.dst[lo:min(lo+r.cp.block, len(r.dst))]
 		t0 := time.Now()
-		bad := d.decodeBlock(out, src) != nil || crc32.Checksum(out, crcTable) != r.cp.crc[b]
+		crc, err := d.decodeBlock(out, src)
+		bad := err != nil || crc != r.cp.crc[b]
 		r.cpu.Add(int64(time.Since(t0)))
 		r.mu.Lock()
 		if bad && r.failed == 0 {

@@ -3,7 +3,6 @@ package model
 import (
 	"context"
 	"fmt"
-	"hash/crc32"
 	"runtime"
 	"sync"
 	"time"
@@ -125,10 +124,11 @@ func (p *Plan) MeasureCompression(ctx context.Context, read ReadFunc, alloc Allo
 		for b := range cp.blocks() {
 			lo := b * cp.block
 			hi := min(lo+cp.block, len(out))
-			if err := d.decodeBlock(out[lo:hi], stored[cp.offs[b]:cp.offs[b+1]]); err != nil {
+			crc, err := d.decodeBlock(out[lo:hi], stored[cp.offs[b]:cp.offs[b+1]])
+			if err != nil {
 				return r, fmt.Errorf("measuring compression: %w", err)
 			}
-			if crc32.Checksum(out[lo:hi], crcTable) != cp.crc[b] {
+			if crc != cp.crc[b] {
 				return r, fmt.Errorf("measuring compression: block %d decodes wrongly", b)
 			}
 		}

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"math"
 	"math/rand/v2"
 	"runtime"
 	"testing"
+
+	"github.com/k3go/k3/internal/bf16merge"
 )
 
 // normalBF16 fills a buffer with BF16 values drawn like trained weights:
@@ -42,16 +45,20 @@ func TestBlockRoundTrip(t *testing.T) {
 	for name, raw := range cases {
 		src := enc.encodeBlock(nil, raw)
 		got := make([]byte, len(raw))
-		if err := dec.decodeBlock(got, src); err != nil {
+		crc, err := dec.decodeBlock(got, src)
+		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 		if !bytes.Equal(got, raw) {
 			t.Fatalf("%s: decoded block differs", name)
 		}
+		if want := crc32.Checksum(raw, crcTable); crc != want {
+			t.Fatalf("%s: decode's CRC %#x, want %#x", name, crc, want)
+		}
 		t.Logf("%s: %d -> %d bytes (mode %d)", name, len(raw), len(src), src[0])
 		// Every truncation is refused, never a panic.
 		for _, cut := range []int{0, 1, compHeader, len(src) / 2, len(src) - 1} {
-			if cut < len(src) && dec.decodeBlock(got, src[:cut]) == nil {
+			if _, err := dec.decodeBlock(got, src[:cut]); cut < len(src) && err == nil {
 				t.Errorf("%s: block truncated to %d bytes decoded", name, cut)
 			}
 		}
@@ -100,19 +107,38 @@ func FuzzDecodeBlock(f *testing.F) {
 	})
 }
 
+// eachMergeKernel runs a sub-benchmark per bf16merge implementation, so
+// that the generic merge is the baseline of the same process.
+func eachMergeKernel(b *testing.B, f func(b *testing.B)) {
+	for _, k := range bf16merge.Implementations() {
+		b.Run("merge="+k, func(b *testing.B) {
+			restore, err := bf16merge.SetImplementation(k)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer restore()
+			f(b)
+		})
+	}
+}
+
+// BenchmarkDecodeBlock decodes one 256 KiB block on one core, in cache,
+// its CRC-32C included.
 func BenchmarkDecodeBlock(b *testing.B) {
 	raw := normalBF16(compBlockBytes/2, 0.02, 6)
 	var enc blockEncoder
 	src := enc.encodeBlock(nil, raw)
 	var d blockDecoder
 	out := make([]byte, len(raw))
-	b.SetBytes(int64(len(raw)))
-	b.ReportMetric(float64(len(src))/float64(len(raw)), "ratio")
-	for b.Loop() {
-		if err := d.decodeBlock(out, src); err != nil {
-			b.Fatal(err)
+	eachMergeKernel(b, func(b *testing.B) {
+		b.SetBytes(int64(len(raw)))
+		b.ReportMetric(float64(len(src))/float64(len(raw)), "ratio")
+		for b.Loop() {
+			if _, err := d.decodeBlock(out, src); err != nil {
+				b.Fatal(err)
+			}
 		}
-	}
+	})
 }
 
 // BenchmarkDecodePart decodes a 64 MiB part (out of cache, as the ring
@@ -123,21 +149,24 @@ func BenchmarkDecodePart(b *testing.B) {
 	var enc blockEncoder
 	stored, cp := compressImage(&enc, nil, raw)
 	out := make([]byte, len(raw))
-	for _, w := range []int{1, runtime.GOMAXPROCS(0)} {
-		b.Run(fmt.Sprintf("workers=%d", w), func(b *testing.B) {
-			ds := newDecoders(w)
-			defer ds.close()
-			var run decodeRun
-			b.SetBytes(int64(len(raw)))
-			for b.Loop() {
-				if ds.decode(&run, out, stored, cp) >= 0 {
-					b.Fatal("decode failed")
+	eachMergeKernel(b, func(b *testing.B) {
+		for _, w := range []int{1, runtime.GOMAXPROCS(0)} {
+			b.Run(fmt.Sprintf("workers=%d", w), func(b *testing.B) {
+				ds := newDecoders(w)
+				defer ds.close()
+				var run decodeRun
+				b.SetBytes(int64(len(raw)))
+				for b.Loop() {
+					if ds.decode(&run, out, stored, cp) >= 0 {
+						b.Fatal("decode failed")
+					}
 				}
-			}
-		})
-	}
+			})
+		}
+	})
 }
 
+// BenchmarkMergeWords merges one block's words and checksums them.
 func BenchmarkMergeWords(b *testing.B) {
 	exp, sm := make([]byte, 1<<17), make([]byte, 1<<17)
 	dst := make([]byte, 1<<18)
