@@ -223,14 +223,19 @@ type decoders struct {
 
 // A compressed part is read through a staging buffer of stageSlots slots
 // that each hold one chunk: chunkBlocks consecutive blocks (fewer for
-// small parts, so that even they overlap reading and decoding). Two
-// readers fill the slots in turn while the workers decode the blocks of
-// the chunks already read; a slot is read again once all its blocks are
-// decoded. The staging buffer so costs a few chunks, not a whole part.
+// small parts, so that even they overlap reading and decoding).
+// stageReader readers fill the slots in turn while the workers decode the
+// blocks of the chunks already read; a slot is read again once all its
+// blocks are decoded. The staging buffer so costs a few chunks, not a
+// whole part. Once the fixed-width mode made the decode faster than the
+// disk, the reads became the limit: four reads of 8 MiB chunks in flight
+// kept the disk busier than two of 16 MiB in the same staging bytes
+// (medium: 0.869× of plain s/token against 0.898×; eight of 4 MiB were
+// slower, 0.99×; docs/PERFORMANCE.md §11).
 const (
-	chunkBlocks = 64 // 16 MiB of raw bytes
-	stageSlots  = 4
-	stageReader = 2
+	chunkBlocks = 32 // 8 MiB of raw bytes
+	stageSlots  = 8
+	stageReader = 4
 )
 
 // chunkSlotBytes is the size of a staging slot for the part's chunks: the
@@ -350,6 +355,11 @@ func (r *decodeRun) decodeSome(d *blockDecoder) {
 		if bad {
 			return
 		}
+		// Let a reader whose read has completed have this P: with every
+		// P decoding, it would otherwise wait for the scheduler's
+		// preemption (about 10 ms) before issuing the next read, and the
+		// disk would idle.
+		runtime.Gosched()
 	}
 }
 
