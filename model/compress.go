@@ -35,6 +35,7 @@ const (
 	compExpRaw  = 0 // exponent bytes stored as they are
 	compExpHuff = 1 // huff0 4-stream
 	compExpRLE  = 2 // one exponent value repeated; the stream is that byte
+	compExpFix  = 3 // fixed-width k-bit codes into a per-block table (compress_fixed.go)
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
@@ -53,6 +54,10 @@ func (c *compPart) blocks() int { return len(c.crc) }
 type blockEncoder struct {
 	s       huff0.Scratch
 	exp, sm []byte
+	fix     []byte // the fixed-width exponent stream being built
+	// huffOnly turns the fixed-width mode off, as packs before it were
+	// written (benchmarks compare the two in one process).
+	huffOnly bool
 }
 
 // encodeBlock appends the encoded raw block (even length, at most
@@ -73,7 +78,17 @@ func (e *blockEncoder) encodeBlock(dst, raw []byte) []byte {
 	mode := byte(compExpRaw)
 	e.s.Reuse = huff0.ReusePolicyNone
 	out, _, err := huff0.Compress4X(exp, &e.s)
+	huffLen := n // the exponent stream's length without the fixed-width mode
+	if err == nil && len(out) < n {
+		huffLen = len(out)
+	}
+	if !e.huffOnly && !errors.Is(err, huff0.ErrUseRLE) {
+		e.fix = encodeFixed(e.fix[:0], exp)
+	}
 	switch {
+	case !e.huffOnly && !errors.Is(err, huff0.ErrUseRLE) && preferFixed(len(e.fix), huffLen, n):
+		mode = compExpFix
+		dst = append(dst, e.fix...)
 	case err == nil && len(out) < n:
 		mode = compExpHuff
 		dst = append(dst, out...)
@@ -93,6 +108,7 @@ func (e *blockEncoder) encodeBlock(dst, raw []byte) []byte {
 type blockDecoder struct {
 	s   *huff0.Scratch
 	exp []byte
+	fix fixedTables
 }
 
 var errBlockCorrupt = errors.New("corrupt block")
@@ -127,6 +143,14 @@ func (d *blockDecoder) decodeBlock(dst, src []byte) (uint32, error) {
 		exp = d.exp[:n]
 		for i := range exp {
 			exp[i] = es[0]
+		}
+	case compExpFix:
+		if cap(d.exp) < n {
+			d.exp = make([]byte, n)
+		}
+		exp = d.exp[:n]
+		if !d.fix.decode(exp, es) {
+			return 0, errBlockCorrupt
 		}
 	case compExpHuff:
 		if d.s == nil {
@@ -199,14 +223,19 @@ type decoders struct {
 
 // A compressed part is read through a staging buffer of stageSlots slots
 // that each hold one chunk: chunkBlocks consecutive blocks (fewer for
-// small parts, so that even they overlap reading and decoding). Two
-// readers fill the slots in turn while the workers decode the blocks of
-// the chunks already read; a slot is read again once all its blocks are
-// decoded. The staging buffer so costs a few chunks, not a whole part.
+// small parts, so that even they overlap reading and decoding).
+// stageReader readers fill the slots in turn while the workers decode the
+// blocks of the chunks already read; a slot is read again once all its
+// blocks are decoded. The staging buffer so costs a few chunks, not a
+// whole part. Once the fixed-width mode made the decode faster than the
+// disk, the reads became the limit: four reads of 8 MiB chunks in flight
+// kept the disk busier than two of 16 MiB in the same staging bytes
+// (medium: 0.869× of plain s/token against 0.898×; eight of 4 MiB were
+// slower, 0.99×; docs/PERFORMANCE.md §11).
 const (
-	chunkBlocks = 64 // 16 MiB of raw bytes
-	stageSlots  = 4
-	stageReader = 2
+	chunkBlocks = 32 // 8 MiB of raw bytes
+	stageSlots  = 8
+	stageReader = 4
 )
 
 // chunkSlotBytes is the size of a staging slot for the part's chunks: the
@@ -326,6 +355,11 @@ func (r *decodeRun) decodeSome(d *blockDecoder) {
 		if bad {
 			return
 		}
+		// Let a reader whose read has completed have this P: with every
+		// P decoding, it would otherwise wait for the scheduler's
+		// preemption (about 10 ms) before issuing the next read, and the
+		// disk would idle.
+		runtime.Gosched()
 	}
 }
 

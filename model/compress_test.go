@@ -98,6 +98,10 @@ func FuzzDecodeBlock(f *testing.F) {
 	var enc blockEncoder
 	f.Add(enc.encodeBlock(nil, normalBF16(500, 0.02, 5)), 1000)
 	f.Add(enc.encodeBlock(nil, make([]byte, 64)), 64)
+	f.Add(encodeFixedBlock(normalBF16(333, 0.02, 5)), 666)
+	f.Add(encodeFixedBlock(normalBF16(64, 1e-30, 5)), 128) // escapes everywhere
+	huff := blockEncoder{huffOnly: true}
+	f.Add(huff.encodeBlock(nil, normalBF16(500, 0.02, 5)), 1000)
 	f.Fuzz(func(t *testing.T, src []byte, n int) {
 		if n < 0 || n > 1<<16 {
 			return
@@ -122,11 +126,25 @@ func eachMergeKernel(b *testing.B, f func(b *testing.B)) {
 	}
 }
 
+// eachCode runs a sub-benchmark per exponent code: huff0 only (packs
+// before the fixed-width mode) and the encoder's default choice.
+func eachCode(b *testing.B, f func(b *testing.B, enc *blockEncoder)) {
+	for _, c := range []struct {
+		name     string
+		huffOnly bool
+	}{{"huff0", true}, {"fixed", false}} {
+		b.Run("code="+c.name, func(b *testing.B) { f(b, &blockEncoder{huffOnly: c.huffOnly}) })
+	}
+}
+
 // BenchmarkDecodeBlock decodes one 256 KiB block on one core, in cache,
 // its CRC-32C included.
 func BenchmarkDecodeBlock(b *testing.B) {
+	eachCode(b, benchDecodeBlock)
+}
+
+func benchDecodeBlock(b *testing.B, enc *blockEncoder) {
 	raw := normalBF16(compBlockBytes/2, 0.02, 6)
-	var enc blockEncoder
 	src := enc.encodeBlock(nil, raw)
 	var d blockDecoder
 	out := make([]byte, len(raw))
@@ -146,8 +164,11 @@ func BenchmarkDecodeBlock(b *testing.B) {
 // the read is included.
 func BenchmarkDecodePart(b *testing.B) {
 	raw := normalBF16(32<<20, 0.02, 8)
-	var enc blockEncoder
-	stored, cp := compressImage(&enc, nil, raw)
+	eachCode(b, func(b *testing.B, enc *blockEncoder) { benchDecodePart(b, enc, raw) })
+}
+
+func benchDecodePart(b *testing.B, enc *blockEncoder, raw []byte) {
+	stored, cp := compressImage(enc, nil, raw)
 	out := make([]byte, len(raw))
 	eachMergeKernel(b, func(b *testing.B) {
 		for _, w := range []int{1, runtime.GOMAXPROCS(0)} {
@@ -156,6 +177,7 @@ func BenchmarkDecodePart(b *testing.B) {
 				defer ds.close()
 				var run decodeRun
 				b.SetBytes(int64(len(raw)))
+				b.ReportMetric(float64(len(stored))/float64(len(raw)), "ratio")
 				for b.Loop() {
 					if ds.decode(&run, out, stored, cp) >= 0 {
 						b.Fatal("decode failed")
