@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
-	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -58,10 +57,8 @@ func TestCompressedTrunk(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i := range want {
-			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-				t.Fatalf("budget %d: compressed trunk logit %d = %v, want %v", budget, i, got[i], want[i])
-			}
+		if i := firstBitDiff(got, want); i >= 0 {
+			t.Fatalf("budget %d: compressed trunk logit %d = %v, want %v", budget, i, got[i], want[i])
 		}
 		st := m.Stats()
 		if st.TrunkDecodedBytes > 0 {
@@ -223,10 +220,8 @@ func TestCompressionModes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i := range want {
-			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-				t.Fatalf("mode %d: logit %d = %v, want %v", mode, i, got[i], want[i])
-			}
+		if i := firstBitDiff(got, want); i >= 0 {
+			t.Fatalf("mode %d: logit %d = %v, want %v", mode, i, got[i], want[i])
 		}
 		decoded := m.Stats().TrunkDecodedBytes > 0
 		m.Close()

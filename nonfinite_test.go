@@ -159,16 +159,21 @@ func TestNonFiniteFailsTheStep(t *testing.T) {
 	}
 }
 
-func sameBits(a, b []float32) bool {
-	if len(a) != len(b) || len(a) == 0 {
-		return false
-	}
-	for i := range a {
-		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
-			return false
+// sameBits says whether a and b hold the same non-empty values, bit for bit.
+func sameBits(a, b []float32) bool { return len(a) > 0 && firstBitDiff(a, b) < 0 }
+
+// firstBitDiff returns the first index where got and want differ bit for
+// bit (a length mismatch differs at the shorter length), or -1.
+func firstBitDiff(got, want []float32) int {
+	for i := range min(len(got), len(want)) {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			return i
 		}
 	}
-	return true
+	if len(got) != len(want) {
+		return min(len(got), len(want))
+	}
+	return -1
 }
 
 // TestNonFiniteState restores a saved state holding a NaN (with a valid

@@ -3,7 +3,6 @@ package k3_test
 import (
 	"context"
 	"errors"
-	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -37,10 +36,8 @@ func TestPackedTrunk(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i := range want {
-			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-				t.Fatalf("budget %d: packed trunk logit %d = %v, want %v", budget, i, got[i], want[i])
-			}
+		if i := firstBitDiff(got, want); i >= 0 {
+			t.Fatalf("budget %d: packed trunk logit %d = %v, want %v", budget, i, got[i], want[i])
 		}
 		m.Close()
 	}
