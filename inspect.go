@@ -53,8 +53,9 @@ func InspectContext(ctx context.Context, dir string, opts Options) (*Inspection,
 	if err != nil {
 		return nil, fmt.Errorf("k3: %w", checkpointErr(err))
 	}
-	// A compressed pack that Open may read adds its staging buffers to
-	// the floor; plan with its layout as Open would.
+	// A compressed pack that Open may read decodes each part in place, in
+	// a little more room than its image; plan with its layout as Open
+	// would.
 	if opts.TrunkDir != "" && opts.TrunkCompression != CompressionOff {
 		x, err := model.ReadPackIndex(opts.TrunkDir)
 		if err != nil {

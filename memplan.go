@@ -12,7 +12,7 @@ type MemoryPlan struct {
 	// OffHeapBytes + HeapBytes + ExecutableBytes.
 	TotalBytes int64
 	// OffHeapBytes are the engine's buffers outside the Go heap: pinned
-	// trunk parts, ring slots, the expert cache, staging buffers.
+	// trunk parts, the streaming ring, the expert cache.
 	OffHeapBytes int64
 	// HeapBytes is what the plan puts on the Go heap, the runtime and the
 	// collector's headroom included.
@@ -43,17 +43,13 @@ type MemoryPlan struct {
 	IndexBytes, TokenizerBytes, SessionVocabBytes, RuntimeBytes, ExecutableBytes int64
 
 	// The dense trunk: its layer parts (two per layer) are pinned
-	// (resident) or streamed through a ring of RingSlots buffers of
-	// RingSlotBytes each. PinnedLayers counts layers with both parts
-	// pinned.
+	// (resident) or streamed through a ring of RingSlots × RingSlotBytes
+	// (RingSlotBytes is the largest streamed part; smaller ones share the
+	// ring's room). PinnedLayers counts layers with both parts pinned.
 	PinnedParts, StreamedParts, PinnedLayers int
 	PinnedBytes                              int64
 	RingSlots                                int
 	RingSlotBytes                            int64
-	// StagingBuffers of StagingBytes each receive a compressed packed
-	// trunk's reads before decoding (none otherwise).
-	StagingBuffers int
-	StagingBytes   int64
 	// TrunkBytesPerPass is what one forward pass reads of the trunk.
 	TrunkBytesPerPass int64
 
@@ -75,8 +71,8 @@ func newMemoryPlan(mp *model.MemoryPlan) *MemoryPlan {
 		Sessions: mp.Sessions, StateBytes: mp.State, KVBytes: mp.KV, Rows: mp.Rows, ScratchBytes: mp.Scratch,
 		IndexBytes: mp.Index, TokenizerBytes: mp.Tokenizer, SessionVocabBytes: mp.SessionVocab, RuntimeBytes: mp.Runtime, ExecutableBytes: mp.Executable,
 		PinnedLayers: mp.PinnedLayers, PinnedBytes: mp.PinnedBytes, RingSlots: mp.RingSlots, RingSlotBytes: mp.RingSlotBytes,
-		StagingBuffers: mp.StagingBuffers, StagingBytes: mp.StagingBytes, TrunkBytesPerPass: mp.TrunkBytesPerPass,
-		CacheSlots: mp.CacheSlots, CacheSlotBytes: mp.CacheSlotBytes,
+		TrunkBytesPerPass: mp.TrunkBytesPerPass,
+		CacheSlots:        mp.CacheSlots, CacheSlotBytes: mp.CacheSlotBytes,
 		text: mp.String(),
 	}
 	for _, pinned := range mp.Pinned {

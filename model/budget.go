@@ -63,19 +63,16 @@ type MemoryPlan struct {
 	EmbedResident                                        bool
 	Sessions, Rows                                       int
 
-	// Trunk: pinned parts stay resident; the rest stream through a ring.
-	// PinnedBytes counts the pinned parts' buffers as mapped (BufferBytes
-	// of each); RingSlotBytes is one slot's length before that rounding.
+	// Trunk: pinned parts stay resident; the rest stream through a ring,
+	// one arena of RingSlots × RingSlotBytes (RingSlotBytes is the largest
+	// streamed part: the ring holds RingSlots of those at least, and more
+	// of the smaller parts; see Trunk). PinnedBytes counts the pinned
+	// parts' buffers as mapped (BufferBytes of each).
 	Pinned        []bool // by unit(layer, part)
 	PinnedBytes   int64
 	PinnedLayers  int // layers with both parts pinned
 	RingSlots     int
 	RingSlotBytes int64
-	// A compressed packed trunk is read into staging buffers and decoded
-	// from there into the part buffers: one per ring slot (one for loading
-	// when every part is pinned).
-	StagingBuffers int
-	StagingBytes   int64
 
 	// Expert cache.
 	CacheSlots     int
@@ -91,10 +88,10 @@ func (p *MemoryPlan) Total() int64 { return p.OffHeap() + p.Heap() + p.Executabl
 
 // OffHeap returns the bytes of the engine's buffers mapped outside the Go
 // heap (pinned trunk parts, ring slots, the expert cache's arena), each as
-// mapped (BufferBytes), and the compressed trunk's staging buffers.
+// mapped (BufferBytes). A compressed part decodes in place, in a buffer a
+// little larger than its image (partPlan.room), so it needs no staging.
 func (p *MemoryPlan) OffHeap() int64 {
-	return p.PinnedBytes + int64(p.RingSlots)*BufferBytes(p.RingSlotBytes) + BufferBytes(int64(p.CacheSlots)*p.CacheSlotBytes) +
-		int64(p.StagingBuffers)*BufferBytes(p.StagingBytes)
+	return p.PinnedBytes + BufferBytes(int64(p.RingSlots)*p.RingSlotBytes) + BufferBytes(int64(p.CacheSlots)*p.CacheSlotBytes)
 }
 
 // Heap returns what the plan puts on the Go heap, runtime and collector's
@@ -170,9 +167,6 @@ func (p *MemoryPlan) String() string {
 	}
 	fmt.Fprintf(&b, "  trunk: %d of %d parts pinned (%d whole layers, %s); ring %d × %s; %s read per pass\n",
 		n, len(p.Pinned), p.PinnedLayers, gb(p.PinnedBytes), p.RingSlots, gb(p.RingSlotBytes), gb(p.TrunkBytesPerPass))
-	if p.StagingBuffers > 0 {
-		fmt.Fprintf(&b, "  compressed trunk: %d staging × %s\n", p.StagingBuffers, gb(p.StagingBytes))
-	}
 	fmt.Fprintf(&b, "  expert cache: %d slots × %s = %s", p.CacheSlots, gb(p.CacheSlotBytes), gb(int64(p.CacheSlots)*p.CacheSlotBytes))
 	return b.String()
 }
@@ -256,10 +250,9 @@ func (p *Plan) PlanMemory(req BudgetRequest) (*MemoryPlan, error) {
 
 	var trunk int64
 	for u := range p.parts {
-		trunk += BufferBytes(p.parts[u].bytes)
+		trunk += BufferBytes(p.parts[u].room())
 	}
 	totalExperts := p.experts.Count()
-	staging := p.stagingBytes()
 	if req.Budget == 0 {
 		// Unlimited: everything resident.
 		mp.EmbedResident = true
@@ -268,9 +261,6 @@ func (p *Plan) PlanMemory(req BudgetRequest) (*MemoryPlan, error) {
 		}
 		mp.PinnedBytes, mp.PinnedLayers = trunk, c.Layers
 		mp.CacheSlots = int(totalExperts)
-		if staging > 0 {
-			mp.StagingBuffers, mp.StagingBytes = 1, staging
-		}
 		return mp, nil
 	}
 	base := mp.LMHead + mp.Vectors + mp.State + mp.KV + mp.Scratch + mp.Overhead + minCache
@@ -280,24 +270,19 @@ func (p *Plan) PlanMemory(req BudgetRequest) (*MemoryPlan, error) {
 	for i := range order {
 		order[i] = i
 	}
-	sort.SliceStable(order, func(a, b int) bool { return p.parts[order[a]].bytes > p.parts[order[b]].bytes })
+	sort.SliceStable(order, func(a, b int) bool { return p.parts[order[a]].room() > p.parts[order[b]].room() })
 	// Try to pin the k largest parts, k from all down to none, with two ring
 	// slots, then with one.
 	fits := func(k, slots int) (int64, bool) {
 		var pinned int64
 		for _, u := range order[:k] {
-			pinned += BufferBytes(p.parts[u].bytes)
+			pinned += BufferBytes(p.parts[u].room())
 		}
-		var slot int64
+		var ring int64
 		if k < len(order) {
-			slot = BufferBytes(p.parts[order[k]].bytes)
-		} else {
-			slots = 0
+			ring = BufferBytes(int64(slots) * iox.AlignUp(p.parts[order[k]].room()))
 		}
-		need := base + pinned + int64(slots)*slot
-		if staging > 0 {
-			need += int64(max(slots, 1)) * BufferBytes(staging)
-		}
+		need := base + pinned + ring
 		return need, need <= req.Budget
 	}
 	chosenK, chosenSlots := -1, 0
@@ -314,21 +299,18 @@ func (p *Plan) PlanMemory(req BudgetRequest) (*MemoryPlan, error) {
 	}
 	if chosenK < 0 {
 		need, _ := fits(0, 1)
-		return nil, fmt.Errorf("%w: the floor needs %s (lm_head %s, vectors %s, state %s, KV cache %s for %d positions × %d sessions, scratch %s, %d expert slots %s, one ring slot %s, compressed-trunk staging %s; the process %s: executable %s, Go runtime and GC headroom %s, tensor index %s, tokenizer %s, logits %s); the budget is %s",
+		return nil, fmt.Errorf("%w: the floor needs %s (lm_head %s, vectors %s, state %s, KV cache %s for %d positions × %d sessions, scratch %s, %d expert slots %s, one ring slot %s; the process %s: executable %s, Go runtime and GC headroom %s, tensor index %s, tokenizer %s, logits %s); the budget is %s",
 			ErrBudget, Human(need), Human(mp.LMHead), Human(mp.Vectors), Human(mp.State), Human(mp.KV), req.MaxContext, req.Sessions,
-			Human(mp.Scratch), c.TopK+1, Human(minCache), Human(BufferBytes(p.parts[order[0]].bytes)), Human(BufferBytes(staging)),
+			Human(mp.Scratch), c.TopK+1, Human(minCache), Human(BufferBytes(p.parts[order[0]].room())),
 			Human(mp.Overhead), Human(mp.Executable), Human(mp.Runtime), Human(mp.Index), Human(mp.Tokenizer), Human(mp.SessionVocab), Human(req.Budget))
 	}
 	need, _ := fits(chosenK, chosenSlots)
 	for _, u := range order[:chosenK] {
 		mp.Pinned[u] = true
-		mp.PinnedBytes += BufferBytes(p.parts[u].bytes)
+		mp.PinnedBytes += BufferBytes(p.parts[u].room())
 	}
 	if chosenK < len(order) {
-		mp.RingSlots, mp.RingSlotBytes = chosenSlots, p.parts[order[chosenK]].bytes
-	}
-	if staging > 0 {
-		mp.StagingBuffers, mp.StagingBytes = max(mp.RingSlots, 1), staging
+		mp.RingSlots, mp.RingSlotBytes = chosenSlots, iox.AlignUp(p.parts[order[chosenK]].room())
 	}
 	for l := 0; l < c.Layers; l++ {
 		if mp.Pinned[unit(l, PartAttn)] && mp.Pinned[unit(l, PartFFN)] {
@@ -451,8 +433,8 @@ func (p *Plan) Sizes() Sizes {
 	s := Sizes{LMHead: p.lmHead.Size, Embed: p.embed.Size, ExpertBytes: p.experts.ExpertBytes(), Experts: p.experts.Count()}
 	for u := range p.parts {
 		s.TrunkPayload += p.parts[u].payload
-		s.TrunkBuffers += p.parts[u].bytes
-		s.LargestPart = max(s.LargestPart, p.parts[u].bytes)
+		s.TrunkBuffers += p.parts[u].room()
+		s.LargestPart = max(s.LargestPart, p.parts[u].room())
 		for _, m := range p.parts[u].mats {
 			s.TrunkMACs += int64(m.rows) * int64(m.cols)
 		}
@@ -496,15 +478,12 @@ func (p *Plan) FullBudget(req BudgetRequest) int64 {
 	return mp.Total()
 }
 
-// stagingBytes is the size of a staging buffer for a compressed packed
-// trunk (a few chunks of blocks of the part with the largest chunks, see
-// compress.go), 0 when the trunk is not compressed.
-func (p *Plan) stagingBytes() int64 {
-	var n int64
+// compressed reports whether any part is read from a compressed pack.
+func (p *Plan) compressed() bool {
 	for u := range p.parts {
-		if cp := p.parts[u].comp; cp != nil {
-			n = max(n, stageSlots*chunkSlotBytes(cp))
+		if p.parts[u].comp != nil {
+			return true
 		}
 	}
-	return n
+	return false
 }

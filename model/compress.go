@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"runtime"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -211,69 +212,66 @@ func compressImage(enc *blockEncoder, dst, img []byte) ([]byte, *compPart) {
 
 // decoders is a pool of goroutines that decode a part's blocks in
 // parallel. It is shared by every decode of one trunk; each decodeRun
-// tells the workers which part to decode, so two ring slots can decode at
-// once.
+// tells the workers which part to decode.
 type decoders struct {
 	jobs    chan *decodeRun
 	workers int
 	once    sync.Once
 	quit    chan struct{}
-	stage   []byte // decode's staging, one caller at a time
 }
 
-// A compressed part is read through a staging buffer of stageSlots slots
-// that each hold one chunk: chunkBlocks consecutive blocks (fewer for
-// small parts, so that even they overlap reading and decoding).
-// stageReader readers fill the slots in turn while the workers decode the
-// blocks of the chunks already read; a slot is read again once all its
-// blocks are decoded. The staging buffer so costs a few chunks, not a
-// whole part. Once the fixed-width mode made the decode faster than the
-// disk, the reads became the limit: four reads of 8 MiB chunks in flight
-// kept the disk busier than two of 16 MiB in the same staging bytes
-// (medium: 0.869× of plain s/token against 0.898×; eight of 4 MiB were
-// slower, 0.99×; docs/PERFORMANCE.md §11).
+// A compressed part decodes in place: its stored bytes are read into the
+// tail of the part's own buffer, and the blocks decode from there into the
+// head, in order, each block's image landing before its stored bytes (the
+// tail starts far enough in: compRoom). No staging buffer is needed, so
+// the reads are not limited by one: readers readers keep a piece of
+// pieceBytes each in flight, as many as a plain part's read has, and the
+// workers decode every block whose stored bytes have arrived. Only near
+// the end of a part, where the image catches up with the stored bytes, does
+// a block wait for the blocks before it (whose stored bytes its image
+// overwrites), and copy its own stored bytes aside first when its image
+// overlaps them.
 const (
-	chunkBlocks = 32 // 8 MiB of raw bytes
-	stageSlots  = 8
-	stageReader = 4
+	pieceBytes = 8 << 20
+	readers    = 8
 )
 
-// chunkSlotBytes is the size of a staging slot for the part's chunks: the
-// largest aligned read window of one of its chunks.
-func chunkSlotBytes(cp *compPart) int64 {
-	k, nb := chunkLen(cp.blocks()), cp.blocks()
-	var n int64
-	for b0 := 0; b0 < nb; b0 += k {
-		b1 := min(b0+k, nb)
-		// The window may start up to Align-1 bytes before the chunk.
-		n = max(n, iox.AlignUp(cp.offs[b1]-cp.offs[b0]+Align))
+// compRoom is the buffer a compressed part of n image bytes needs to
+// decode in place, and where in it the stored bytes' aligned window goes
+// (tail): every block's stored bytes start at or after its image's start.
+func compRoom(n int64, cp *compPart, ext Extent) (room, tail int64) {
+	wOff, wLen := ext.Window()
+	pad := ext.Off - wOff
+	var save int64 // the most the image runs ahead of the stored bytes
+	for b := range cp.blocks() {
+		save = max(save, int64(b)*int64(cp.block)-cp.offs[b])
 	}
-	return n
+	tail = iox.AlignUp(max(0, save-pad))
+	return max(iox.AlignUp(n), tail+wLen), tail
 }
 
-// chunkLen is the number of blocks per chunk of a part of nb blocks.
-func chunkLen(nb int) int { return min(chunkBlocks, max(1, nb/8)) }
-
-// decodeRun is one part's load: readers fill the staging slots with
-// chunks, workers take blocks by index and decode each once its chunk is
-// in.
+// decodeRun is one part's load: readers read the stored bytes piece by
+// piece into the buffer's tail, workers take blocks by index and decode
+// each once its stored bytes are in and its image's bytes are free.
 type decodeRun struct {
-	dst   []byte
-	cp    *compPart
-	stage []byte
-	ext   Extent // the part's stored bytes
-	k     int    // blocks per chunk
-	slot  int    // bytes per staging slot
-	next  atomic.Int64
-	wg    sync.WaitGroup
-	cpu   atomic.Int64 // decode time summed over blocks (core time), last load
-
-	mu      sync.Mutex
-	cond    sync.Cond
-	inSlot  [stageSlots]int // chunk read into each slot, -1 if none
-	decoded [stageSlots]int // blocks of that chunk decoded
-	failed  int             // 1 + the index of a failed block, 0 if none
-	readErr error
+	dst        []byte // the part's buffer: the image at [0, n)
+	n          int
+	cp         *compPart
+	ext        Extent // the part's stored bytes
+	tail, pad  int    // stored byte 0 is at dst[tail+pad]
+	pieces     int
+	next       atomic.Int64 // next block to take
+	wg         sync.WaitGroup
+	cpu        atomic.Int64 // decode time summed over blocks (core time), last load
+	mu         sync.Mutex
+	cond       sync.Cond
+	nextPiece  int    // next piece to read
+	arrived    []bool // by piece
+	done       []bool // by block
+	doneUpTo   int    // blocks [0, doneUpTo) are decoded
+	failed     int    // 1 + the index of a failed block, 0 if none
+	readErr    error
+	wOff, wLen int64 // the stored bytes' aligned window in the file
 }
 
 func newDecoders(workers int) *decoders {
@@ -291,10 +289,11 @@ func (ds *decoders) start() {
 
 func (ds *decoders) work() {
 	var d blockDecoder
+	var aside []byte
 	for {
 		select {
 		case r := <-ds.jobs:
-			r.decodeSome(&d)
+			aside = r.decodeSome(&d, aside)
 			r.wg.Done()
 		case <-ds.quit:
 			return
@@ -305,42 +304,89 @@ func (ds *decoders) work() {
 // stopped reports a failed read or block. r.mu must be held.
 func (r *decodeRun) stopped() bool { return r.failed != 0 || r.readErr != nil }
 
-// chunkBlocksOf returns chunk c's blocks [b0, b1).
-func (r *decodeRun) chunkBlocksOf(c int) (int, int) {
-	return c * r.k, min((c+1)*r.k, r.cp.blocks())
+// piecesOf returns the pieces [j0, j1] that hold buffer bytes [lo, hi)
+// of the window (hi > lo), clipped to the window; ok is false when they
+// lie outside it.
+func (r *decodeRun) piecesOf(lo, hi int) (j0, j1 int, ok bool) {
+	lo, hi = max(lo-r.tail, 0), min(hi-r.tail, int(r.wLen))
+	if lo >= hi {
+		return 0, 0, false
+	}
+	return lo / pieceBytes, (hi - 1) / pieceBytes, true
 }
 
-// window is chunk c's read: its stored bytes and where they land in a slot.
-func (r *decodeRun) window(c int) Extent {
-	b0, b1 := r.chunkBlocksOf(c)
-	off := r.ext.Off + r.cp.offs[b0]
-	x, _ := iox.SingleExtent(r.ext.File, off, r.cp.offs[b1]-r.cp.offs[b0])
-	return x
+// in returns block b's stored bytes' range in dst.
+func (r *decodeRun) in(b int) (int, int) {
+	base := r.tail + r.pad
+	return base + int(r.cp.offs[b]), base + int(r.cp.offs[b+1])
 }
 
-func (r *decodeRun) decodeSome(d *blockDecoder) {
+// ready reports whether block b may decode now: its stored bytes have
+// arrived, and every byte its image will overwrite has arrived and is no
+// longer needed by an earlier block. own says that the image overlaps
+// b's own stored bytes. r.mu must be held.
+func (r *decodeRun) ready(b int) (ok, own bool) {
+	inLo, inHi := r.in(b)
+	if j0, j1, ok := r.piecesOf(inLo, inHi); ok {
+		for j := j0; j <= j1; j++ {
+			if !r.arrived[j] {
+				return false, false
+			}
+		}
+	}
+	outLo := b * r.cp.block
+	outHi := min(outLo+r.cp.block, r.n)
+	if j0, j1, ok := r.piecesOf(outLo, outHi); ok {
+		for j := j0; j <= j1; j++ {
+			if !r.arrived[j] {
+				return false, false
+			}
+		}
+	}
+	// Stored bytes run in block order, each block's at or after its
+	// image's start, so the blocks whose stored bytes b's image
+	// overwrites are those up to last, the last to start before the
+	// image ends: all before b must be decoded (they are, but for the
+	// last few blocks of a part, where the image catches up with the
+	// stored bytes), and b's own stored bytes go aside first.
+	base := int64(r.tail + r.pad)
+	last := sort.Search(r.cp.blocks(), func(c int) bool { return base+r.cp.offs[c] >= int64(outHi) }) - 1
+	if last < 0 {
+		return true, false
+	}
+	if r.doneUpTo < min(last, b-1)+1 {
+		return false, false
+	}
+	return true, last >= b
+}
+
+func (r *decodeRun) decodeSome(d *blockDecoder, aside []byte) []byte {
 	nb := r.cp.blocks()
 	for {
 		b := int(r.next.Add(1) - 1)
 		if b >= nb {
-			return
+			return aside
 		}
-		c := b / r.k
-		slot := c % stageSlots
 		r.mu.Lock()
-		for r.inSlot[slot] != c && !r.stopped() {
+		ok, own := false, false
+		for !r.stopped() {
+			if ok, own = r.ready(b); ok {
+				break
+			}
 			r.cond.Wait()
 		}
-		stop := r.stopped()
 		r.mu.Unlock()
-		if stop {
-			return
+		if !ok {
+			return aside
 		}
-		b0, _ := r.chunkBlocksOf(c)
-		base := slot*r.slot + int(r.window(c).BufOff) - int(r.cp.offs[b0])
-		src := r.stage[base+int(r.cp.offs[b]) : base+int(r.cp.offs[b+1])]
+		inLo, inHi := r.in(b)
+		src := r.dst[inLo:inHi]
+		if own {
+			aside = append(aside[:0], src...)
+			src = aside
+		}
 		lo := b * r.cp.block
-		out := r.dst[lo:min(lo+r.cp.block, len(r.dst))]
+		out := r.dst[lo:min(lo+r.cp.block, r.n)]
 		t0 := time.Now()
 		crc, err := d.decodeBlock(out, src)
 		bad := err != nil || crc != r.cp.crc[b]
@@ -349,11 +395,14 @@ func (r *decodeRun) decodeSome(d *blockDecoder) {
 		if bad && r.failed == 0 {
 			r.failed = b + 1
 		}
-		r.decoded[slot]++
+		r.done[b] = true
+		for r.doneUpTo < nb && r.done[r.doneUpTo] {
+			r.doneUpTo++
+		}
 		r.cond.Broadcast()
 		r.mu.Unlock()
 		if bad {
-			return
+			return aside
 		}
 		// Let a reader whose read has completed have this P: with every
 		// P decoding, it would otherwise wait for the scheduler's
@@ -363,35 +412,33 @@ func (r *decodeRun) decodeSome(d *blockDecoder) {
 	}
 }
 
-// readChunks is one reader: chunks w, w+stageReader, ... each into its
-// slot once the slot's previous chunk is decoded.
-func (r *decodeRun) readChunks(ctx context.Context, read ReadFunc, w int) {
-	nc := (r.cp.blocks() + r.k - 1) / r.k
-	for c := w; c < nc; c += stageReader {
-		slot := c % stageSlots
+// readPieces is one reader: it reads the next piece not yet taken until
+// none is left.
+func (r *decodeRun) readPieces(ctx context.Context, read ReadFunc) {
+	S := r.cp.stored
+	for {
 		r.mu.Lock()
-		for !r.stopped() && r.inSlot[slot] >= 0 {
-			prev := r.inSlot[slot]
-			b0, b1 := r.chunkBlocksOf(prev)
-			if r.decoded[slot] == b1-b0 {
-				break
-			}
-			r.cond.Wait()
-		}
+		j := r.nextPiece
+		r.nextPiece++
 		stop := r.stopped()
 		r.mu.Unlock()
-		if stop {
+		if stop || j >= r.pieces {
 			return
 		}
-		buf := r.stage[slot*r.slot : (slot+1)*r.slot]
-		err := read(ctx, r.window(c), buf)
+		// Piece j covers stored bytes [lo, hi): the window's bytes
+		// [j·pieceBytes, (j+1)·pieceBytes) less the alignment padding.
+		lo := max(0, int64(j)*pieceBytes-int64(r.pad))
+		hi := min(S, int64(j+1)*pieceBytes-int64(r.pad))
+		x, w := iox.SingleExtent(r.ext.File, r.ext.Off+lo, hi-lo)
+		at := r.tail + j*pieceBytes
+		err := read(ctx, x, r.dst[at:at+int(w)])
 		r.mu.Lock()
 		if err != nil {
 			if r.readErr == nil {
 				r.readErr = err
 			}
 		} else {
-			r.inSlot[slot], r.decoded[slot] = c, 0
+			r.arrived[j] = true
 		}
 		r.cond.Broadcast()
 		r.mu.Unlock()
@@ -401,54 +448,74 @@ func (r *decodeRun) readChunks(ctx context.Context, read ReadFunc, w int) {
 	}
 }
 
-// run loads one compressed part: it starts the workers, runs the readers
-// and waits for both. It returns the index of a block that failed to
-// decode or match its checksum (or -1) and the first read error.
-func (ds *decoders) run(ctx context.Context, r *decodeRun, read ReadFunc, dst, stage []byte, cp *compPart, ext Extent) (int, error) {
+// run loads one compressed part of n image bytes into dst (compRoom bytes
+// at least): it starts the workers, runs the readers and waits for both.
+// It returns the index of a block that failed to decode or match its
+// checksum (or -1) and the first read error.
+//
+// onRead, if not nil, is called once every piece is read (or a read
+// failed), while the last blocks may still decode: the trunk starts the
+// next part's reads then.
+func (ds *decoders) run(ctx context.Context, r *decodeRun, read ReadFunc, dst []byte, n int64, cp *compPart, ext Extent, onRead func()) (int, error) {
 	ds.once.Do(ds.start)
 	if r.cond.L == nil {
 		r.cond.L = &r.mu
 	}
-	r.dst, r.cp, r.stage, r.ext, r.k = dst, cp, stage, ext, chunkLen(cp.blocks())
-	r.slot = len(stage) / stageSlots
+	room, tail := compRoom(n, cp, ext)
+	if int64(len(dst)) < room {
+		return -1, fmt.Errorf("model: a compressed part of %d bytes needs a buffer of %d, got %d", n, room, len(dst))
+	}
+	r.wOff, r.wLen = ext.Window()
+	r.dst, r.n, r.cp, r.ext = dst, int(n), cp, ext
+	r.tail, r.pad = int(tail), int(ext.Off-r.wOff)
+	r.pieces = int((r.wLen + pieceBytes - 1) / pieceBytes)
 	r.next.Store(0)
 	r.cpu.Store(0)
-	r.failed, r.readErr = 0, nil
-	for i := range r.inSlot {
-		r.inSlot[i], r.decoded[i] = -1, 0
-	}
-	n := min(ds.workers, cp.blocks())
-	r.wg.Add(n)
-	for range n {
+	r.failed, r.readErr, r.nextPiece, r.doneUpTo = 0, nil, 0, 0
+	r.arrived = resetBools(r.arrived, r.pieces)
+	r.done = resetBools(r.done, cp.blocks())
+	w := min(ds.workers, cp.blocks())
+	r.wg.Add(w)
+	for range w {
 		ds.jobs <- r
 	}
-	var readers sync.WaitGroup
-	for w := 1; w < stageReader; w++ {
-		readers.Add(1)
+	var rd sync.WaitGroup
+	for range min(readers, r.pieces) - 1 {
+		rd.Add(1)
 		go func() {
-			defer readers.Done()
-			r.readChunks(ctx, read, w)
+			defer rd.Done()
+			r.readPieces(ctx, read)
 		}()
 	}
-	r.readChunks(ctx, read, 0)
-	readers.Wait()
+	r.readPieces(ctx, read)
+	rd.Wait()
+	if onRead != nil {
+		onRead()
+	}
 	r.wg.Wait()
-	r.dst, r.cp, r.stage = nil, nil, nil
+	r.dst, r.cp = nil, nil
 	return r.failed - 1, r.readErr
 }
 
-// decode decodes stored bytes already in memory (src, as in the file),
-// through the same path as a load.
-func (ds *decoders) decode(r *decodeRun, dst, src []byte, cp *compPart) int {
-	if n := int(stageSlots * chunkSlotBytes(cp)); len(ds.stage) < n {
-		ds.stage = make([]byte, n)
+// resetBools returns b with n false entries, reusing its array.
+func resetBools(b []bool, n int) []bool {
+	if cap(b) < n {
+		return make([]bool, n)
 	}
-	stage := ds.stage
+	b = b[:n]
+	clear(b)
+	return b
+}
+
+// decode decodes stored bytes already in memory (src, as in the file)
+// through the same path as a load, into dst (compRoom bytes at least; the
+// image is dst[:n]).
+func (ds *decoders) decode(r *decodeRun, dst []byte, n int64, src []byte, cp *compPart) int {
 	read := func(_ context.Context, e Extent, buf []byte) error {
 		copy(buf[e.BufOff:e.BufOff+e.Size], src[e.Off:e.Off+e.Size])
 		return nil
 	}
-	b, _ := ds.run(context.Background(), r, read, dst, stage, cp, Extent{Off: 0, Size: cp.stored})
+	b, _ := ds.run(context.Background(), r, read, dst, n, cp, Extent{Off: 0, Size: cp.stored}, nil)
 	return b
 }
 
@@ -462,7 +529,7 @@ func (ds *decoders) close() {
 }
 
 // partLoader reads parts into their buffers, decoding the parts of a
-// compressed packed trunk through a staging buffer.
+// compressed packed trunk in place.
 type partLoader struct {
 	plan *Plan
 	read ReadFunc
@@ -471,15 +538,16 @@ type partLoader struct {
 
 func newPartLoader(p *Plan, read ReadFunc) *partLoader {
 	l := &partLoader{plan: p, read: read}
-	if p.stagingBytes() > 0 {
+	if p.compressed() {
 		l.dec = newDecoders(0)
 	}
 	return l
 }
 
-// load reads part pp into buf; stage (stageBytes) and run are needed for a
-// compressed part. It returns the bytes read from disk.
-func (l *partLoader) load(ctx context.Context, pp *partPlan, buf, stage []byte, run *decodeRun) (int64, error) {
+// load reads part pp into buf (pp.room() bytes); run is needed for a
+// compressed part. It returns the bytes read from disk. onRead, if not
+// nil, may be called when the reads are done and only decoding is left.
+func (l *partLoader) load(ctx context.Context, pp *partPlan, buf []byte, run *decodeRun, onRead func()) (int64, error) {
 	var n int64
 	if pp.comp == nil {
 		for _, e := range pp.extents {
@@ -491,10 +559,10 @@ func (l *partLoader) load(ctx context.Context, pp *partPlan, buf, stage []byte, 
 		return n, nil
 	}
 	cp := pp.comp
-	if int64(len(stage)) < stageSlots*chunkSlotBytes(cp) || len(pp.extents) != 1 {
-		return 0, fmt.Errorf("staging buffer of %d bytes, want %d", len(stage), stageSlots*chunkSlotBytes(cp))
+	if len(pp.extents) != 1 {
+		return 0, fmt.Errorf("model: a compressed part has %d extents, want 1", len(pp.extents))
 	}
-	failed, err := l.dec.run(ctx, run, l.read, buf[:pp.bytes], stage, cp, pp.extents[0])
+	failed, err := l.dec.run(ctx, run, l.read, buf, pp.bytes, cp, pp.extents[0], onRead)
 	if err != nil {
 		return 0, err
 	}

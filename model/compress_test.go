@@ -2,6 +2,7 @@ package model
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
@@ -9,6 +10,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/k3go/k3/internal/bf16merge"
 )
@@ -80,15 +82,15 @@ func TestCompressImageChecksums(t *testing.T) {
 	ds := newDecoders(3)
 	defer ds.close()
 	var run decodeRun
-	out := make([]byte, len(img))
-	if b := ds.decode(&run, out, stored, cp); b >= 0 || !bytes.Equal(out, img) {
-		t.Fatalf("decode: failed block %d, equal %v", b, bytes.Equal(out, img))
+	out := roomFor(img, cp)
+	if b := ds.decode(&run, out, int64(len(img)), stored, cp); b >= 0 || !bytes.Equal(out[:len(img)], img) {
+		t.Fatalf("decode: failed block %d, equal %v", b, bytes.Equal(out[:len(img)], img))
 	}
 	// A flipped bit anywhere in block 2 is caught.
 	for _, at := range []int64{cp.offs[2] + 2, cp.offs[2] + 10, cp.offs[3] - 1} {
 		bad := bytes.Clone(stored)
 		bad[at] ^= 4
-		if b := ds.decode(&run, out, bad, cp); b != 2 {
+		if b := ds.decode(&run, out, int64(len(img)), bad, cp); b != 2 {
 			t.Errorf("bit flipped at %d: failed block %d, want 2", at, b)
 		}
 	}
@@ -169,7 +171,7 @@ func BenchmarkDecodePart(b *testing.B) {
 
 func benchDecodePart(b *testing.B, enc *blockEncoder, raw []byte) {
 	stored, cp := compressImage(enc, nil, raw)
-	out := make([]byte, len(raw))
+	out := roomFor(raw, cp)
 	eachMergeKernel(b, func(b *testing.B) {
 		for _, w := range []int{1, runtime.GOMAXPROCS(0)} {
 			b.Run(fmt.Sprintf("workers=%d", w), func(b *testing.B) {
@@ -179,7 +181,7 @@ func benchDecodePart(b *testing.B, enc *blockEncoder, raw []byte) {
 				b.SetBytes(int64(len(raw)))
 				b.ReportMetric(float64(len(stored))/float64(len(raw)), "ratio")
 				for b.Loop() {
-					if ds.decode(&run, out, stored, cp) >= 0 {
+					if ds.decode(&run, out, int64(len(raw)), stored, cp) >= 0 {
 						b.Fatal("decode failed")
 					}
 				}
@@ -198,27 +200,67 @@ func BenchmarkMergeWords(b *testing.B) {
 	}
 }
 
-// A part of many chunks reuses the staging slots: every block decodes into
-// its place, and a corrupt block late in the part is still found.
-func TestDecodeManyChunks(t *testing.T) {
-	img := normalBF16(37*compBlockBytes/2+300, 0.02, 9) // 38 blocks: chunks of 4, slots reused
-	var enc blockEncoder
-	stored, cp := compressImage(&enc, nil, img)
-	if k := chunkLen(cp.blocks()); (cp.blocks()+k-1)/k <= stageSlots {
-		t.Fatalf("%d blocks in chunks of %d do not reuse %d slots", cp.blocks(), k, stageSlots)
+// roomFor returns a buffer to decode img's compressed form in place,
+// filled with a sentinel so that bytes the decode fails to write show.
+func roomFor(img []byte, cp *compPart) []byte {
+	room, _ := compRoom(int64(len(img)), cp, Extent{Off: 0, Size: cp.stored})
+	return bytes.Repeat([]byte{0xA5}, int(room))
+}
+
+// TestDecodeInPlace decodes parts whose stored bytes span several read
+// pieces, arriving out of order, into the head of the buffer that holds
+// them: normal weights, a part whose second half does not compress (the
+// image runs furthest ahead of the stored bytes in the middle, not at the
+// end), one that compresses to almost nothing, and odd lengths. A corrupt
+// block late in the part is still found, and a buffer without room is
+// refused.
+func TestDecodeInPlace(t *testing.T) {
+	big := normalBF16(50*compBlockBytes+300, 0.02, 9) // about 9 MB stored: two pieces
+	half := normalBF16(12*compBlockBytes, 0.02, 10)
+	rng := rand.New(rand.NewPCG(1, 2))
+	tail := make([]byte, 12*compBlockBytes+6)
+	for i := range tail {
+		tail[i] = byte(rng.Uint32())
 	}
-	for _, workers := range []int{1, 2, 5} {
-		ds := newDecoders(workers)
-		var run decodeRun
-		out := make([]byte, len(img))
-		if b := ds.decode(&run, out, stored, cp); b >= 0 || !bytes.Equal(out, img) {
-			t.Fatalf("%d workers: failed block %d, equal %v", workers, b, bytes.Equal(out, img))
+	mixed := append(half, tail...)
+	flat := bytes.Repeat([]byte{0x3c, 0x80}, 7*compBlockBytes+18)
+	for _, c := range []struct {
+		name string
+		img  []byte
+	}{{"normal", big}, {"incompressible second half", mixed}, {"flat", flat}, {"one short block", normalBF16(1000, 0.02, 11)}} {
+		var enc blockEncoder
+		stored, cp := compressImage(&enc, nil, c.img)
+		for i, workers := range []int{1, 2, 5} {
+			// The part starts at an unaligned file offset in the
+			// second and third runs, so the read window has padding.
+			off := int64([]int{0, 1234, 4097}[i])
+			file := append(make([]byte, off), stored...)
+			ext := Extent{Off: off, Size: cp.stored}
+			room, at := compRoom(int64(len(c.img)), cp, ext)
+			t.Logf("%s at %d: %d bytes stored as %d in %d blocks; room %d, stored bytes at %d", c.name, off, len(c.img), len(stored), cp.blocks(), room, at)
+			ds := newDecoders(workers)
+			var run decodeRun
+			// Reads complete out of order: later pieces often first.
+			read := func(_ context.Context, e Extent, buf []byte) error {
+				time.Sleep(time.Duration(2-(e.Off/pieceBytes)%3) * time.Millisecond)
+				copy(buf[e.BufOff:e.BufOff+e.Size], file[e.Off:e.Off+e.Size])
+				return nil
+			}
+			out := bytes.Repeat([]byte{0xA5}, int(room))
+			b, err := ds.run(context.Background(), &run, read, out, int64(len(c.img)), cp, ext, nil)
+			if err != nil || b >= 0 || !bytes.Equal(out[:len(c.img)], c.img) {
+				t.Fatalf("%s, %d workers: failed block %d, error %v, equal %v", c.name, workers, b, err, bytes.Equal(out[:len(c.img)], c.img))
+			}
+			last := cp.blocks() - 1
+			bad := bytes.Clone(stored)
+			bad[cp.offs[last]+(cp.offs[last+1]-cp.offs[last])/2] ^= 0x10
+			if b := ds.decode(&run, roomFor(c.img, cp), int64(len(c.img)), bad, cp); b != last {
+				t.Errorf("%s, %d workers: corrupt block %d reported as %d", c.name, workers, last, b)
+			}
+			if _, err := ds.run(context.Background(), &run, read, out[:room-1], int64(len(c.img)), cp, ext, nil); err == nil {
+				t.Errorf("%s: a buffer of %d bytes, one short of the room, was accepted", c.name, room-1)
+			}
+			ds.close()
 		}
-		bad := bytes.Clone(stored)
-		bad[cp.offs[33]+100] ^= 0x10
-		if b := ds.decode(&run, out, bad, cp); b != 33 {
-			t.Errorf("%d workers: corrupt block 33 reported as %d", workers, b)
-		}
-		ds.close()
 	}
 }

@@ -77,6 +77,16 @@ type partPlan struct {
 	comp    *compPart // set when the part is read from a compressed pack
 }
 
+// room is the buffer the part is loaded into: its bytes, or for a
+// compressed part the room to decode in place (compRoom).
+func (pp *partPlan) room() int64 {
+	if pp.comp != nil && len(pp.extents) == 1 {
+		n, _ := compRoom(pp.bytes, pp.comp, pp.extents[0])
+		return n
+	}
+	return pp.bytes
+}
+
 // unit returns the streaming unit index of (layer, part).
 func unit(layer int, part Part) int { return layer*int(NumParts) + int(part) }
 

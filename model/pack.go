@@ -354,7 +354,8 @@ func (p *Plan) UsePacked(x *PackIndex, file int, dataSize int64) error {
 }
 
 // PlanPacked lays the plan out as UsePacked would, for planning only
-// (Inspect: a compressed pack adds staging buffers to the floor). It checks
+// (Inspect: a compressed part needs a little more room to decode in place,
+// see compRoom). It checks
 // the layout but not the content fingerprint or trunk.bin, which Open
 // checks; the plan must not be used to read.
 func (p *Plan) PlanPacked(x *PackIndex) error { return p.applyPack(x, -1) }

@@ -6,15 +6,29 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/k3go/k3/iox"
 )
 
 // Trunk serves the dense weights of every layer part: pinned parts stay in
-// memory; the others stream through a ring of buffers, the next parts read
-// while the current one computes. Parts are used in a fixed cyclic order
+// memory; the others stream through a ring, the next parts read while the
+// current one computes. Parts are used in a fixed cyclic order
 // ((0, attention), (0, ffn), (1, attention), ... and around again for the
 // next pass), so the ring always knows what to read next, including across
 // the end of a pass. One forward pass at a time may use a streaming trunk
 // (BeginPass/EndPass); a fully pinned trunk serves passes concurrently.
+//
+// The ring is one arena of the plan's ring bytes, not slots of the largest
+// part: parts are placed one after another, wrapping to the start, so a
+// part is read as soon as there is room for it beside the parts not yet
+// computed. At the floor the arena is one largest part, and the smaller
+// parts (a 0.9 GB attention and a 0.4 GB MoE trunk beside a 1.45 GB dense
+// MLP, on medium) still fit in pairs: the disk reads the next part while
+// the current one computes, which fixed slots could only do with a second
+// slot. Parts are read one at a time, in order (a read already keeps the
+// disk's queue full); a compressed part decodes in place in its room, and
+// the next part's reads start as soon as its reads are done, while its
+// last blocks still decode.
 type Trunk struct {
 	plan   *Plan
 	read   ReadFunc
@@ -22,17 +36,23 @@ type Trunk struct {
 	pinned []*LayerMats // by unit; nil when streamed
 	order  []int        // streamed units in pass order
 	pos    []int        // unit -> index in order, -1 if pinned
-	slots  []*ringSlot
+	arena  []byte       // the ring's memory
+	runs   [2]decodeRun // decodes of the loads in flight, reused
 
 	passMu sync.Mutex // one pass at a time while streaming
 
 	mu      sync.Mutex
-	changed chan struct{} // a read completed or the trunk closed
-	next    int           // index in order of the next unit to read into a free slot
+	changed chan struct{} // a load completed, or the trunk closed
+	parts   []ringPart    // by index in order, placed or not
+	live    []*ringPart   // parts placed in the arena, in load order
+	head    int64         // where the next part goes if it fits there
+	next    int           // index in order of the next part to load
+	reading bool          // a load's reads are in flight
+	runBusy [2]bool       // runs[i] serves a load in flight
 	closed  bool
 	ctx     context.Context // reads run under it; cancelled by Close
 	cancel  context.CancelFunc
-	pending sync.WaitGroup // reads in flight
+	pending sync.WaitGroup // loads in flight
 
 	// Stats.
 	bytesRead     atomic.Int64 // everything, pinned loads included
@@ -43,26 +63,25 @@ type Trunk struct {
 	decodeNanos   atomic.Int64 // decoding compressed parts, summed over parts
 	decodedBytes  atomic.Int64 // bytes produced by decoding
 	streamed      atomic.Int64 // acquires of streamed parts
+	ahead         atomic.Int64 // loads that started while another part was placed
 }
 
-type slotState int
+type partState int
 
 const (
-	slotEmpty slotState = iota
-	slotLoading
-	slotReady
-	slotBusy
-	slotFailed
+	partLoading partState = iota
+	partReady
+	partBusy
+	partFailed
 )
 
-type ringSlot struct {
-	buf   []byte
-	stage []byte    // compressed bytes, when the pack is compressed
-	run   decodeRun // its decode, reused
-	mats  LayerMats
-	unit  int
-	state slotState
-	err   error
+// ringPart is one streamed part placed in the arena.
+type ringPart struct {
+	unit   int
+	off, n int64 // arena bytes [off, off+n)
+	state  partState
+	mats   LayerMats
+	err    error
 }
 
 // Alloc returns a buffer of n bytes for weights (the engine passes an
@@ -70,7 +89,7 @@ type ringSlot struct {
 type Alloc func(n int64) ([]byte, error)
 
 // NewTrunk reads the pinned parts now and sets up the ring. alloc provides
-// every buffer (pinned parts and ring slots).
+// every buffer (pinned parts and the ring).
 func NewTrunk(ctx context.Context, p *Plan, mp *MemoryPlan, read ReadFunc, alloc Alloc) (*Trunk, error) {
 	t := &Trunk{plan: p, read: read, loader: newPartLoader(p, read), pinned: make([]*LayerMats, len(p.parts)), pos: make([]int, len(p.parts))}
 	ok := false
@@ -79,22 +98,6 @@ func NewTrunk(ctx context.Context, p *Plan, mp *MemoryPlan, read ReadFunc, alloc
 			t.loader.close()
 		}
 	}()
-	// Staging buffers for a compressed pack: the pinned loads use the
-	// first, ring slot i the i-th.
-	var stages [][]byte
-	if need := p.stagingBytes(); need > 0 {
-		if mp.StagingBytes < need || mp.StagingBuffers < max(mp.RingSlots, 1) {
-			return nil, fmt.Errorf("trunk: the memory plan has %d staging buffers of %d bytes; the compressed trunk needs %d of %d",
-				mp.StagingBuffers, mp.StagingBytes, max(mp.RingSlots, 1), need)
-		}
-		for i := 0; i < mp.StagingBuffers; i++ {
-			b, err := alloc(mp.StagingBytes)
-			if err != nil {
-				return nil, fmt.Errorf("staging buffer %d: %w", i, err)
-			}
-			stages = append(stages, b)
-		}
-	}
 	var pinRun decodeRun
 	t.changed = make(chan struct{}, 1)
 	t.ctx, t.cancel = context.WithCancel(context.Background())
@@ -111,15 +114,11 @@ func NewTrunk(ctx context.Context, p *Plan, mp *MemoryPlan, read ReadFunc, alloc
 			continue
 		}
 		pp := &p.parts[u]
-		buf, err := alloc(pp.bytes)
+		buf, err := alloc(pp.room())
 		if err != nil {
 			return nil, fmt.Errorf("pinning layer %d %s: %w", pp.layer, pp.part, err)
 		}
-		var stage []byte
-		if stages != nil {
-			stage = stages[0]
-		}
-		n, err := t.loader.load(ctx, pp, buf, stage, &pinRun)
+		n, err := t.loader.load(ctx, pp, buf, &pinRun, nil)
 		t.bytesRead.Add(n)
 		if err != nil {
 			return nil, fmt.Errorf("layer %d %s: %w", pp.layer, pp.part, err)
@@ -128,24 +127,28 @@ func NewTrunk(ctx context.Context, p *Plan, mp *MemoryPlan, read ReadFunc, alloc
 		bind(buf, pp.mats, t.pinned[u])
 	}
 	if len(t.order) > 0 {
-		for i := 0; i < mp.RingSlots; i++ {
-			buf, err := alloc(mp.RingSlotBytes)
-			if err != nil {
-				return nil, fmt.Errorf("ring slot %d: %w", i, err)
+		size := int64(mp.RingSlots) * mp.RingSlotBytes
+		for _, u := range t.order {
+			if n := t.room(u); n > size {
+				pp := &p.parts[u]
+				return nil, fmt.Errorf("trunk: layer %d %s streams (%d bytes) but the plan's ring has %d bytes", pp.layer, pp.part, n, size)
 			}
-			s := &ringSlot{buf: buf, unit: -1}
-			if stages != nil {
-				s.stage = stages[i]
-			}
-			t.slots = append(t.slots, s)
 		}
-		if len(t.slots) == 0 {
-			return nil, fmt.Errorf("trunk: %d parts stream but the plan has no ring slot", len(t.order))
+		buf, err := alloc(size)
+		if err != nil {
+			return nil, fmt.Errorf("trunk ring: %w", err)
 		}
+		t.arena = buf
+		t.parts = make([]ringPart, len(t.order))
+		t.live = make([]*ringPart, 0, len(t.order))
 	}
 	ok = true
 	return t, nil
 }
+
+// room is the arena bytes part u takes: its buffer, aligned so that the
+// next part's direct reads land on an aligned address.
+func (t *Trunk) room(u int) int64 { return iox.AlignUp(t.plan.parts[u].room()) }
 
 // Streaming reports whether any part streams.
 func (t *Trunk) Streaming() bool { return len(t.order) > 0 }
@@ -179,19 +182,14 @@ func (t *Trunk) Acquire(ctx context.Context, layer int, part Part) (*LayerMats, 
 	if t.closed {
 		return nil, ErrClosed
 	}
-	s := t.find(u)
-	for s == nil {
+	rp := t.find(u)
+	for rp == nil {
 		// The ring is not reading this part (the first pass, or a pass
-		// after an error): restart the pipeline here. Slots still reading
-		// something else cannot be interrupted; wait for them.
-		t.next = t.pos[u]
-		for _, sl := range t.slots {
-			if sl.state == slotReady || sl.state == slotFailed {
-				sl.state, sl.unit, sl.err = slotEmpty, -1, nil
-			}
-		}
+		// after an error): restart the pipeline here. A load in flight
+		// cannot be interrupted; wait for it.
+		t.restart(u)
 		t.fill()
-		if s = t.find(u); s != nil {
+		if rp = t.find(u); rp != nil {
 			break
 		}
 		if err := t.wait(ctx); err != nil {
@@ -200,24 +198,24 @@ func (t *Trunk) Acquire(ctx context.Context, layer int, part Part) (*LayerMats, 
 		if t.closed {
 			return nil, ErrClosed
 		}
-		s = t.find(u)
+		rp = t.find(u)
 	}
-	for s.state == slotLoading {
+	for rp.state == partLoading {
 		if err := t.wait(ctx); err != nil {
 			return nil, err
 		}
 	}
-	if s.state == slotFailed {
-		err := s.err
-		s.state, s.unit, s.err = slotEmpty, -1, nil
+	if rp.state == partFailed {
+		err := rp.err
+		t.remove(rp)
 		t.fill()
 		return nil, err
 	}
-	s.state = slotBusy
-	return &s.mats, nil
+	rp.state = partBusy
+	return &rp.mats, nil
 }
 
-// Release frees a streamed part's slot for the next read.
+// Release frees a streamed part's room for the next reads.
 func (t *Trunk) Release(layer int, part Part) {
 	u := unit(layer, part)
 	if t.pinned[u] != nil {
@@ -225,24 +223,87 @@ func (t *Trunk) Release(layer int, part Part) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, s := range t.slots {
-		if s.unit == u && s.state == slotBusy {
-			s.state, s.unit = slotEmpty, -1
-		}
+	if rp := t.find(u); rp != nil && rp.state == partBusy {
+		t.remove(rp)
 	}
 	t.fill()
 }
 
-func (t *Trunk) find(u int) *ringSlot {
-	for _, s := range t.slots {
-		if s.unit == u && s.state != slotEmpty {
-			return s
+// find returns the placed part u, nil if none. t.mu must be held.
+func (t *Trunk) find(u int) *ringPart {
+	for _, rp := range t.live {
+		if rp.unit == u {
+			return rp
 		}
 	}
 	return nil
 }
 
-// wait releases t.mu until a read completes (or the trunk closes) or ctx
+// remove takes a part out of the arena. t.mu must be held.
+func (t *Trunk) remove(rp *ringPart) {
+	for i, x := range t.live {
+		if x == rp {
+			t.live = append(t.live[:i], t.live[i+1:]...)
+			return
+		}
+	}
+}
+
+// restart points the ring at part u: the parts read ahead for another
+// order are dropped (none is in use: a pass holds one part at a time and
+// releases it before acquiring the next). t.mu must be held.
+func (t *Trunk) restart(u int) {
+	t.next = t.pos[u]
+	kept := t.live[:0]
+	for _, rp := range t.live {
+		if rp.state == partLoading || rp.state == partBusy {
+			kept = append(kept, rp)
+		}
+	}
+	clear(t.live[len(kept):])
+	t.live = kept
+}
+
+// place finds room for n bytes where no placed part overlaps it: at
+// either end of the arena, else right after the last part placed. Ends
+// first, because parts are freed in the order they were placed: a small
+// part put at the far end from the part still computing leaves the whole
+// rest of the arena to the next large part once that one is released (a
+// small part placed right after it would leave a gap a few pages too
+// short). t.mu must be held.
+func (t *Trunk) place(n int64) (int64, bool) {
+	a := int64(len(t.arena))
+	for _, off := range [3]int64{0, iox.AlignDown(a - n), t.head} {
+		if off < 0 || off+n > a {
+			continue
+		}
+		free := true
+		for _, rp := range t.live {
+			if off < rp.off+rp.n && rp.off < off+n {
+				free = false
+				break
+			}
+		}
+		if free {
+			return off, true
+		}
+	}
+	return 0, false
+}
+
+// claim places part u at off. t.mu must be held.
+func (t *Trunk) claim(u int, off int64) *ringPart {
+	rp := &t.parts[t.pos[u]]
+	*rp = ringPart{unit: u, off: off, n: t.room(u), state: partLoading, mats: rp.mats}
+	if len(t.live) > 0 {
+		t.ahead.Add(1)
+	}
+	t.live = append(t.live, rp)
+	t.head = off + rp.n
+	return rp
+}
+
+// wait releases t.mu until a load completes (or the trunk closes) or ctx
 // is done, then takes t.mu again. Only the pass holding passMu waits, so a
 // one-element signal channel cannot lose a wake-up: every completion leaves
 // a signal behind, and the waiter re-checks the state after waking.
@@ -266,65 +327,83 @@ func (t *Trunk) signal() {
 	}
 }
 
-// fill starts reads into every empty slot, for the next parts in cyclic
-// order that no slot already holds. t.mu must be held.
+// fill starts the load of the next part in cyclic order that is not
+// placed, once no other load is reading and there is room for it. t.mu
+// must be held.
 func (t *Trunk) fill() {
-	if t.closed {
+	if t.closed || t.reading {
 		return
 	}
-	for _, s := range t.slots {
-		if s.state != slotEmpty {
-			continue
+	run := 0
+	if t.runBusy[0] {
+		if run = 1; t.runBusy[1] {
+			return // the last finishing load calls fill again
 		}
-		// Skip parts already present (only possible when the ring is
-		// larger than the number of streamed parts).
-		var u int
-		for tries := 0; ; tries++ {
-			if tries == len(t.order) {
-				return
-			}
-			u = t.order[t.next]
-			t.next = (t.next + 1) % len(t.order)
-			if t.find(u) == nil {
-				break
-			}
-		}
-		s.unit, s.state = u, slotLoading
-		t.pending.Add(1)
-		go t.load(s, u)
 	}
+	var u int
+	for tries := 0; ; tries++ {
+		if tries == len(t.order) {
+			return // every streamed part is placed
+		}
+		u = t.order[t.next]
+		if t.find(u) == nil {
+			break
+		}
+		t.next = (t.next + 1) % len(t.order)
+	}
+	off, ok := t.place(t.room(u))
+	if !ok {
+		return // a Release will make room
+	}
+	t.next = (t.next + 1) % len(t.order)
+	rp := t.claim(u, off)
+	t.reading, t.runBusy[run] = true, true
+	t.pending.Add(1)
+	go t.load(rp, time.Now(), run)
 }
 
-// load reads one part into a slot and binds its matrices.
-func (t *Trunk) load(s *ringSlot, u int) {
+// load runs one load and records its result in its part.
+func (t *Trunk) load(rp *ringPart, start time.Time, run int) {
 	defer t.pending.Done()
-	pp := &t.plan.parts[u]
-	start := time.Now()
-	n, err := t.loader.load(t.ctx, pp, s.buf, s.stage, &s.run)
-	if err != nil {
-		err = fmt.Errorf("reading layer %d %s: %w", pp.layer, pp.part, err)
+	pp := &t.plan.parts[rp.unit]
+	buf := t.arena[rp.off : rp.off+rp.n]
+	readOver := false
+	readsDone := func() { // t.mu held
+		if !readOver {
+			readOver, t.reading = true, false
+			t.fill()
+		}
 	}
+	n, err := t.loader.load(t.ctx, pp, buf, &t.runs[run], func() {
+		t.mu.Lock()
+		readsDone()
+		t.mu.Unlock()
+	})
 	t.bytesRead.Add(n)
 	t.streamedBytes.Add(n)
-	el := int64(time.Since(start))
-	t.readNanos.Add(el)
-	if pp.comp != nil && err == nil {
-		// Reading and decoding overlap, so ReadTime covers both; the
-		// decode's own time is summed per block (core time).
-		t.decodeNanos.Add(s.run.cpu.Load())
-		t.decodedBytes.Add(pp.bytes)
-	}
-	if err == nil {
-		bind(s.buf, pp.mats, &s.mats)
+	t.readNanos.Add(int64(time.Since(start)))
+	if err != nil {
+		err = fmt.Errorf("reading layer %d %s: %w", pp.layer, pp.part, err)
+	} else {
+		if pp.comp != nil {
+			// Reading and decoding overlap, so ReadTime covers both;
+			// the decode's own time is summed per block (core time).
+			t.decodeNanos.Add(t.runs[run].cpu.Load())
+			t.decodedBytes.Add(pp.bytes)
+		}
+		bind(buf, pp.mats, &rp.mats)
 	}
 	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.runBusy[run] = false
 	if err != nil {
-		s.state, s.err = slotFailed, err
+		rp.state, rp.err = partFailed, err
 	} else {
-		s.state = slotReady
+		rp.state = partReady
 	}
+	readsDone()
+	t.fill()
 	t.signal()
-	t.mu.Unlock()
 }
 
 // TrunkStats are cumulative counters of the trunk.
@@ -335,6 +414,7 @@ type TrunkStats struct {
 	DecodeTime       time.Duration // decoding compressed parts, core time summed over blocks
 	DecodedBytes     int64         // bytes decoded from a compressed pack
 	WaitTime         time.Duration // compute blocked on a streamed part
+	LoadsAhead       int64         // streamed loads that started while an earlier part was still placed (overlapping its compute)
 	PinnedAcquires   int64         // layer parts used from resident buffers
 	StreamedAcquires int64         // layer parts used from the streaming ring
 }
@@ -343,7 +423,7 @@ type TrunkStats struct {
 func (t *Trunk) Stats() TrunkStats {
 	return TrunkStats{BytesRead: t.bytesRead.Load(), StreamedBytes: t.streamedBytes.Load(), ReadTime: time.Duration(t.readNanos.Load()),
 		WaitTime:   time.Duration(t.waitNanos.Load()),
-		DecodeTime: time.Duration(t.decodeNanos.Load()), DecodedBytes: t.decodedBytes.Load(), PinnedAcquires: t.hits.Load(), StreamedAcquires: t.streamed.Load()}
+		DecodeTime: time.Duration(t.decodeNanos.Load()), DecodedBytes: t.decodedBytes.Load(), PinnedAcquires: t.hits.Load(), StreamedAcquires: t.streamed.Load(), LoadsAhead: t.ahead.Load()}
 }
 
 // Close stops the ring and waits for reads in flight, after which the

@@ -56,25 +56,16 @@ type residentLayers struct {
 // matrices.
 func loadResidentLayers(ctx context.Context, p *Plan, read ReadFunc, alloc Alloc) (*residentLayers, error) {
 	r := &residentLayers{mats: make([]LayerMats, p.Cfg.Layers), bufs: make([][]byte, len(p.parts))}
-	// A compressed pack decodes through one staging buffer (aligned for
-	// direct reads, so it comes from alloc and lives as long as the model).
 	ld := newPartLoader(p, read)
 	defer ld.close()
 	var run decodeRun
-	var stage []byte
-	if n := p.stagingBytes(); n > 0 {
-		var err error
-		if stage, err = alloc(n); err != nil {
-			return nil, fmt.Errorf("compressed trunk staging: %w", err)
-		}
-	}
 	for u := range p.parts {
 		pp := &p.parts[u]
-		buf, err := alloc(pp.bytes)
+		buf, err := alloc(pp.room())
 		if err != nil {
 			return nil, fmt.Errorf("layer %d %s: %w", pp.layer, pp.part, err)
 		}
-		if _, err := ld.load(ctx, pp, buf, stage, &run); err != nil {
+		if _, err := ld.load(ctx, pp, buf, &run, nil); err != nil {
 			return nil, fmt.Errorf("layer %d %s: %w", pp.layer, pp.part, err)
 		}
 		bind(buf, pp.mats, &r.mats[pp.layer])
