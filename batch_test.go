@@ -153,6 +153,16 @@ func TestBatchCancelLeavesStateIntact(t *testing.T) {
 	for i := range long {
 		long[i] = rng.IntN(V)
 	}
+	// How long a few passes take here (the race detector and a loaded
+	// machine make them slow): the cancel must come after the step's
+	// first pass, and long before its last.
+	probe := m.NewSession()
+	t0 := time.Now()
+	if _, err := probe.Step(context.Background(), long[:3*4]); err != nil {
+		t.Fatal(err)
+	}
+	settle := max(50*time.Millisecond, 2*time.Since(t0))
+	probe.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	s := m.NewSession()
 	defer s.Close()
@@ -173,7 +183,7 @@ func TestBatchCancelLeavesStateIntact(t *testing.T) {
 		_, err := s.Step(ctx, long)
 		errc <- err
 	}()
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(settle)
 	cancel()
 	var err error
 	select {

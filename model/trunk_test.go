@@ -80,10 +80,25 @@ func TestBudgetInvariance(t *testing.T) {
 					if tr := m.Trunk(); tr != nil && mp.Streaming() && tr.Stats().StreamedAcquires == 0 {
 						t.Fatalf("budget %d: streaming plan but no streamed acquires", b)
 					}
+					if tr := m.Trunk(); tr != nil && mp.Streaming() && pairFits(tr) && tr.Stats().LoadsAhead == 0 {
+						t.Fatalf("budget %d: two consecutive streamed parts fit in the ring (%d bytes) but no load started while another part was placed", b, len(tr.arena))
+					}
 				}
 			}
 		})
 	}
+}
+
+// pairFits reports whether some two streamed parts, consecutive in pass
+// order, fit in the ring together.
+func pairFits(tr *Trunk) bool {
+	for i, u := range tr.order {
+		v := tr.order[(i+1)%len(tr.order)]
+		if u != v && tr.room(u)+tr.room(v) <= int64(len(tr.arena)) {
+			return true
+		}
+	}
+	return false
 }
 
 // smallestBudget finds the smallest budget the planner accepts.
