@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -89,6 +90,7 @@ func runBench(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	maxBatch := fs.Int("max-batch", 0, "with --batch: most token `rows` per pass (0 = the largest batch plus 64, one prefill chunk)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to `file` (go tool pprof)")
 	specKs := fs.String("spec", "", "speculative decoding: draft lengths `k`, e.g. 1,2,4,8; decodes plainly, then with each k, in one process, and reports s/token, passes and bytes per token and accepted drafts per pass next to plain decoding (skips the device probe and roofline)")
+	rounds := fs.Int("rounds", 1, "with --trunk A,B: bench the trunks this many `rounds`, in reverse order every other round (A B, B A, ...), and report each trunk's median and its ratio to the first trunk within each round, so that a machine's drift cancels")
 	compression := fs.String("compression", "on", "with a compressed --trunk: on (decode it), off (read the shards) or auto (the engine measures and decides)")
 	drafter := fs.String("drafter", "ngram", "with --spec: ngram (prompt lookup, on a prompt that repeats itself) or ceiling (drafts the plain run's own tokens: every draft right)")
 	if err := parse(fs, args); err != nil {
@@ -162,22 +164,35 @@ func runBench(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if strings.Contains(mf.trunk, ",") {
 		trunks = strings.Split(mf.trunk, ",")
 	}
+	if *rounds < 1 || (*rounds > 1 && len(trunks) < 2) {
+		return usagef("--rounds needs at least 1, and more than 1 only with two or more --trunk directories")
+	}
 	var results []*benchResult
+	byRound := make([][]*benchResult, *rounds) // in trunks' order
 	var device float64
-	for i, tr := range trunks {
-		run := benchRun{tokens: *tokens, promptLen: *promptLen, seed: *seed, cold: *cold, probe: pb, device: device, compression: comp}
-		if len(trunks) > 1 {
-			fmt.Fprintf(stderr, "bench: trunk %d of %d: %s\n", i+1, len(trunks), tr)
+	for round := range *rounds {
+		byRound[round] = make([]*benchResult, len(trunks))
+		for k := range trunks {
+			i := k
+			if round%2 == 1 {
+				i = len(trunks) - 1 - k
+			}
+			tr := trunks[i]
+			run := benchRun{tokens: *tokens, promptLen: *promptLen, seed: *seed, cold: *cold, probe: pb, device: device, compression: comp}
+			if len(trunks) > 1 {
+				fmt.Fprintf(stderr, "bench: round %d of %d, trunk %d of %d: %s\n", round+1, *rounds, i+1, len(trunks), tr)
+			}
+			if len(results) > 0 {
+				resetPeakRSS()
+			}
+			r, err := benchOne(ctx, &mf, tr, budget, run, stderr)
+			if err != nil {
+				return err
+			}
+			device = r.DeviceGBps
+			results = append(results, r)
+			byRound[round][i] = r
 		}
-		if i > 0 {
-			resetPeakRSS()
-		}
-		r, err := benchOne(ctx, &mf, tr, budget, run, stderr)
-		if err != nil {
-			return err
-		}
-		device = r.DeviceGBps
-		results = append(results, r)
 	}
 	if *asJSON {
 		if len(results) == 1 {
@@ -190,6 +205,9 @@ func runBench(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	}
 	if len(results) > 1 {
 		printTrunkComparison(stdout, results)
+	}
+	if *rounds > 1 {
+		printRoundSummary(stdout, byRound)
 	}
 	return nil
 }
@@ -604,6 +622,40 @@ func printTrunkComparison(w io.Writer, rs []*benchResult) {
 		fmt.Fprintf(w, "  %-40s %10.3f %7.3f× %10s %7.3f× %11.3fs %14.2f\n", r.Trunk, r.DecodeSPerToken, r.DecodeSPerToken/base.DecodeSPerToken,
 			human(r.BytesReadPerToken), float64(r.BytesReadPerToken)/float64(max(base.BytesReadPerToken, 1)), r.DecodeCoreSPerToken, r.DecodeGBpsPerCore)
 	}
+}
+
+// printRoundSummary gives each trunk's median s/token over the rounds and
+// its ratio to the first trunk measured in the same round (median, and
+// the range over rounds): a drift of the machine between rounds moves
+// both members of a round's pair alike.
+func printRoundSummary(w io.Writer, byRound [][]*benchResult) {
+	fmt.Fprintf(w, "\nover %d rounds (ratios against %s within each round):\n", len(byRound), byRound[0][0].Trunk)
+	fmt.Fprintf(w, "  %-40s %14s %14s %16s %16s\n", "trunk", "median s/token", "median ratio", "ratio range", "read/token ratio")
+	for i := range byRound[0] {
+		var ts, ratios, bytes []float64
+		for _, rs := range byRound {
+			ts = append(ts, rs[i].DecodeSPerToken)
+			ratios = append(ratios, rs[i].DecodeSPerToken/rs[0].DecodeSPerToken)
+			bytes = append(bytes, float64(rs[i].BytesReadPerToken)/float64(max(rs[0].BytesReadPerToken, 1)))
+		}
+		lo, hi := slices.Min(ratios), slices.Max(ratios)
+		read := "–" // nothing read: everything resident
+		if byRound[0][0].BytesReadPerToken > 0 {
+			read = fmt.Sprintf("%.3f×", median(bytes))
+		}
+		fmt.Fprintf(w, "  %-40s %14.3f %13.3f× %7.3f–%.3f× %16s\n", byRound[0][i].Trunk, median(ts), median(ratios), lo, hi, read)
+	}
+}
+
+// median returns the middle of xs (the mean of the two middle values for
+// an even count).
+func median(xs []float64) float64 {
+	s := slices.Sorted(slices.Values(xs))
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
 }
 
 // resetPeakRSS returns the previous run's memory to the OS and resets the

@@ -47,3 +47,32 @@ func TestBenchProbeSmallCheckpoint(t *testing.T) {
 		t.Errorf("--probe 0 --json reports a device or I/O roofline: %s", out)
 	}
 }
+
+// TestBenchRounds benches a plain and a compressed pack over two rounds,
+// the second in reverse order, and prints each trunk's median and its
+// ratio within the rounds; --rounds without two trunks is a usage error.
+func TestBenchRounds(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "tiny")
+	synthJSON(t, "--profile", "tiny", "--out", dir)
+	plain, packed := filepath.Join(t.TempDir(), "plain"), filepath.Join(t.TempDir(), "packed")
+	for _, args := range [][]string{{"pack", "--model", dir, "--out", plain}, {"pack", "--compress", "--model", dir, "--out", packed}} {
+		if code, _, stderr := runCmd(t, args...); code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, stderr)
+		}
+	}
+	code, out, stderr := runCmd(t, "bench", "--model", dir, "--trunk", plain+","+packed, "--rounds", "2", "--probe", "0", "--tokens", "2", "--prompt-len", "4")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	// Round 2 runs the trunks in reverse order.
+	if i, j := strings.Index(stderr, "round 2 of 2, trunk 2 of 2"), strings.Index(stderr, "round 2 of 2, trunk 1 of 2"); i < 0 || j < 0 || i > j {
+		t.Errorf("round 2 did not bench the compressed pack first:\n%s", stderr)
+	}
+	_, summary, ok := strings.Cut(out, "over 2 rounds")
+	if !ok || !strings.Contains(summary, plain) || !strings.Contains(summary, packed) || !strings.Contains(summary, "1.000×") {
+		t.Errorf("no summary over 2 rounds naming both trunks:\n%s", out)
+	}
+	if code, _, stderr := runCmd(t, "bench", "--model", dir, "--rounds", "2", "--probe", "0"); code != 2 || !strings.Contains(stderr, "--rounds") {
+		t.Errorf("--rounds 2 with one trunk: exit %d, %s", code, stderr)
+	}
+}
