@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"math/bits"
 	"slices"
+
+	"github.com/k3go/k3/internal/expunpack"
 )
 
 // The fixed-width exponent mode (compExpFix) trades a few percent of size
@@ -221,6 +223,14 @@ func patch(exp []byte, m uint, escs []byte, e int) int {
 func (f *fixedTables) decode3(exp, codes, escs []byte) int {
 	lut, escm := f.lut3, f.esc3
 	n, e, i, c := len(exp), 0, 0, 0
+	if expunpack.Fast() {
+		// Whole steps of 64 codes in SIMD; the loops below do the rest
+		// (and find a stream that asks for more escapes than it has).
+		var t [8]byte
+		copy(t[:7], f.table[:7])
+		i, e = expunpack.Unpack3(exp, codes, &t, escs)
+		c = 3 * i / 8
+	}
 	// 16 codes (6 bytes) per step, read as one 8-byte word.
 	for ; i+16 <= n && c+8 <= len(codes); i, c = i+16, c+6 {
 		w := binary.LittleEndian.Uint64(codes[c:])

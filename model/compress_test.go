@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/k3go/k3/internal/bf16merge"
+	"github.com/k3go/k3/internal/expunpack"
 )
 
 // normalBF16 fills a buffer with BF16 values drawn like trained weights:
@@ -129,13 +130,19 @@ func eachMergeKernel(b *testing.B, f func(b *testing.B)) {
 }
 
 // eachCode runs a sub-benchmark per exponent code: huff0 only (packs
-// before the fixed-width mode) and the encoder's default choice.
+// before the fixed-width mode) and the encoder's default choice, the
+// latter once per fixed-code unpacker (generic: the table decoder in Go).
 func eachCode(b *testing.B, f func(b *testing.B, enc *blockEncoder)) {
-	for _, c := range []struct {
-		name     string
-		huffOnly bool
-	}{{"huff0", true}, {"fixed", false}} {
-		b.Run("code="+c.name, func(b *testing.B) { f(b, &blockEncoder{huffOnly: c.huffOnly}) })
+	b.Run("code=huff0", func(b *testing.B) { f(b, &blockEncoder{huffOnly: true}) })
+	for _, u := range expunpack.Implementations() {
+		b.Run("code=fixed/unpack="+u, func(b *testing.B) {
+			restore, err := expunpack.SetImplementation(u)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer restore()
+			f(b, &blockEncoder{})
+		})
 	}
 }
 

@@ -16,6 +16,7 @@ var targets = []struct{ gen, pkg, asm, stubs string }{
 	{"./gemm", "gemm", "../kernel/gemm/gemm_amd64.s", "../kernel/gemm/gemm_stub_amd64.go"},
 	{"./mxfp4", "quant", "../../quant/mxfp4_amd64.s", "../../quant/mxfp4_stub_amd64.go"},
 	{"./bf16merge", "bf16merge", "../bf16merge/merge_amd64.s", "../bf16merge/merge_stub_amd64.go"},
+	{"./expunpack", "expunpack", "../expunpack/unpack_amd64.s", "../expunpack/unpack_stub_amd64.go"},
 }
 
 // TestRegenerate regenerates every assembly file and stub and fails if the
