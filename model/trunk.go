@@ -19,9 +19,9 @@ import (
 // (BeginPass/EndPass); a fully pinned trunk serves passes concurrently.
 //
 // The ring is one arena of the plan's ring bytes, not slots of the largest
-// part: parts are placed one after another, wrapping to the start, so a
-// part is read as soon as there is room for it beside the parts not yet
-// computed. At the floor the arena is one largest part, and the smaller
+// part: parts are placed at either end of it or after the last one placed
+// (place), so a part is read as soon as there is room for it beside the
+// parts not yet computed. At the floor the arena is one largest part, and the smaller
 // parts (a 0.9 GB attention and a 0.4 GB MoE trunk beside a 1.45 GB dense
 // MLP, on medium) still fit in pairs: the disk reads the next part while
 // the current one computes, which fixed slots could only do with a second
