@@ -44,8 +44,9 @@ type MemoryPlan struct {
 
 	// The dense trunk: its layer parts (two per layer) are pinned
 	// (resident) or streamed through a ring of RingSlots × RingSlotBytes
-	// (RingSlotBytes is the largest streamed part; smaller ones share the
-	// ring's room). PinnedLayers counts layers with both parts pinned.
+	// bytes (at least the largest streamed part; the next parts are read
+	// into its free room while the current one computes). PinnedLayers
+	// counts layers with both parts pinned.
 	PinnedParts, StreamedParts, PinnedLayers int
 	PinnedBytes                              int64
 	RingSlots                                int
@@ -89,7 +90,7 @@ func newMemoryPlan(mp *model.MemoryPlan) *MemoryPlan {
 type Sizes struct {
 	// TrunkPayload is the matrix bytes of every dense layer part,
 	// TrunkBuffers the same parts' buffers with alignment; LargestPart the
-	// largest part's buffer (the smallest ring slot).
+	// largest part's buffer (the smallest ring).
 	TrunkPayload, TrunkBuffers, LargestPart int64
 	// ExpertBytes is one routed expert; Experts the routed experts in the
 	// checkpoint; ExpertsPerTok those one token uses (top-k × MoE layers).

@@ -64,10 +64,11 @@ type MemoryPlan struct {
 	Sessions, Rows                                       int
 
 	// Trunk: pinned parts stay resident; the rest stream through a ring,
-	// one arena of RingSlots × RingSlotBytes (RingSlotBytes is the largest
-	// streamed part: the ring holds RingSlots of those at least, and more
-	// of the smaller parts; see Trunk). PinnedBytes counts the pinned
-	// parts' buffers as mapped (BufferBytes of each).
+	// one arena of RingSlots × RingSlotBytes bytes (the planner makes one
+	// "slot" of at least the largest streamed part, up to room for the two
+	// consecutive streamed parts that need the most; see Trunk).
+	// PinnedBytes counts the pinned parts' buffers as mapped (BufferBytes
+	// of each).
 	Pinned        []bool // by unit(layer, part)
 	PinnedBytes   int64
 	PinnedLayers  int // layers with both parts pinned
@@ -87,7 +88,7 @@ type MemoryPlan struct {
 func (p *MemoryPlan) Total() int64 { return p.OffHeap() + p.Heap() + p.Executable }
 
 // OffHeap returns the bytes of the engine's buffers mapped outside the Go
-// heap (pinned trunk parts, ring slots, the expert cache's arena), each as
+// heap (pinned trunk parts, the ring, the expert cache's arena), each as
 // mapped (BufferBytes). A compressed part decodes in place, in a buffer a
 // little larger than its image (partPlan.room), so it needs no staging.
 func (p *MemoryPlan) OffHeap() int64 {
@@ -202,9 +203,10 @@ const (
 
 // PlanMemory splits the budget: the fixed floor first (lm_head, vectors,
 // per-session state and scratch, the smallest expert cache that works,
-// K+1 slots), then the trunk (pinned parts, largest first, so that the
-// ring slots shrink; two ring slots so reads overlap compute), then
-// whatever is left to the expert cache. It fails with ErrBudget if the
+// K+1 slots), then the trunk (pinned parts, largest first, as many as fit
+// beside a ring of the largest part left; then the ring grows, with what
+// is left, towards room for two consecutive streamed parts, so that reads
+// overlap compute), then whatever is left to the expert cache. It fails with ErrBudget if the
 // floor does not fit, naming what is needed.
 func (p *Plan) PlanMemory(req BudgetRequest) (*MemoryPlan, error) {
 	c := p.Cfg
@@ -271,46 +273,63 @@ func (p *Plan) PlanMemory(req BudgetRequest) (*MemoryPlan, error) {
 		order[i] = i
 	}
 	sort.SliceStable(order, func(a, b int) bool { return p.parts[order[a]].room() > p.parts[order[b]].room() })
-	// Try to pin the k largest parts, k from all down to none, with two ring
-	// slots, then with one.
-	fits := func(k, slots int) (int64, bool) {
+	// Pin the k largest parts, with a ring of at least the largest part
+	// left, grown with what the budget has left towards room for every two
+	// consecutive streamed parts (the ring is one arena, Trunk: the next
+	// part is read while the current one computes where both fit). Of the
+	// k that fit, take the one whose pass costs least (passCost): a pinned
+	// byte is a byte not read per token, a ring too small for a pair makes
+	// the first part's compute wait for the disk.
+	fits := func(k int) (int64, bool) {
 		var pinned int64
 		for _, u := range order[:k] {
 			pinned += BufferBytes(p.parts[u].room())
 		}
 		var ring int64
 		if k < len(order) {
-			ring = BufferBytes(int64(slots) * iox.AlignUp(p.parts[order[k]].room()))
+			ring = BufferBytes(iox.AlignUp(p.parts[order[k]].room()))
 		}
 		need := base + pinned + ring
 		return need, need <= req.Budget
 	}
-	chosenK, chosenSlots := -1, 0
-	for _, slots := range []int{2, 1} {
-		for k := len(order); k >= 0; k-- {
-			if _, ok := fits(k, slots); ok {
-				chosenK, chosenSlots = k, slots
-				break
-			}
+	chosenK, bestCost := -1, 0.0
+	pin := make([]bool, len(p.parts))
+	for k := len(order); k >= 0; k-- {
+		need, ok := fits(k)
+		if !ok {
+			continue
 		}
-		if chosenK >= 0 {
+		if k == len(order) {
+			chosenK = k // everything pinned: nothing to read
 			break
+		}
+		clear(pin)
+		for _, u := range order[:k] {
+			pin[u] = true
+		}
+		slot := iox.AlignUp(p.parts[order[k]].room())
+		cost := p.passCost(pin, p.ringFor(pin, slot, req.Budget-(need-BufferBytes(slot))))
+		if chosenK < 0 || cost < bestCost {
+			chosenK, bestCost = k, cost
 		}
 	}
 	if chosenK < 0 {
-		need, _ := fits(0, 1)
+		need, _ := fits(0)
 		return nil, fmt.Errorf("%w: the floor needs %s (lm_head %s, vectors %s, state %s, KV cache %s for %d positions × %d sessions, scratch %s, %d expert slots %s, one ring slot %s; the process %s: executable %s, Go runtime and GC headroom %s, tensor index %s, tokenizer %s, logits %s); the budget is %s",
 			ErrBudget, Human(need), Human(mp.LMHead), Human(mp.Vectors), Human(mp.State), Human(mp.KV), req.MaxContext, req.Sessions,
 			Human(mp.Scratch), c.TopK+1, Human(minCache), Human(BufferBytes(p.parts[order[0]].room())),
 			Human(mp.Overhead), Human(mp.Executable), Human(mp.Runtime), Human(mp.Index), Human(mp.Tokenizer), Human(mp.SessionVocab), Human(req.Budget))
 	}
-	need, _ := fits(chosenK, chosenSlots)
+	need, _ := fits(chosenK)
 	for _, u := range order[:chosenK] {
 		mp.Pinned[u] = true
 		mp.PinnedBytes += BufferBytes(p.parts[u].room())
 	}
 	if chosenK < len(order) {
-		mp.RingSlots, mp.RingSlotBytes = chosenSlots, iox.AlignUp(p.parts[order[chosenK]].room())
+		slot := iox.AlignUp(p.parts[order[chosenK]].room())
+		ring := p.ringFor(mp.Pinned, slot, req.Budget-(need-BufferBytes(slot)))
+		need += BufferBytes(ring) - BufferBytes(slot)
+		mp.RingSlots, mp.RingSlotBytes = 1, ring
 	}
 	for l := 0; l < c.Layers; l++ {
 		if mp.Pinned[unit(l, PartAttn)] && mp.Pinned[unit(l, PartFFN)] {
@@ -476,6 +495,68 @@ func (p *Plan) FullBudget(req BudgetRequest) int64 {
 	}
 	// PlanMemory's unlimited plan already counts every expert in the cache.
 	return mp.Total()
+}
+
+// serialComputeShare estimates the compute of a trunk part for one token
+// as a fraction of the time to read it: its matrices are read once from
+// memory, several times faster than from disk (medium on the 2-vCPU
+// development machine: 0.4 s of compute against 2.5 s of reads per token;
+// many cores and a fast NVMe keep the fraction about the same).
+const serialComputeShare = 0.15
+
+// passCost estimates, in bytes read, one pass's time over the trunk with
+// these parts pinned and a ring of ring bytes: every streamed part's
+// bytes, plus the compute of each streamed part whose next streamed part
+// does not fit beside it in the ring (it cannot be read meanwhile).
+func (p *Plan) passCost(pinned []bool, ring int64) float64 {
+	var streamed []int
+	for u := range p.parts {
+		if !pinned[u] {
+			streamed = append(streamed, u)
+		}
+	}
+	var cost float64
+	for i, u := range streamed {
+		pp := &p.parts[u]
+		if cp := pp.comp; cp != nil {
+			cost += float64(cp.stored)
+		} else {
+			cost += float64(pp.payload)
+		}
+		v := streamed[(i+1)%len(streamed)]
+		if len(streamed) == 1 || iox.AlignUp(pp.room())+iox.AlignUp(p.parts[v].room()) > ring {
+			cost += serialComputeShare * float64(pp.payload)
+		}
+	}
+	return cost
+}
+
+// ringFor sizes the streaming ring: room for the two consecutive streamed
+// parts (in pass order) that need the most, at least slot (the largest
+// streamed part), at most what avail bytes hold once mapped.
+func (p *Plan) ringFor(pinned []bool, slot, avail int64) int64 {
+	var streamed []int
+	for u := range p.parts {
+		if !pinned[u] {
+			streamed = append(streamed, u)
+		}
+	}
+	want := slot
+	if len(streamed) > 1 {
+		for i, u := range streamed {
+			v := streamed[(i+1)%len(streamed)]
+			want = max(want, iox.AlignUp(p.parts[u].room())+iox.AlignUp(p.parts[v].room()))
+		}
+	}
+	if BufferBytes(want) <= avail {
+		return want
+	}
+	// As much as avail holds: whole huge pages for a large ring.
+	ring := iox.AlignDown(avail)
+	if ring >= HugeBufferMin {
+		ring &^= hugePage - 1
+	}
+	return max(slot, ring)
 }
 
 // compressed reports whether any part is read from a compressed pack.

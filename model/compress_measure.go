@@ -29,8 +29,9 @@ type CompressionReport struct {
 	// 1/DecodeAll) instead of 1/DiskRate: compression pays when the cores
 	// decode faster than the disk reads, NeedDecode = DiskRate, and gains
 	// all it can (Ratio) from FullDecode = DiskRate / Ratio on. Where the
-	// decode must also share the cores with compute (two ring slots or
-	// more) the gain is smaller than this says.
+	// decode must also share the cores with compute (a ring with room to
+	// read the next part during the current one's compute) the gain is
+	// smaller than this says.
 	NeedDecode, FullDecode float64
 	Pays                   bool
 }
