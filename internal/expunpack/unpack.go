@@ -71,6 +71,20 @@ func Unpack3(exp, codes []byte, table *[8]byte, escs []byte) (done, used int) {
 	return g * Group, u
 }
 
+// Pack3 writes 3-bit codes (each < 8) least significant bit first: the
+// stream Unpack3 reads (the encoder's layout, model/compress_fixed.go).
+func Pack3(cs []byte) []byte {
+	out := make([]byte, (3*len(cs)+7)/8)
+	for i, c := range cs {
+		bit := 3 * i
+		out[bit/8] |= c << (bit % 8)
+		if bit%8 > 5 {
+			out[bit/8+1] |= c >> (8 - bit%8)
+		}
+	}
+	return out
+}
+
 // code returns code i of a 3-bit stream.
 func code(codes []byte, i int) byte {
 	bit := 3 * i
@@ -113,17 +127,13 @@ func selfCheck(impl *Impl) error {
 	rng := rand.New(rand.NewPCG(7, 8))
 	table := &[8]byte{0x70, 0x71, 0x6f, 0x72, 0x6e, 0x73, 0x6d, 0xff}
 	for _, groups := range []int{1, 2, 7, 64} {
-		codes := make([]byte, groups*GroupBytes+Slack)
-		for i := range groups * Group {
-			c := byte(rng.IntN(7))
-			if rng.IntN(6) == 0 {
-				c = 7
-			}
-			codes[3*i/8] |= c << (3 * i % 8)
-			if 3*i%8 > 5 {
-				codes[3*i/8+1] |= c >> (8 - 3*i%8)
+		cs := make([]byte, groups*Group)
+		for i := range cs {
+			if cs[i] = byte(rng.IntN(7)); rng.IntN(6) == 0 {
+				cs[i] = 7
 			}
 		}
+		codes := append(Pack3(cs), make([]byte, Slack)...)
 		escs := make([]byte, groups*Group)
 		for i := range escs {
 			escs[i] = byte(rng.Uint32())

@@ -10,19 +10,6 @@ import (
 	k3cpu "github.com/k3go/k3/internal/cpu"
 )
 
-// pack writes 3-bit codes least significant bit first.
-func pack(cs []byte) []byte {
-	out := make([]byte, (3*len(cs)+7)/8)
-	for i, c := range cs {
-		bit := 3 * i
-		out[bit/8] |= c << (bit % 8)
-		if bit%8 > 5 {
-			out[bit/8+1] |= c >> (8 - bit%8)
-		}
-	}
-	return out
-}
-
 // each runs f once per implementation this CPU has.
 func each(t *testing.T, f func(t *testing.T)) {
 	for _, name := range Implementations() {
@@ -42,7 +29,7 @@ func each(t *testing.T, f func(t *testing.T)) {
 // the decoded steps included.
 func check(t *testing.T, cs []byte, escs []byte, table *[8]byte, codeSlack int, off int) {
 	t.Helper()
-	codes := append(pack(cs), make([]byte, codeSlack)...)
+	codes := append(Pack3(cs), make([]byte, codeSlack)...)
 	// Misalign the code stream and the escapes too.
 	codes = append(bytes.Repeat([]byte{0xEE}, off), codes...)[off:]
 	escs = append(bytes.Repeat([]byte{0xDD}, off), escs...)[off:]
@@ -160,7 +147,7 @@ func BenchmarkUnpack3(b *testing.B) {
 			cs[i], ne = 7, ne+1
 		}
 	}
-	codes := append(pack(cs), make([]byte, Slack)...)
+	codes := append(Pack3(cs), make([]byte, Slack)...)
 	escs := make([]byte, ne)
 	exp := make([]byte, n)
 	table := &[8]byte{}
