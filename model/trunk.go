@@ -49,6 +49,8 @@ type Trunk struct {
 	next    int           // index in order of the next part to load
 	reading bool          // a load's reads are in flight
 	runBusy [2]bool       // runs[i] serves a load in flight
+	readEnd [2]bool       // runs[i]'s load has reported its reads done
+	onRead  [2]func()     // runs[i]'s readsDone, bound once
 	closed  bool
 	ctx     context.Context // reads run under it; cancelled by Close
 	cancel  context.CancelFunc
@@ -99,6 +101,13 @@ func NewTrunk(ctx context.Context, p *Plan, mp *MemoryPlan, read ReadFunc, alloc
 		}
 	}()
 	var pinRun decodeRun
+	for i := range t.onRead {
+		t.onRead[i] = func() {
+			t.mu.Lock()
+			t.readsDone(i)
+			t.mu.Unlock()
+		}
+	}
 	t.changed = make(chan struct{}, 1)
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	for u := range p.parts {
@@ -357,7 +366,7 @@ func (t *Trunk) fill() {
 	}
 	t.next = (t.next + 1) % len(t.order)
 	rp := t.claim(u, off)
-	t.reading, t.runBusy[run] = true, true
+	t.reading, t.runBusy[run], t.readEnd[run] = true, true, false
 	t.pending.Add(1)
 	go t.load(rp, time.Now(), run)
 }
@@ -367,18 +376,7 @@ func (t *Trunk) load(rp *ringPart, start time.Time, run int) {
 	defer t.pending.Done()
 	pp := &t.plan.parts[rp.unit]
 	buf := t.arena[rp.off : rp.off+rp.n]
-	readOver := false
-	readsDone := func() { // t.mu held
-		if !readOver {
-			readOver, t.reading = true, false
-			t.fill()
-		}
-	}
-	n, err := t.loader.load(t.ctx, pp, buf, &t.runs[run], func() {
-		t.mu.Lock()
-		readsDone()
-		t.mu.Unlock()
-	})
+	n, err := t.loader.load(t.ctx, pp, buf, &t.runs[run], t.onRead[run])
 	t.bytesRead.Add(n)
 	t.streamedBytes.Add(n)
 	t.readNanos.Add(int64(time.Since(start)))
@@ -401,9 +399,18 @@ func (t *Trunk) load(rp *ringPart, start time.Time, run int) {
 	} else {
 		rp.state = partReady
 	}
-	readsDone()
+	t.readsDone(run)
 	t.fill()
 	t.signal()
+}
+
+// readsDone records, once per load, that runs[run]'s reads are over, and
+// lets the next part's reads start. t.mu must be held.
+func (t *Trunk) readsDone(run int) {
+	if !t.readEnd[run] {
+		t.readEnd[run], t.reading = true, false
+		t.fill()
+	}
 }
 
 // TrunkStats are cumulative counters of the trunk.
