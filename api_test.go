@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/k3go/k3"
-	"github.com/k3go/k3/internal/fixtures"
+	"github.com/k3go/k3/internal/testkit/fixtures"
 )
 
 // TestPublicConfigAndPlan checks the root package's own Config against

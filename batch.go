@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/k3go/k3/internal/sched"
+	"github.com/k3go/k3/internal/engine/sched"
 	"github.com/k3go/k3/model"
 )
 
@@ -34,7 +34,7 @@ type request struct {
 
 // batcher coalesces the steps of every session of a Model into shared
 // passes over the weights: one goroutine that takes the waiting steps,
-// asks the policy (internal/sched) for the next pass, runs it and wakes
+// asks the policy (internal/engine/sched) for the next pass, runs it and wakes
 // the steps it finished. Callers block in do; sampling stays on their
 // goroutines.
 type batcher struct {

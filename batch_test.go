@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/k3go/k3"
-	"github.com/k3go/k3/internal/fixtures"
+	"github.com/k3go/k3/internal/testkit/fixtures"
 )
 
 // soloLogits runs ids through a lone session and returns every position's

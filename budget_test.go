@@ -18,8 +18,8 @@ import (
 	"testing"
 
 	"github.com/k3go/k3"
-	"github.com/k3go/k3/internal/rss"
-	"github.com/k3go/k3/internal/synth"
+	"github.com/k3go/k3/internal/app/synth"
+	"github.com/k3go/k3/internal/platform/rss"
 	"github.com/k3go/k3/model"
 )
 

@@ -13,8 +13,8 @@ import (
 	"testing"
 
 	"github.com/k3go/k3"
-	"github.com/k3go/k3/internal/fixtures"
-	"github.com/k3go/k3/internal/synth"
+	"github.com/k3go/k3/internal/app/synth"
+	"github.com/k3go/k3/internal/testkit/fixtures"
 	"github.com/k3go/k3/model"
 )
 

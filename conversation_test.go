@@ -15,7 +15,7 @@ import (
 
 	"github.com/k3go/k3"
 	"github.com/k3go/k3/chat"
-	"github.com/k3go/k3/internal/synth"
+	"github.com/k3go/k3/internal/app/synth"
 	"github.com/k3go/k3/tokenizer"
 )
 

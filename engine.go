@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/k3go/k3/internal/par"
+	"github.com/k3go/k3/internal/platform/par"
 	"github.com/k3go/k3/iox"
 	"github.com/k3go/k3/model"
 )

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/k3go/k3"
-	"github.com/k3go/k3/internal/synth"
+	"github.com/k3go/k3/internal/app/synth"
 )
 
 // TestFullShapeSparse writes the released Kimi K3's layout as sparse files

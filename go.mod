@@ -8,11 +8,11 @@ require golang.org/x/sys v0.50.0
 // --compress): fuzzed, with an amd64 asm 4-stream decoder.
 require github.com/klauspost/compress v1.20.4
 
-// imported by internal/server only (k3 serve's /metrics), so the library
+// imported by internal/app/server only (k3 serve's /metrics), so the library
 // stays lean.
 require github.com/prometheus/client_golang v1.25.0
 
-// test-only: the official client proves that internal/server speaks the
+// test-only: the official client proves that internal/app/server speaks the
 // OpenAI API (tools, tool calls, streamed deltas) as real clients do.
 require github.com/openai/openai-go/v3 v3.98.0
 

@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/k3go/k3"
-	"github.com/k3go/k3/internal/fixtures"
+	"github.com/k3go/k3/internal/testkit/fixtures"
 )
 
 // TestHostileFiles opens copies of the oracle with one file replaced by

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/k3go/k3/internal/rss"
+	"github.com/k3go/k3/internal/platform/rss"
 	"github.com/k3go/k3/iox"
 	"github.com/k3go/k3/model"
 	"github.com/k3go/k3/tokenizer"

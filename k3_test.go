@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/k3go/k3"
-	"github.com/k3go/k3/internal/fixtures"
+	"github.com/k3go/k3/internal/testkit/fixtures"
 )
 
 type oracleExpected struct {

@@ -8,7 +8,7 @@ import (
 	"runtime/debug"
 	"sync"
 
-	"github.com/k3go/k3/internal/rss"
+	"github.com/k3go/k3/internal/platform/rss"
 	"github.com/k3go/k3/model"
 	"github.com/k3go/k3/tokenizer"
 )

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/k3go/k3/internal/fixtures"
+	"github.com/k3go/k3/internal/testkit/fixtures"
 )
 
 // TestResidentMustFitTheMachine: with no budget every weight is resident;

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/k3go/k3"
-	"github.com/k3go/k3/internal/testmodel"
+	"github.com/k3go/k3/internal/testkit/testmodel"
 )
 
 // openQuickstart opens the quickstart checkpoint (tiny model, 512-token

@@ -3,7 +3,7 @@ package k3
 import (
 	"time"
 
-	"github.com/k3go/k3/internal/rss"
+	"github.com/k3go/k3/internal/platform/rss"
 )
 
 // Stats are cumulative counters of a Model since Open. Take two snapshots

@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/k3go/k3/internal/testmodel"
+	"github.com/k3go/k3/internal/testkit/testmodel"
 )
 
 // TestMain runs the RSS child process when asked to (TestPeakRSSWithinBudget),

@@ -14,7 +14,7 @@ import (
 	"testing"
 
 	"github.com/k3go/k3/cache"
-	"github.com/k3go/k3/internal/fixtures"
+	"github.com/k3go/k3/internal/testkit/fixtures"
 )
 
 type tensorSpan struct{ off, end int64 }

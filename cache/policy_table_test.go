@@ -10,7 +10,7 @@ import (
 
 	"github.com/k3go/k3/cache"
 	"github.com/k3go/k3/cache/internal/study"
-	"github.com/k3go/k3/internal/fixtures"
+	"github.com/k3go/k3/internal/testkit/fixtures"
 )
 
 var fullStudy = flag.Bool("study", false, "replay every study policy on the synthetic traces too (slow)")

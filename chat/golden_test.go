@@ -9,7 +9,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/k3go/k3/internal/fixtures"
+	"github.com/k3go/k3/internal/testkit/fixtures"
 	"github.com/k3go/k3/tokenizer"
 )
 

@@ -12,7 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/k3go/k3/internal/bf16merge"
+	"github.com/k3go/k3/internal/platform/kernel/bf16merge"
 	"github.com/k3go/k3/iox"
 	"github.com/klauspost/compress/huff0"
 )

@@ -5,7 +5,7 @@ import (
 	"math/bits"
 	"slices"
 
-	"github.com/k3go/k3/internal/expunpack"
+	"github.com/k3go/k3/internal/platform/kernel/expunpack"
 )
 
 // The fixed-width exponent mode (compExpFix) trades a few percent of size

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/k3go/k3/internal/bf16merge"
-	"github.com/k3go/k3/internal/expunpack"
+	"github.com/k3go/k3/internal/platform/kernel/bf16merge"
+	"github.com/k3go/k3/internal/platform/kernel/expunpack"
 )
 
 // normalBF16 fills a buffer with BF16 values drawn like trained weights:

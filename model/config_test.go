@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/k3go/k3/internal/fixtures"
+	"github.com/k3go/k3/internal/testkit/fixtures"
 )
 
 // tinyFlat returns the tiny flat config of the spec (§0, tiny column) as a

@@ -3,7 +3,7 @@ package model
 import (
 	"testing"
 
-	"github.com/k3go/k3/internal/fixtures"
+	"github.com/k3go/k3/internal/testkit/fixtures"
 )
 
 // TestMain reports, in one line, the conformance tests skipped for want of

@@ -17,8 +17,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/k3go/k3/internal/fixtures"
-	"github.com/k3go/k3/internal/par"
+	"github.com/k3go/k3/internal/platform/par"
+	"github.com/k3go/k3/internal/testkit/fixtures"
 	"github.com/k3go/k3/tensor"
 )
 

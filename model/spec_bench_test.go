@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/k3go/k3/internal/par"
+	"github.com/k3go/k3/internal/platform/par"
 )
 
 // BenchmarkSpeculationState measures, at the released model's widths (69

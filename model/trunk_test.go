@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/k3go/k3/internal/par"
+	"github.com/k3go/k3/internal/platform/par"
 )
 
 // loadPlanned loads an oracle with a memory plan for the given budget.

@@ -4,14 +4,14 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/k3go/k3/internal/kernel/kerneltest"
-	"github.com/k3go/k3/internal/par"
+	"github.com/k3go/k3/internal/platform/kernel/kerneltest"
+	"github.com/k3go/k3/internal/platform/par"
 	"github.com/k3go/k3/quant"
 	"github.com/k3go/k3/tensor"
 )
 
 // TestNoAllocs checks that MatMul allocates nothing in steady state,
-// serially and through internal/par.
+// serially and through internal/platform/par.
 func TestNoAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("sync.Pool drops items under the race detector")

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/k3go/k3/internal/benchdata"
-	"github.com/k3go/k3/internal/kernel/probe"
-	"github.com/k3go/k3/internal/par"
+	"github.com/k3go/k3/internal/platform/kernel/probe"
+	"github.com/k3go/k3/internal/platform/par"
+	"github.com/k3go/k3/internal/testkit/benchdata"
 	"github.com/k3go/k3/quant"
 )
 
@@ -45,7 +45,7 @@ func BenchmarkMatVecMXFP4(b *testing.B) {
 }
 
 // benchMatrix is an expert matrix with the released checkpoint's nibble and
-// scale frequencies (see internal/benchdata).
+// scale frequencies (see internal/testkit/benchdata).
 func benchMatrix(rng *rand.Rand, rows, cols int) quant.Matrix {
 	packed, scales := benchdata.MXFP4(rng, rows, cols)
 	return quant.Matrix{Rows: rows, Cols: cols, Packed: packed, Scales: scales}

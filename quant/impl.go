@@ -1,6 +1,6 @@
 package quant
 
-import "github.com/k3go/k3/internal/kernel"
+import "github.com/k3go/k3/internal/platform/kernel"
 
 // MatKernel computes rows [0, rows) of an MXFP4 block (cols columns per row)
 // for n tokens: dst[t*dstStride+r] = Σ_c W[r][c]·x[t*cols+c]. Implementations

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/k3go/k3/internal/kernel/kerneltest"
+	"github.com/k3go/k3/internal/platform/kernel/kerneltest"
 	"github.com/k3go/k3/tensor"
 )
 

@@ -3,8 +3,8 @@
 package quant
 
 import (
-	"github.com/k3go/k3/internal/cpu"
-	"github.com/k3go/k3/internal/kernel/gemm"
+	"github.com/k3go/k3/internal/platform/cpu"
+	"github.com/k3go/k3/internal/platform/kernel/gemm"
 )
 
 var archImpls = []*Impl{

@@ -7,7 +7,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/k3go/k3/internal/fixtures"
+	"github.com/k3go/k3/internal/testkit/fixtures"
 )
 
 type fixtureTensor struct {

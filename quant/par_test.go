@@ -5,14 +5,14 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/k3go/k3/internal/kernel/kerneltest"
-	"github.com/k3go/k3/internal/par"
+	"github.com/k3go/k3/internal/platform/kernel/kerneltest"
+	"github.com/k3go/k3/internal/platform/par"
 	"github.com/k3go/k3/quant"
 	"github.com/k3go/k3/tensor"
 )
 
 // TestThreadInvariance checks that every implementation gives bit-identical
-// results through internal/par with 1, 2, 3 and 8 threads and odd grains,
+// results through internal/platform/par with 1, 2, 3 and 8 threads and odd grains,
 // including rows that the SIMD paths hand to the generic kernel.
 func TestThreadInvariance(t *testing.T) {
 	pkg := kerneltest.Package{Name: "quant", Status: quant.ImplementationStatus, Set: quant.SetImplementation, Current: quant.Implementation}

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/k3go/k3/internal/benchdata"
-	"github.com/k3go/k3/internal/kernel/probe"
-	"github.com/k3go/k3/internal/par"
+	"github.com/k3go/k3/internal/platform/kernel/probe"
+	"github.com/k3go/k3/internal/platform/par"
+	"github.com/k3go/k3/internal/testkit/benchdata"
 	"github.com/k3go/k3/tensor"
 )
 
@@ -94,7 +94,7 @@ func BenchmarkAxpy(b *testing.B) {
 }
 
 // benchWeights returns a rows×cols matrix of dtype dt drawn like trained
-// trunk weights (see internal/benchdata: arbitrary bytes would be full of
+// trunk weights (see internal/testkit/benchdata: arbitrary bytes would be full of
 // subnormals, which cost Intel cores a microcode assist per FMA).
 func benchWeights(rng *rand.Rand, dt tensor.DType, rows, cols int) tensor.Mat {
 	data := benchdata.F32Weights(rng, rows*cols)

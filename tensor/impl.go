@@ -1,6 +1,6 @@
 package tensor
 
-import "github.com/k3go/k3/internal/kernel"
+import "github.com/k3go/k3/internal/platform/kernel"
 
 // MatKernel computes rows [0, rows) of a row-major weight block w (cols
 // columns per row) for n tokens: dst[t*dstStride+r] = Σ_c w[r][c]·x[t*cols+c].

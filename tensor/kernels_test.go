@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/k3go/k3/internal/kernel/kerneltest"
+	"github.com/k3go/k3/internal/platform/kernel/kerneltest"
 )
 
 var pkg = kerneltest.Package{Name: "tensor", Status: ImplementationStatus, Set: SetImplementation, Current: Implementation}

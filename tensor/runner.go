@@ -1,6 +1,6 @@
 package tensor
 
-import "github.com/k3go/k3/internal/par"
+import "github.com/k3go/k3/internal/platform/par"
 
 // RangeJob is a unit of parallel work over an index range, typically a block
 // of output rows. Range must be safe to call concurrently for disjoint

@@ -6,7 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/k3go/k3/internal/kernel/kerneltest"
+	"github.com/k3go/k3/internal/platform/kernel/kerneltest"
 )
 
 // The vector helpers have one order for every implementation: each is

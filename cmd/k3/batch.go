@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/k3go/k3/internal/server"
+	"github.com/k3go/k3/internal/app/server"
 	"io"
 	"net/http"
 	"os"
@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/k3go/k3"
-	"github.com/k3go/k3/internal/batchjob"
-	"github.com/k3go/k3/internal/progress"
+	"github.com/k3go/k3/internal/app/batchjob"
+	"github.com/k3go/k3/internal/app/progress"
 )
 
 // batchHandlerOptions are what k3 batch tells the API handler it sends
@@ -39,7 +39,7 @@ type batchHandlerOptions struct {
 }
 
 // newBatchHandler builds the OpenAI-compatible handler k3 batch sends its
-// requests to, in process: the same internal/server that k3 serve runs, so a
+// requests to, in process: the same internal/app/server that k3 serve runs, so a
 // batch result's body is exactly what the server would have answered.
 func newBatchHandler(m *k3.Model, o batchHandlerOptions) (http.Handler, error) {
 	s, err := server.New(m, server.Options{Name: o.Name, MaxContext: o.MaxContext, Sessions: o.Parallel,

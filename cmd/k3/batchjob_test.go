@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/k3go/k3/internal/testmodel"
+	"github.com/k3go/k3/internal/testkit/testmodel"
 )
 
 // batchResults reads a k3 batch output into comparable lines: sorted, with

@@ -12,13 +12,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/k3go/k3/internal/testmodel"
+	"github.com/k3go/k3/internal/testkit/testmodel"
 )
 
 // TestBatchSIGKILL: the k3 batch process itself, killed with SIGKILL at
 // arbitrary moments of a job and rerun with the same --output each time,
 // ends with every custom_id exactly once and the same results as an
-// uninterrupted run. (internal/batchjob's crash tests prove the runner with
+// uninterrupted run. (internal/app/batchjob's crash tests prove the runner with
 // a fake handler; this one runs the real command, model and server.)
 func TestBatchSIGKILL(t *testing.T) {
 	if testing.Short() {

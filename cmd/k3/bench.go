@@ -18,9 +18,9 @@ import (
 	"time"
 
 	"github.com/k3go/k3"
-	"github.com/k3go/k3/internal/benchdata"
-	"github.com/k3go/k3/internal/par"
-	"github.com/k3go/k3/internal/rss"
+	"github.com/k3go/k3/internal/platform/par"
+	"github.com/k3go/k3/internal/platform/rss"
+	"github.com/k3go/k3/internal/testkit/benchdata"
 	"github.com/k3go/k3/iox"
 	"github.com/k3go/k3/quant"
 	"github.com/k3go/k3/tensor"

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/k3go/k3/internal/fixtures"
+	"github.com/k3go/k3/internal/testkit/fixtures"
 )
 
 // TestErrorMessages: each failure is one line that names the command once,

@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/k3go/k3/internal/fixtures"
+	"github.com/k3go/k3/internal/testkit/fixtures"
 )
 
 func runCmd(t *testing.T, args ...string) (int, string, string) {

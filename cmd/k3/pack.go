@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/k3go/k3"
-	"github.com/k3go/k3/internal/progress"
+	"github.com/k3go/k3/internal/app/progress"
 	"github.com/k3go/k3/model"
 )
 

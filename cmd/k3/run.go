@@ -17,7 +17,7 @@ import (
 
 	"github.com/k3go/k3"
 	"github.com/k3go/k3/chat"
-	"github.com/k3go/k3/internal/testmodel"
+	"github.com/k3go/k3/internal/testkit/testmodel"
 	"github.com/k3go/k3/tokenizer"
 )
 

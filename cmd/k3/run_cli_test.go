@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/k3go/k3/internal/testmodel"
+	"github.com/k3go/k3/internal/testkit/testmodel"
 )
 
 // TestRunJSON: --json prints one object whose text is the streamed text,

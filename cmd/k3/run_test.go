@@ -11,8 +11,8 @@ import (
 
 	"github.com/k3go/k3"
 	"github.com/k3go/k3/chat"
-	"github.com/k3go/k3/internal/synth"
-	"github.com/k3go/k3/internal/testmodel"
+	"github.com/k3go/k3/internal/app/synth"
+	"github.com/k3go/k3/internal/testkit/testmodel"
 )
 
 // openQuickstart opens the quickstart checkpoint through the library, for

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/k3go/k3"
-	"github.com/k3go/k3/internal/server"
+	"github.com/k3go/k3/internal/app/server"
 )
 
 const serveUsage = `--model DIR [--budget SIZE | --preset NAME] [--addr 127.0.0.1:8080] [--max-batch N] [--sessions N] [--queue N] [--api-key KEY] [--cors ORIGIN] [flags]

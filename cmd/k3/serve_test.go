@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/k3go/k3/internal/testmodel"
+	"github.com/k3go/k3/internal/testkit/testmodel"
 )
 
 func TestServeHelpAndUsage(t *testing.T) {

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/k3go/k3"
-	"github.com/k3go/k3/internal/server"
+	"github.com/k3go/k3/internal/app/server"
 )
 
 const benchServeUsage = `--model DIR [--budget SIZE | --preset NAME] [--clients 1,8] [--tokens N] [--prompt-len N] [flags]

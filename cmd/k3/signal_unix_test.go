@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/k3go/k3/internal/fixtures"
+	"github.com/k3go/k3/internal/testkit/fixtures"
 	"github.com/k3go/k3/iox"
 )
 

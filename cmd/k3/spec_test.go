@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/k3go/k3/internal/fixtures"
+	"github.com/k3go/k3/internal/testkit/fixtures"
 )
 
 // TestGenerateSpec runs both oracles through k3 generate --spec 4, alone

@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/k3go/k3/internal/synth"
+	"github.com/k3go/k3/internal/app/synth"
 )
 
 const synthUsage = `--out DIR --profile tiny|medium|quickstart|full|custom [flags]

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/k3go/k3/internal/fixtures"
-	"github.com/k3go/k3/internal/synth"
-	"github.com/k3go/k3/internal/testmodel"
+	"github.com/k3go/k3/internal/app/synth"
+	"github.com/k3go/k3/internal/testkit/fixtures"
+	"github.com/k3go/k3/internal/testkit/testmodel"
 )
 
 type vectorCase struct {

@@ -17,7 +17,7 @@ import (
 	"path/filepath"
 
 	"github.com/k3go/k3"
-	"github.com/k3go/k3/internal/synth"
+	"github.com/k3go/k3/internal/app/synth"
 )
 
 func main() {

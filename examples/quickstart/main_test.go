@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/k3go/k3"
-	"github.com/k3go/k3/internal/testmodel"
+	"github.com/k3go/k3/internal/testkit/testmodel"
 )
 
 func TestMain(m *testing.M) { testmodel.Main(m) }

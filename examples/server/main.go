@@ -1,5 +1,5 @@
 // Server shows how to embed k3's OpenAI-compatible server
-// (internal/server, what "k3 serve" runs) in a program of your own: open
+// (internal/app/server, what "k3 serve" runs) in a program of your own: open
 // a model, build the server, serve its handler, shut down gracefully.
 //
 //	go run ./examples/server --addr 127.0.0.1:8080
@@ -24,8 +24,8 @@ import (
 	"time"
 
 	"github.com/k3go/k3"
-	"github.com/k3go/k3/internal/server"
-	"github.com/k3go/k3/internal/testmodel"
+	"github.com/k3go/k3/internal/app/server"
+	"github.com/k3go/k3/internal/testkit/testmodel"
 )
 
 func main() {

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/k3go/k3/internal/testmodel"
+	"github.com/k3go/k3/internal/testkit/testmodel"
 )
 
 func TestMain(m *testing.M) { testmodel.Main(m) }

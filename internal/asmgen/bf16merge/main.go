@@ -1,4 +1,4 @@
-// Command bf16merge generates internal/bf16merge/merge_amd64.s: the kernels
+// Command bf16merge generates internal/platform/kernel/bf16merge/merge_amd64.s: the kernels
 // that rebuild 16-bit words from a compressed trunk block's two byte
 // streams, for AVX2 and AVX-512.
 //

@@ -1,4 +1,4 @@
-// Command expunpack generates internal/expunpack/unpack_amd64.s: the
+// Command expunpack generates internal/platform/kernel/expunpack/unpack_amd64.s: the
 // AVX-512 VBMI kernel that turns a fixed-width exponent stream (3-bit codes
 // into a 7-entry table, code 7 an escape whose byte follows in order) into
 // exponent bytes, 64 per step.

@@ -1,4 +1,4 @@
-// Command gemm generates internal/kernel/gemm/gemm_amd64.s: the dense f32
+// Command gemm generates internal/platform/kernel/gemm/gemm_amd64.s: the dense f32
 // and bf16 kernels shared by the tensor and quant packages, for AVX2 and
 // AVX-512.
 //

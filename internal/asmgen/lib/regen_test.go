@@ -13,10 +13,10 @@ import (
 // targets lists each generator with the files it owns, relative to the
 // asmgen module root.
 var targets = []struct{ gen, pkg, asm, stubs string }{
-	{"./gemm", "gemm", "../kernel/gemm/gemm_amd64.s", "../kernel/gemm/gemm_stub_amd64.go"},
+	{"./gemm", "gemm", "../platform/kernel/gemm/gemm_amd64.s", "../platform/kernel/gemm/gemm_stub_amd64.go"},
 	{"./mxfp4", "quant", "../../quant/mxfp4_amd64.s", "../../quant/mxfp4_stub_amd64.go"},
-	{"./bf16merge", "bf16merge", "../bf16merge/merge_amd64.s", "../bf16merge/merge_stub_amd64.go"},
-	{"./expunpack", "expunpack", "../expunpack/unpack_amd64.s", "../expunpack/unpack_stub_amd64.go"},
+	{"./bf16merge", "bf16merge", "../platform/kernel/bf16merge/merge_amd64.s", "../platform/kernel/bf16merge/merge_stub_amd64.go"},
+	{"./expunpack", "expunpack", "../platform/kernel/expunpack/unpack_amd64.s", "../platform/kernel/expunpack/unpack_stub_amd64.go"},
 }
 
 // TestRegenerate regenerates every assembly file and stub and fails if the
