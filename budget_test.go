@@ -19,8 +19,8 @@ import (
 
 	"github.com/k3go/k3"
 	"github.com/k3go/k3/internal/app/synth"
+	"github.com/k3go/k3/internal/engine/planner"
 	"github.com/k3go/k3/internal/platform/rss"
-	"github.com/k3go/k3/model"
 )
 
 // wideProfile is a synthetic checkpoint of 8 layers × 64 experts, wide
@@ -271,8 +271,8 @@ func TestPeakRSSWithinBudget(t *testing.T) {
 		{"run", "--model", dir, "--budget", under, "--prompt", "x"},
 	} {
 		m := runMeasured(t, args...)
-		if m.exitCode != 5 || !strings.Contains(m.stderr, "the floor needs "+model.Human(floor)) {
-			t.Errorf("k3 %s one byte under doctor's floor %s: exit %d (want 5, ErrBudget) with the same floor:\n%s", args[0], model.Human(floor), m.exitCode, m.stderr)
+		if m.exitCode != 5 || !strings.Contains(m.stderr, "the floor needs "+planner.Human(floor)) {
+			t.Errorf("k3 %s one byte under doctor's floor %s: exit %d (want 5, ErrBudget) with the same floor:\n%s", args[0], planner.Human(floor), m.exitCode, m.stderr)
 		}
 	}
 	for _, budget := range []int64{floor, floor + (total-floor)/4} {

@@ -14,8 +14,8 @@ import (
 
 	"github.com/k3go/k3"
 	"github.com/k3go/k3/internal/app/synth"
+	"github.com/k3go/k3/internal/engine/trunk"
 	"github.com/k3go/k3/internal/testkit/fixtures"
-	"github.com/k3go/k3/model"
 )
 
 // A compressed packed trunk gives the same logits, bit for bit, as the
@@ -35,11 +35,11 @@ func TestCompressedTrunk(t *testing.T) {
 	if err := k3.Pack(ctx, dir, packed, k3.PackOptions{Compress: true}); err != nil {
 		t.Fatal(err)
 	}
-	x, err := model.ReadPackIndex(packed)
+	x, err := trunk.ReadPackIndex(packed)
 	if err != nil {
 		t.Fatal(err)
 	}
-	px, err := model.ReadPackIndex(plain)
+	px, err := trunk.ReadPackIndex(plain)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestCompressedTrunkCorrupt(t *testing.T) {
 	if err := k3.Pack(ctx, dir, out, k3.PackOptions{Compress: true}); err != nil {
 		t.Fatal(err)
 	}
-	x, err := model.ReadPackIndex(out)
+	x, err := trunk.ReadPackIndex(out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestCompressedTrunkCorrupt(t *testing.T) {
 	// it decodes (the sign+mantissa bytes are stored as they are), only
 	// the checksum can see it.
 	pk := x.Parts[len(x.Parts)-1]
-	bin := filepath.Join(out, model.PackedDataFile)
+	bin := filepath.Join(out, trunk.PackedDataFile)
 	f, err := os.OpenFile(bin, os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -113,13 +113,13 @@ func TestCompressedTrunkCorrupt(t *testing.T) {
 		t.Errorf("corrupt block, streaming: %v; want ErrBadCheckpoint naming %s", err, name)
 	}
 	// A block table that does not add up is refused when the index is read.
-	js, _ := os.ReadFile(filepath.Join(out, model.PackedIndexFile))
+	js, _ := os.ReadFile(filepath.Join(out, trunk.PackedIndexFile))
 	var raw map[string]any
 	json.Unmarshal(js, &raw)
 	parts := raw["parts"].([]any)
 	parts[0].(map[string]any)["stored"] = float64(pk.Stored + 1)
 	js, _ = json.Marshal(raw)
-	if _, err := model.ParsePackIndex(js); !errors.Is(err, model.ErrPackMismatch) {
+	if _, err := trunk.ParsePackIndex(js); !errors.Is(err, trunk.ErrPackMismatch) {
 		t.Errorf("bad block table: %v", err)
 	}
 }

@@ -2,9 +2,9 @@ package k3
 
 import (
 	"context"
-	"fmt"
 
-	"github.com/k3go/k3/model"
+	"github.com/k3go/k3/internal/engine"
+	"github.com/k3go/k3/internal/engine/trunk"
 )
 
 // Compression selects how a compressed packed trunk is used.
@@ -45,7 +45,7 @@ type CompressionReport struct {
 	// Pays says compression beats reading the trunk raw here.
 	Pays bool
 
-	m model.CompressionReport // what String and Judge work from
+	m trunk.CompressionReport // what String and Judge work from
 }
 
 // String is a one-paragraph human report.
@@ -57,7 +57,7 @@ func (r CompressionReport) Judge(diskRate float64) CompressionReport {
 	return newCompressionReport(r.m.Judge(diskRate))
 }
 
-func newCompressionReport(r model.CompressionReport) CompressionReport {
+func newCompressionReport(r trunk.CompressionReport) CompressionReport {
 	return CompressionReport{SampleBytes: r.SampleBytes, StoredBytes: r.StoredBytes, Ratio: r.Ratio,
 		DecodePerCore: r.DecodePerCore, DecodeAll: r.DecodeAll, Cores: r.Cores, DiskRate: r.DiskRate,
 		NeedDecode: r.NeedDecode, FullDecode: r.FullDecode, Pays: r.Pays, m: r}
@@ -71,18 +71,9 @@ func newCompressionReport(r model.CompressionReport) CompressionReport {
 // overlaps the reads, so a byte then costs less than reading it raw). It
 // takes about a second.
 func MeasureCompression(ctx context.Context, dir string) (CompressionReport, error) {
-	e, plan, err := openForPack(dir)
+	r, err := engine.MeasureCompression(ctx, dir)
 	if err != nil {
 		return CompressionReport{}, err
 	}
-	defer e.closePack()
-	r, err := plan.MeasureCompression(ctx, e.read, packAlloc, true)
-	if err != nil {
-		return CompressionReport{}, fmt.Errorf("k3: %w", err)
-	}
 	return newCompressionReport(r), nil
 }
-
-// packAlloc gives buffers from the Go heap (large ones are page-aligned;
-// the reader copies through a bounce buffer otherwise).
-func packAlloc(n int64) ([]byte, error) { return make([]byte, n), nil }

@@ -88,7 +88,9 @@ func (m *Model) NewChat(opts ChatOptions) (*Conversation, error) {
 	start.ToolChoice, start.ResponseFormat, start.NoGenerationPrompt = "", nil, true
 	segs, err := chat.Render(sys, start)
 	if err == nil {
-		c.s.pending, err = chat.AppendEncode(c.s.pending, c.tok, segs)
+		var pending []int
+		pending, err = chat.AppendEncode(c.s.s.Pending(), c.tok, segs)
+		c.s.s.SetPending(pending)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("k3: NewChat: %w", err)
@@ -178,12 +180,14 @@ func (c *Conversation) finish(p *chat.Parser) {
 	if len(closing) == 0 {
 		return
 	}
+	pending := c.s.s.Pending()
 	if eos, ok := c.tok.ID(chat.TokEOS); ok {
-		if n := len(c.s.pending); n > 0 && c.s.pending[n-1] == eos {
-			c.s.pending = c.s.pending[:n-1]
+		if n := len(pending); n > 0 && pending[n-1] == eos {
+			pending = pending[:n-1]
 		}
 	}
-	c.s.pending, _ = chat.AppendEncode(c.s.pending, c.tok, closing)
+	pending, _ = chat.AppendEncode(pending, c.tok, closing)
+	c.s.s.SetPending(pending)
 }
 
 // Reply returns the last reply: its reasoning, content and tool calls.

@@ -1,9 +1,10 @@
 package k3
 
 import (
-	"errors"
-
-	"github.com/k3go/k3/iox"
+	"github.com/k3go/k3/expert"
+	"github.com/k3go/k3/internal/engine"
+	"github.com/k3go/k3/internal/engine/planner"
+	"github.com/k3go/k3/internal/engine/statefile"
 	"github.com/k3go/k3/model"
 )
 
@@ -29,10 +30,10 @@ var (
 	// (Open), or every session slot the budget reserves
 	// (Options.Sessions) is held by another session when one more needs
 	// state (a step, Fork, Load).
-	ErrBudget = model.ErrBudget
+	ErrBudget = errBudget() // "RAM budget too small"
 	// ErrNoTokenizer: a text operation on a model opened without a
 	// tokenizer (tiktoken.model and tokenizer_config.json).
-	ErrNoTokenizer = errors.New("no tokenizer")
+	ErrNoTokenizer = errNoTokenizer() // "no tokenizer"
 	// ErrNonFinite: a step's activations, router scores or logits held a
 	// NaN or an infinity, which means corrupt weights (NaN/Inf in a matrix
 	// the loader does not scan), a corrupt saved state or an overflow; the
@@ -42,31 +43,18 @@ var (
 	ErrNonFinite = model.ErrNonFinite
 	// ErrExpertLoad: a routed expert could not be read during a step; the
 	// step fails instead of running without it.
-	ErrExpertLoad = model.ErrExpertLoad
+	ErrExpertLoad = expert.ErrLoad
 	// ErrBadOptions: an option value is invalid.
-	ErrBadOptions = errors.New("invalid options")
+	ErrBadOptions = errBadOptions() // "invalid options"
 	// ErrBadState: a saved session state (Session.Load) is truncated,
 	// corrupt, or was saved with a model of another configuration or
 	// checkpoint.
-	ErrBadState = model.ErrBadState
+	ErrBadState = errBadState() // "bad saved state"
 )
 
-// checkpointErr marks low-level container errors as checkpoint errors.
-func checkpointErr(err error) error {
-	if err == nil || errors.Is(err, ErrBadCheckpoint) {
-		return err
-	}
-	if errors.Is(err, iox.ErrFormat) || errors.Is(err, iox.ErrCheckpoint) || errors.Is(err, iox.ErrNotFound) || errors.Is(err, iox.ErrNotRegular) {
-		return &wrapped{err: err, kind: ErrBadCheckpoint}
-	}
-	return err
-}
-
-// wrapped adds a sentinel to an error chain without changing its message.
-type wrapped struct {
-	err  error
-	kind error
-}
-
-func (w *wrapped) Error() string   { return w.err.Error() }
-func (w *wrapped) Unwrap() []error { return []error{w.err, w.kind} }
+// The engine's sentinels, behind functions so that the documentation shows
+// what they are rather than where they live (the io/fs idiom).
+func errBudget() error      { return planner.ErrBudget }
+func errNoTokenizer() error { return engine.ErrNoTokenizer }
+func errBadOptions() error  { return engine.ErrBadOptions }
+func errBadState() error    { return statefile.ErrBadState }

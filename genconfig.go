@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/k3go/k3/internal/engine"
 	"github.com/k3go/k3/iox"
 )
 
@@ -25,7 +26,7 @@ func loadGenerationEOS(ckptDir, tokDir string) ([]int, error) {
 			continue
 		}
 		path := filepath.Join(dir, GenerationConfigFile)
-		raw, err := iox.ReadFileLimit(path, maxConfigBytes)
+		raw, err := iox.ReadFileLimit(path, engine.MaxConfigBytes)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}

@@ -4,10 +4,9 @@ import (
 	"context"
 	"fmt"
 	"iter"
-	"slices"
 	"strings"
 
-	"github.com/k3go/k3/tokenizer"
+	"github.com/k3go/k3/internal/engine"
 )
 
 // GenerateOptions configure one generation.
@@ -55,7 +54,7 @@ type GenerateOptions struct {
 }
 
 // MaxTopLogprobs bounds GenerateOptions.TopLogprobs.
-const MaxTopLogprobs = 20
+const MaxTopLogprobs = engine.MaxTopLogprobs
 
 // TokenLogprob is a token id and its log-probability.
 type TokenLogprob struct {
@@ -86,20 +85,7 @@ type NGramDrafter struct {
 
 // Draft implements Drafter.
 func (d NGramDrafter) Draft(seq []int, max int, dst []int) []int {
-	maxN := d.MaxN
-	if maxN <= 0 {
-		maxN = 3
-	}
-	for n := min(maxN, len(seq)-1); n >= 1; n-- {
-		suffix := seq[len(seq)-n:]
-		for i := len(seq) - n - 1; i >= 0; i-- {
-			if slices.Equal(seq[i:i+n], suffix) {
-				end := min(i+n+max, len(seq))
-				return append(dst, seq[i+n:end]...)
-			}
-		}
-	}
-	return dst
+	return engine.NGramDraft(seq, d.MaxN, max, dst)
 }
 
 // Token is one generated token.
@@ -122,8 +108,6 @@ type Token struct {
 	TopLogprobs []TokenLogprob
 }
 
-const defaultMaxTokens = 256
-
 // Generate continues the session with prompt and yields generated tokens
 // until MaxTokens, a stop token or string, an error or the caller's break.
 // At most one error is yielded, last. The sequence is single-use. The
@@ -131,178 +115,38 @@ const defaultMaxTokens = 256
 // pending (fed by the next call).
 func (s *Session) Generate(ctx context.Context, prompt []int, opts GenerateOptions) iter.Seq2[Token, error] {
 	return func(yield func(Token, error) bool) {
-		if err := s.generate(ctx, prompt, opts, yield); err != nil {
+		eo := opts.engineOptions()
+		err := s.s.Generate(ctx, prompt, eo, func(t engine.Token) bool {
+			return yield(publicToken(t), nil)
+		})
+		if err != nil {
 			yield(Token{}, err)
 		}
 	}
 }
 
-func (s *Session) generate(ctx context.Context, prompt []int, opts GenerateOptions, yield func(Token, error) bool) error {
-	if err := s.usable("Generate"); err != nil {
-		return err
+// engineOptions converts the options for the engine.
+func (o GenerateOptions) engineOptions() engine.GenOptions {
+	eo := engine.GenOptions{MaxTokens: o.MaxTokens, Sampling: engine.Sampling(o.Sampling), StopTokens: o.StopTokens,
+		StopStrings: o.StopStrings, Speculate: o.Speculate, Logprobs: o.Logprobs, TopLogprobs: o.TopLogprobs,
+		FullRecompute: o.fullRecompute}
+	if o.Drafter != nil {
+		eo.Drafter = o.Drafter
 	}
-	if len(prompt) == 0 && len(s.pending) == 0 {
-		return fmt.Errorf("k3: Generate: %w: empty prompt", ErrBadOptions)
-	}
-	if err := opts.Sampling.validate(); err != nil {
-		return fmt.Errorf("k3: Generate: %w: %v", ErrBadOptions, err)
-	}
-	if opts.MaxTokens < 0 {
-		return fmt.Errorf("k3: Generate: %w: MaxTokens %d is negative", ErrBadOptions, opts.MaxTokens)
-	}
-	maxTokens := opts.MaxTokens
-	if maxTokens == 0 {
-		maxTokens = defaultMaxTokens
-	}
-	V := s.m.m.Cfg.Vocab
-	for _, id := range opts.StopTokens {
-		if id < 0 || id >= V {
-			return fmt.Errorf("k3: Generate: %w: stop token %d outside [0, %d)", ErrTokenOutOfRange, id, V)
-		}
-	}
-	tok := s.m.tok
-	for _, st := range opts.StopStrings {
-		if st == "" {
-			return fmt.Errorf("k3: Generate: %w: empty stop string", ErrBadOptions)
-		}
-	}
-	if len(opts.StopStrings) > 0 && tok == nil {
-		return fmt.Errorf("k3: Generate: %w: stop strings need a tokenizer", ErrNoTokenizer)
-	}
-	if opts.Speculate < 0 {
-		return fmt.Errorf("k3: Generate: %w: Speculate %d is negative", ErrBadOptions, opts.Speculate)
-	}
-	if opts.Speculate > 0 && opts.fullRecompute {
-		return fmt.Errorf("k3: Generate: %w: Speculate needs incremental decoding", ErrBadOptions)
-	}
-	if opts.TopLogprobs < 0 || opts.TopLogprobs > MaxTopLogprobs {
-		return fmt.Errorf("k3: Generate: %w: TopLogprobs %d is outside [0, %d]", ErrBadOptions, opts.TopLogprobs, MaxTopLogprobs)
-	}
-	if s.m.opts.RAMBudget > 0 && opts.Speculate > s.m.opts.Speculate {
-		return fmt.Errorf("k3: Generate: %w: Speculate %d exceeds Options.Speculate %d, the drafts the RAM budget reserves room for", ErrBadOptions, opts.Speculate, s.m.opts.Speculate)
-	}
-	smp := newSampler(opts.Sampling, V)
-	for _, id := range s.tokens {
-		smp.observe(id)
-	}
-	for _, id := range s.pending {
-		smp.observe(id)
-	}
-	for _, id := range prompt {
-		smp.observe(id)
-	}
-	var seq []int
-	if opts.fullRecompute {
-		seq = append(append(slices.Clone(s.tokens), s.pending...), prompt...)
-	}
-	var text *textStream
-	if tok != nil {
-		text = &textStream{dec: tok.NewStreamDecoder(), stops: opts.StopStrings}
-	}
-	// emit records one generated token, picked from logits, and yields
-	// it; it reports whether generation goes on.
-	i := 0
-	emit := func(id int, logits []float32) bool {
-		smp.observe(id)
-		stopTok := slices.Contains(opts.StopTokens, id)
-		last := stopTok || i == maxTokens-1
-		t := Token{ID: id, Index: i}
-		if opts.Logprobs {
-			t.Logprob, t.TopLogprobs = logprobs(logits, id, opts.TopLogprobs)
-		}
-		stopped := false
-		if text != nil {
-			t.Text, stopped = text.add(id, stopTok, last)
-		}
-		s.pending = append(s.pending[:0], id)
-		if opts.fullRecompute {
-			seq = append(seq, id)
-		}
-		i++
-		return yield(t, nil) && !stopTok && !stopped && i < maxTokens
-	}
-	spec := newSpeculator(opts)
-	feed := prompt
-	for i < maxTokens {
-		if spec != nil && len(feed) == 0 && len(s.pending) == 1 {
-			ran, goOn, err := s.speculate(ctx, spec, smp, emit)
-			if err != nil {
-				return err
-			}
-			if ran {
-				if !goOn {
-					return nil
-				}
-				continue
-			}
-		}
-		var logits []float32
-		var err error
-		if opts.fullRecompute {
-			s.Reset()
-			logits, err = s.Step(ctx, seq)
-		} else {
-			logits, err = s.Step(ctx, feed)
-		}
-		if err != nil {
-			return err
-		}
-		if !emit(smp.pick(logits), logits) {
-			return nil
-		}
-		feed = nil // the pending token is fed by Step
-	}
-	return nil
+	return eo
 }
 
-// textStream turns generated tokens into text: whole UTF-8 characters,
-// with stop strings cut out.
-type textStream struct {
-	dec   *tokenizer.StreamDecoder
-	stops []string
-	held  string // decoded text not yet yielded
-}
-
-// add decodes id (unless it is a stop token, whose text is never shown)
-// and returns the text to yield now and whether a stop string was found.
-// last says no token follows: everything held is released.
-func (ts *textStream) add(id int, stopTok, last bool) (string, bool) {
-	if !stopTok {
-		d, err := ts.dec.Write(id)
-		if err == nil {
-			ts.held += d
+// publicToken copies an engine token; its top logprobs are the engine's
+// buffer, so they are copied into a new slice.
+func publicToken(t engine.Token) Token {
+	out := Token{ID: t.ID, Index: t.Index, Text: t.Text, Logprob: t.Logprob}
+	if t.TopLogprobs != nil {
+		out.TopLogprobs = make([]TokenLogprob, len(t.TopLogprobs))
+		for i, lp := range t.TopLogprobs {
+			out.TopLogprobs[i] = TokenLogprob(lp)
 		}
 	}
-	if last {
-		ts.held += ts.dec.Flush()
-	}
-	// A complete stop string: yield what precedes the earliest one.
-	cut := -1
-	for _, st := range ts.stops {
-		if i := strings.Index(ts.held, st); i >= 0 && (cut < 0 || i < cut) {
-			cut = i
-		}
-	}
-	if cut >= 0 {
-		out := ts.held[:cut]
-		ts.held = ""
-		return out, true
-	}
-	keep := 0
-	if !last {
-		// Hold back the longest tail that could start a stop string.
-		for _, st := range ts.stops {
-			for k := min(len(st)-1, len(ts.held)); k > keep; k-- {
-				if strings.HasSuffix(ts.held, st[:k]) {
-					keep = k
-					break
-				}
-			}
-		}
-	}
-	out := ts.held[:len(ts.held)-keep]
-	ts.held = ts.held[len(ts.held)-keep:]
-	return out, false
+	return out
 }
 
 // Generate runs a fresh session over prompt and yields generated tokens;

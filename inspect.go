@@ -3,10 +3,9 @@ package k3
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 
-	"github.com/k3go/k3/iox"
-	"github.com/k3go/k3/model"
+	"github.com/k3go/k3/internal/engine"
+	"github.com/k3go/k3/internal/engine/planner"
 )
 
 // Inspection describes a checkpoint without loading its weights: sizes,
@@ -23,8 +22,8 @@ type Inspection struct {
 	// resident.
 	FloorBytes, FullBytes int64
 
-	plan *model.Plan
-	req  model.BudgetRequest
+	w   *planner.Weights
+	req planner.Request
 }
 
 // Inspect reads a checkpoint's config and headers and plans its memory
@@ -40,38 +39,13 @@ func Inspect(dir string, opts Options) (*Inspection, error) {
 // InspectContext is Inspect with a context that can cancel reading the
 // checkpoint's headers (a full-size checkpoint has many shards).
 func InspectContext(ctx context.Context, dir string, opts Options) (*Inspection, error) {
-	cfg, err := readConfig(filepath.Join(dir, "config.json"))
+	x, err := engine.Inspect(ctx, dir, opts.engineOptions(nil))
 	if err != nil {
 		return nil, err
 	}
-	ck, err := iox.OpenCheckpointContext(ctx, dir)
-	if err != nil {
-		return nil, fmt.Errorf("k3: %w", checkpointErr(err))
-	}
-	defer ck.Close()
-	plan, err := model.NewPlan(cfg, ck)
-	if err != nil {
-		return nil, fmt.Errorf("k3: %w", checkpointErr(err))
-	}
-	// A compressed pack that Open may read decodes each part in place, in
-	// a little more room than its image; plan with its layout as Open
-	// would.
-	if opts.TrunkDir != "" && opts.TrunkCompression != CompressionOff {
-		x, err := model.ReadPackIndex(opts.TrunkDir)
-		if err != nil {
-			return nil, fmt.Errorf("k3: packed trunk %s: %w", opts.TrunkDir, checkpointErr(err))
-		}
-		if x.Compressed {
-			if err := plan.PlanPacked(x); err != nil {
-				return nil, fmt.Errorf("k3: packed trunk %s: %w: %w", opts.TrunkDir, ErrBadCheckpoint, err)
-			}
-		}
-	}
-	req := budgetRequest(dir, opts)
-	req.Budget = 0
-	in := &Inspection{Config: newConfig(cfg), Tensors: ck.Len(), Sizes: newSizes(plan.Sizes()), plan: plan, req: req}
-	in.FloorBytes = plan.FloorBudget(req)
-	in.FullBytes = plan.FullBudget(req)
+	in := &Inspection{Config: newConfig(x.Cfg), Tensors: x.Tensors, Sizes: newSizes(planner.SizesOf(x.Weights)), w: x.Weights, req: x.Request}
+	in.FloorBytes = planner.Floor(in.w, in.req)
+	in.FullBytes = planner.Full(in.w, in.req)
 	return in, nil
 }
 
@@ -79,7 +53,7 @@ func InspectContext(ctx context.Context, dir string, opts Options) (*Inspection,
 func (in *Inspection) Plan(budget int64) (*MemoryPlan, error) {
 	r := in.req
 	r.Budget = budget
-	mp, err := in.plan.PlanMemory(r)
+	mp, err := planner.Plan(in.w, r)
 	if err != nil {
 		return nil, fmt.Errorf("k3: %w", err)
 	}
@@ -113,7 +87,7 @@ func (in *Inspection) SessionsFit(budget int64, maxBatch int) int {
 	}
 	fits := func(n int) bool {
 		r.Sessions = n
-		return in.plan.FloorBudget(r) <= budget
+		return planner.Floor(in.w, r) <= budget
 	}
 	if !fits(1) {
 		return 0
@@ -145,7 +119,7 @@ func (in *Inspection) PlanSessions(budget int64, sessions, maxBatch int) (*Memor
 	if maxBatch > 0 {
 		r.MaxBatch = maxBatch
 	}
-	mp, err := in.plan.PlanMemory(r)
+	mp, err := planner.Plan(in.w, r)
 	if err != nil {
 		return nil, fmt.Errorf("k3: %w", err)
 	}

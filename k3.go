@@ -6,12 +6,10 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 
-	"github.com/k3go/k3/internal/platform/rss"
+	"github.com/k3go/k3/internal/engine"
 	"github.com/k3go/k3/iox"
-	"github.com/k3go/k3/model"
 	"github.com/k3go/k3/tokenizer"
 )
 
@@ -81,7 +79,15 @@ type Options struct {
 	machineMemory func() int64
 }
 
-const defaultMaxContext = 4096
+// engineOptions resolves opts for the engine.
+func (opts Options) engineOptions(tok *tokenizer.Tokenizer) engine.Options {
+	return engine.Options{
+		RAMBudget: opts.RAMBudget, Threads: opts.Threads, MaxContext: opts.MaxContext, PrefillChunk: opts.PrefillChunk,
+		Sessions: opts.Sessions, MaxBatch: opts.MaxBatch, Speculate: opts.Speculate, IOQueueDepth: opts.IOQueueDepth,
+		TokenizerDir: opts.TokenizerDir, TrunkDir: opts.TrunkDir, TrunkCompression: engine.Compression(opts.TrunkCompression),
+		Logger: opts.Logger, Tokenizer: tok, WrapSource: opts.wrapSource, MachineMemory: opts.machineMemory,
+	}
+}
 
 // Model is a loaded Kimi K3 checkpoint. It is safe for concurrent use:
 // every Session created from it is its own sequence, and the steps of
@@ -91,59 +97,12 @@ const defaultMaxContext = 4096
 // Model.Step continues one default session; it must not be called from
 // several goroutines at once.
 type Model struct {
-	m      *model.Model
-	e      *engine
+	e      *engine.Engine
 	tok    *tokenizer.Tokenizer
 	eos    []int // generation_config.json's eos_token_id
 	cfg    Config
 	opts   Options
-	log    *slog.Logger
 	closed atomic.Bool
-	active sync.WaitGroup // running forward passes
-	mu     sync.Mutex
-	def    *Session
-	b      *batcher
-
-	// Speculative decoding: passes, their rows, accepted drafts.
-	specPasses, specRows, specAccepted atomic.Int64
-
-	// slots holds one token per session holding state, under a budget
-	// (nil without one: sessions are then unlimited).
-	slots chan struct{}
-}
-
-// takeSessionSlot reserves room in the budget for one more session's
-// state, or fails with ErrBudget. When every place is taken and one is
-// the default session's (Model.Step), that session gives its place up if
-// it is idle: its sequence is dropped, and Model.Step starts a new one.
-func (m *Model) takeSessionSlot(for_ *Session) error {
-	if m.slots == nil {
-		return nil
-	}
-	select {
-	case m.slots <- struct{}{}:
-		return nil
-	default:
-	}
-	m.mu.Lock()
-	def := m.def
-	if def != nil && def != for_ && def.st != nil && def.idle.CompareAndSwap(true, false) {
-		def.release() // gives its slot back
-		def.idle.Store(true)
-	}
-	m.mu.Unlock()
-	select {
-	case m.slots <- struct{}{}:
-		return nil
-	default:
-		return fmt.Errorf("k3: %w: %d sessions already hold state, as many as the budget reserves (Options.Sessions); close one", ErrBudget, cap(m.slots))
-	}
-}
-
-func (m *Model) releaseSessionSlot() {
-	if m.slots != nil {
-		<-m.slots
-	}
 }
 
 // Open loads the checkpoint in dir (config.json plus safetensors shards,
@@ -161,76 +120,28 @@ func OpenContext(ctx context.Context, dir string, opts Options) (*Model, error) 
 		return nil, fmt.Errorf("k3: %w: negative value in %+v", ErrBadOptions, opts)
 	}
 	if opts.MaxContext == 0 {
-		opts.MaxContext = defaultMaxContext
+		opts.MaxContext = engine.DefaultMaxContext
 	}
-	log := opts.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	limit := openMemoryLimit(opts)
-	opened := false
-	defer func() {
-		if !opened {
-			limit.release()
-		}
-	}()
-	cfg, err := readConfig(filepath.Join(dir, "config.json"))
+	cfg, err := engine.ReadConfig(filepath.Join(dir, "config.json"))
 	if err != nil {
 		return nil, err
-	}
-	ck, err := iox.OpenCheckpointContext(ctx, dir)
-	if err != nil {
-		return nil, fmt.Errorf("k3: %w", checkpointErr(err))
-	}
-	ok := false
-	defer func() {
-		if !ok {
-			ck.Close()
-		}
-	}()
-	plan, err := model.NewPlan(cfg, ck)
-	if err != nil {
-		return nil, fmt.Errorf("k3: %s: %w", dir, checkpointErr(err))
 	}
 	tok, err := loadTokenizer(dir, opts.TokenizerDir)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkTokenizerFits(tok, cfg); err != nil {
+	if err := engine.CheckTokenizerFits(tok, cfg); err != nil {
 		return nil, err
 	}
 	eos, err := loadGenerationEOS(dir, opts.TokenizerDir)
 	if err != nil {
 		return nil, err
 	}
-	e, err := newEngine(ctx, ck, plan, opts, limit, log)
+	e, err := engine.Open(ctx, dir, cfg, opts.engineOptions(tok))
 	if err != nil {
 		return nil, err
 	}
-	opened = true
-	log.Info("k3: model loaded", "dir", dir, "layers", cfg.Layers, "experts", cfg.Experts, "vocab", cfg.Vocab)
-	ok = true
-	mod := &Model{m: e.m, e: e, tok: tok, eos: eos, cfg: newConfig(cfg), opts: opts, log: log}
-	if opts.RAMBudget > 0 {
-		mod.slots = make(chan struct{}, max(opts.Sessions, 1))
-	}
-	chunk := opts.PrefillChunk
-	if chunk <= 0 {
-		chunk = 64
-	}
-	mod.b = newBatcher(e.m, e.mem.Rows, chunk)
-	return mod, nil
-}
-
-// openMemoryLimit claims, while Open reads the index and plans, the whole
-// budget less the executable for the Go runtime; the engine narrows the
-// claim to the plan's heap share before it allocates its buffers, and
-// releases it at Close. Without a budget it claims nothing.
-func openMemoryLimit(opts Options) *limitClaim {
-	if opts.RAMBudget <= 0 {
-		return nil
-	}
-	return claimMemoryLimit(opts.RAMBudget - rss.ExecutableBytes())
+	return &Model{e: e, tok: tok, eos: eos, cfg: newConfig(cfg), opts: opts}, nil
 }
 
 // loadTokenizer loads the tokenizer from dir (or the checkpoint directory).
@@ -246,7 +157,7 @@ func loadTokenizer(ckptDir, dir string) (*tokenizer.Tokenizer, error) {
 	}
 	tok, err := tokenizer.Load(dir)
 	if err != nil {
-		return nil, fmt.Errorf("k3: tokenizer: %w", checkpointErr(err))
+		return nil, fmt.Errorf("k3: tokenizer: %w", engine.CheckpointErr(err))
 	}
 	return tok, nil
 }
@@ -264,34 +175,7 @@ func (m *Model) Close() error {
 	if m.closed.Swap(true) {
 		return nil
 	}
-	m.m.Interrupt()
-	m.b.close()
-	m.active.Wait()
-	return m.e.close()
-}
-
-// enter registers a running forward pass; it fails once the Model is
-// closed.
-func (m *Model) enter() error {
-	m.active.Add(1)
-	if m.closed.Load() {
-		m.active.Done()
-		return fmt.Errorf("k3: model %w", ErrClosed)
-	}
-	return nil
-}
-
-func (m *Model) leave() { m.active.Done() }
-
-// defaultSession returns the session behind Model.Step.
-func (m *Model) defaultSession() *Session {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.def == nil {
-		m.def = m.NewSession()
-		m.def.idle.Store(true)
-	}
-	return m.def
+	return m.e.Close()
 }
 
 // Step appends tokens to the model's default session and returns the
@@ -301,21 +185,14 @@ func (m *Model) defaultSession() *Session {
 // idle, it gives the place up and its sequence starts over at the next
 // Step (Model.Reset does the same at once).
 func (m *Model) Step(ctx context.Context, tokens []int) ([]float32, error) {
-	s := m.defaultSession()
-	if !s.idle.CompareAndSwap(true, false) {
+	s, done, ok := m.e.DefaultSeq()
+	if !ok {
 		return nil, fmt.Errorf("k3: Model.Step: %w: called from several goroutines at once; use a Session each", ErrBadOptions)
 	}
-	defer s.idle.Store(true)
+	defer done()
 	return s.Step(ctx, tokens)
 }
 
 // Reset drops the default session's sequence (Model.Step) and gives its
 // place in the budget back.
-func (m *Model) Reset() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.def != nil && m.def.idle.CompareAndSwap(true, false) {
-		m.def.release()
-		m.def.idle.Store(true)
-	}
-}
+func (m *Model) Reset() { m.e.ResetDefault() }

@@ -2,13 +2,12 @@ package k3
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"sync/atomic"
+	"os"
+	"path/filepath"
 
-	"github.com/k3go/k3/model"
+	"github.com/k3go/k3/internal/engine"
 )
 
 // Session is one sequence: the KDA recurrent state, the short-conv
@@ -16,25 +15,8 @@ import (
 // one Model run independently and may be used from different goroutines;
 // one Session is not safe for concurrent use.
 type Session struct {
-	m      *Model
-	st     *model.State // nil until the session first needs state
-	tokens []int        // fed to the model
-	// pending are tokens that belong to the sequence but have not been fed
-	// yet: the last token Generate produced. The next Step, Logits or
-	// Generate feeds them first.
-	pending []int
-	feed    []int // scratch for pending + new tokens
-	logits  []float32
-	broken  bool    // a failed step left the state undefined
-	closed  bool    // Close was called: every method fails with ErrClosed
-	req     request // its step, as the batcher sees it
-	// specRows, set by speculate for one step, makes the step's pass
-	// recoverable (model.State.BeginSpeculation); specOut holds its logits.
-	specRows int
-	specOut  []float32
-	// idle is used by the default session (Model.Step) only: true while no
-	// Step runs on it, so that it can give its budget place away.
-	idle atomic.Bool
+	m *Model
+	s *engine.Seq
 }
 
 // NewSession starts an empty sequence with room for Options.MaxContext
@@ -43,72 +25,25 @@ type Session struct {
 // Options.Sessions sessions hold state at once: a step of one more fails
 // with ErrBudget until another is closed.
 func (m *Model) NewSession() *Session {
-	return &Session{m: m}
-}
-
-// state returns the session's model state, taking a place in the budget
-// and allocating it on first use.
-func (s *Session) state() (*model.State, error) {
-	if s.st != nil {
-		return s.st, nil
-	}
-	if err := s.m.takeSessionSlot(s); err != nil {
-		return nil, err
-	}
-	s.st = model.NewState(s.m.m.Cfg, s.m.opts.MaxContext)
-	s.st.Checkpoint, _ = s.m.m.Plan.Fingerprint() // computed at Open
-	return s.st, nil
+	return &Session{m: m, s: m.e.NewSeq()}
 }
 
 // Close releases the session's state and its place in the RAM budget.
 // The session is then unusable: every later method fails with ErrClosed
 // (Len is 0), and Close again does nothing. Reset is what empties a
 // session for reuse.
-func (s *Session) Close() {
-	s.release()
-	s.closed = true
-}
-
-// release drops the session's state and sequence and gives its place in
-// the budget back; the session stays usable and takes a place again when
-// it next needs state (the default session does this to give its place
-// away).
-func (s *Session) release() {
-	if s.st != nil {
-		s.st = nil
-		s.m.releaseSessionSlot()
-	}
-	s.tokens, s.pending = s.tokens[:0], s.pending[:0]
-	s.broken = false
-}
-
-// usable fails with ErrClosed once the session is closed.
-func (s *Session) usable(op string) error {
-	if s.closed {
-		return fmt.Errorf("k3: %s: session %w", op, ErrClosed)
-	}
-	return nil
-}
+func (s *Session) Close() { s.s.Close() }
 
 // Len returns the length of the sequence: tokens fed plus pending ones.
-func (s *Session) Len() int { return len(s.tokens) + len(s.pending) }
+func (s *Session) Len() int { return s.s.Len() }
 
 // Tokens returns the sequence so far (a copy), pending tokens included.
-func (s *Session) Tokens() []int {
-	return append(append([]int(nil), s.tokens...), s.pending...)
-}
+func (s *Session) Tokens() []int { return s.s.Tokens() }
 
 // Reset empties the session, keeping its allocations, so that it starts a
 // new sequence; it also recovers a session a failed step left unusable.
 // On a closed session it does nothing.
-func (s *Session) Reset() {
-	if s.st != nil {
-		s.st.Reset()
-	}
-	s.tokens = s.tokens[:0]
-	s.pending = s.pending[:0]
-	s.broken = false
-}
+func (s *Session) Reset() { s.s.Reset() }
 
 // Step appends tokens to the sequence (after any pending ones) and returns
 // the logits of the last position (vocab values). The slice is owned by the
@@ -123,110 +58,14 @@ func (s *Session) Reset() {
 // instead, and like any other failed step (an I/O error, a closed model)
 // leaves the session unusable until Reset.
 func (s *Session) Step(ctx context.Context, tokens []int) ([]float32, error) {
-	if err := s.usable("Step"); err != nil {
-		return nil, err
-	}
-	if len(tokens) == 0 && len(s.pending) == 0 {
-		return nil, fmt.Errorf("k3: Step: %w: no tokens", ErrBadOptions)
-	}
-	V := s.m.m.Cfg.Vocab
-	if cap(s.logits) < V {
-		s.logits = make([]float32, V)
-	}
-	if err := s.forward(ctx, tokens, s.logits[:V], false); err != nil {
-		return nil, err
-	}
-	return s.logits[:V], nil
+	return s.s.Step(ctx, tokens)
 }
 
 // Logits appends tokens like Step and returns the logits of every one of
 // their positions (len(tokens)×vocab values, position-major; a new slice).
 // It is teacher forcing: one forward over the tokens.
 func (s *Session) Logits(ctx context.Context, tokens []int) ([]float32, error) {
-	if err := s.usable("Logits"); err != nil {
-		return nil, err
-	}
-	if len(tokens) == 0 && len(s.pending) == 0 {
-		return nil, fmt.Errorf("k3: Logits: %w: no tokens", ErrBadOptions)
-	}
-	V := s.m.m.Cfg.Vocab
-	out := make([]float32, (len(s.pending)+len(tokens))*V)
-	skip := len(s.pending) * V
-	if err := s.forward(ctx, tokens, out, true); err != nil {
-		return nil, err
-	}
-	return out[skip:], nil
-}
-
-// forward feeds the pending tokens and then tokens.
-func (s *Session) forward(ctx context.Context, tokens []int, out []float32, all bool) error {
-	if err := s.usable("step"); err != nil {
-		return err
-	}
-	if s.broken {
-		return fmt.Errorf("k3: session unusable after a failed step; call Reset")
-	}
-	if len(s.pending) > 0 {
-		s.feed = append(append(s.feed[:0], s.pending...), tokens...)
-		tokens = s.feed
-	}
-	for i, t := range tokens {
-		if t < 0 || t >= s.m.m.Cfg.Vocab {
-			return fmt.Errorf("k3: %w: token %d at index %d is outside [0, %d)", ErrTokenOutOfRange, t, i, s.m.m.Cfg.Vocab)
-		}
-	}
-	if len(s.tokens)+len(tokens) > s.m.opts.MaxContext {
-		return fmt.Errorf("k3: %w: %d + %d tokens exceed MaxContext %d", ErrContextFull, len(s.tokens), len(tokens), s.m.opts.MaxContext)
-	}
-	if err := s.m.enter(); err != nil {
-		return err
-	}
-	defer s.m.leave()
-	if err := s.m.e.checkFiles(); err != nil {
-		return err
-	}
-	s.m.log.LogAttrs(ctx, slog.LevelDebug, "k3: forward", slog.Int("position", len(s.tokens)), slog.Int("tokens", len(tokens)))
-	st, err := s.state()
-	if err != nil {
-		return err
-	}
-	// Other sessions' steps share the pass (the batcher); a step whose
-	// context ends between passes leaves with what was fed so far.
-	if s.specRows > 0 {
-		st.BeginSpeculation(s.specRows)
-	}
-	r := &s.req
-	r.ctx, r.st, r.tokens, r.out, r.all = ctx, st, tokens, out, all
-	err = s.m.b.do(r)
-	if err != nil {
-		if r.broken {
-			s.broken = true
-			if errors.Is(err, model.ErrClosed) {
-				return fmt.Errorf("k3: model %w", ErrClosed)
-			}
-			return fmt.Errorf("k3: step at position %d: %w", len(s.tokens), err)
-		}
-		s.keepFed(tokens[:r.fed])
-		if errors.Is(err, ErrClosed) {
-			return fmt.Errorf("k3: model %w", ErrClosed)
-		}
-		return fmt.Errorf("k3: step at position %d: %w", len(s.tokens), err)
-	}
-	s.tokens = append(s.tokens, tokens...)
-	s.pending = s.pending[:0]
-	return nil
-}
-
-// keepFed records the tokens a step fed before its context ended: the
-// state holds them, so the sequence does too (pending tokens are fed
-// first, so they are the first to go).
-func (s *Session) keepFed(fed []int) {
-	if len(fed) == 0 {
-		return
-	}
-	s.tokens = append(s.tokens, fed...)
-	n := min(len(fed), len(s.pending))
-	s.pending = s.pending[:copy(s.pending, s.pending[n:])]
+	return s.s.Logits(ctx, tokens)
 }
 
 // Fork returns a new session holding a copy of this one's sequence and
@@ -236,31 +75,79 @@ func (s *Session) keepFed(fed []int) {
 // budget (ErrBudget when none is left) and must be closed. The state is
 // copied through a pipe, so the copy needs no buffer of the state's size.
 func (s *Session) Fork() (*Session, error) {
-	if err := s.usable("Fork"); err != nil {
+	f, err := s.s.Fork()
+	if err != nil {
 		return nil, err
 	}
-	if s.broken {
-		return nil, fmt.Errorf("k3: Fork: session unusable after a failed step; call Reset")
+	return &Session{m: s.m, s: f}, nil
+}
+
+// Save writes the session's state (its tokens, the KDA recurrent state and
+// conv histories, the MLA cache) to w. A session restored from it continues
+// exactly where this one stands: same logits, same tokens.
+func (s *Session) Save(w io.Writer) error { return s.s.Save(w) }
+
+// SaveFile writes the state to path safely: into a temporary file in the
+// same directory, synced, then renamed over path. It refuses to write into
+// the checkpoint directory.
+func (s *Session) SaveFile(path string) (err error) {
+	if s.s.Closed() {
+		return fmt.Errorf("k3: SaveFile: session %w", ErrClosed)
 	}
-	f := s.m.NewSession()
-	if s.st == nil { // nothing fed yet: only pending tokens, if any
-		f.pending = append(f.pending, s.pending...)
-		return f, nil
+	dir := filepath.Dir(path)
+	if sameDir(dir, s.m.e.CheckpointDir()) {
+		return fmt.Errorf("k3: SaveFile: %w: refusing to write into the checkpoint directory %s", ErrBadOptions, dir)
 	}
-	pr, pw := io.Pipe()
-	saved := make(chan struct{})
-	go func() {
-		defer close(saved)
-		pw.CloseWithError(s.st.Save(pw, s.tokens, s.pending))
-	}()
-	err := f.load(pr, -1)
-	pr.CloseWithError(io.ErrClosedPipe) // stops the writer if Load gave up early
-	// The writer reads this session's state until it returns: wait, or a
-	// step the caller makes next would race with it.
-	<-saved
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
 	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("k3: Fork: %w", err)
+		return fmt.Errorf("k3: SaveFile: %w", err)
 	}
-	return f, nil
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	if err = s.Save(f); err != nil {
+		return err
+	}
+	if err = f.Sync(); err != nil {
+		return fmt.Errorf("k3: SaveFile: %w", err)
+	}
+	if err = f.Close(); err != nil {
+		return fmt.Errorf("k3: SaveFile: %w", err)
+	}
+	if err = os.Rename(f.Name(), path); err != nil {
+		return fmt.Errorf("k3: SaveFile: %w", err)
+	}
+	return nil
+}
+
+// Load replaces the session's state with one written by Save. It reads
+// exactly the length the state's header declares, never past it, so a
+// state may be followed by other data in r. On error the session is empty
+// and usable.
+func (s *Session) Load(r io.Reader) error { return s.s.Load(r, -1) }
+
+// LoadFile replaces the session's state with the one saved at path.
+func (s *Session) LoadFile(path string) error {
+	if s.s.Closed() {
+		return fmt.Errorf("k3: LoadFile: session %w", ErrClosed)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("k3: LoadFile: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("k3: LoadFile: %w", err)
+	}
+	return s.s.Load(f, st.Size())
+}
+
+func sameDir(a, b string) bool {
+	sa, err1 := os.Stat(a)
+	sb, err2 := os.Stat(b)
+	return err1 == nil && err2 == nil && os.SameFile(sa, sb)
 }

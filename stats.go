@@ -2,8 +2,6 @@ package k3
 
 import (
 	"time"
-
-	"github.com/k3go/k3/internal/platform/rss"
 )
 
 // Stats are cumulative counters of a Model since Open. Take two snapshots
@@ -93,27 +91,11 @@ func (s Stats) Sub(prev Stats) Stats {
 }
 
 // Stats returns the Model's counters.
-func (m *Model) Stats() Stats {
-	e := m.e
-	s := Stats{BudgetBytes: m.opts.RAMBudget, PlannedBytes: e.mem.Total(), PinnedLayers: e.mem.PinnedLayers}
-	for _, p := range e.mem.Pinned {
-		if !p {
-			s.StreamedParts++
-		}
-	}
-	rs := e.reader.Stats()
-	s.BytesRead = rs.BytesRead - e.loadBytes
-	s.IOTime = rs.BusyTime - e.loadBusy
-	ms := m.m.Stats()
-	s.TrunkBytesRead = ms.TrunkBytesRead
-	s.ExpertBytesRead = ms.ExpertBytesRead
-	s.TrunkDecodedBytes, s.TrunkDecodeTime = ms.TrunkDecodedBytes, ms.TrunkDecodeTime
-	s.CacheHits, s.CacheMisses = ms.CacheHits, ms.CacheMisses
-	s.Passes, s.Rows = ms.Passes, ms.Rows
-	s.ExpertUnion, s.MoELayerPasses = ms.ExpertUnion, ms.MoELayerPasses
-	s.SpecPasses, s.SpecRows, s.SpecAccepted = m.specPasses.Load(), m.specRows.Load(), m.specAccepted.Load()
-	s.ForwardTime, s.WaitTime = ms.ForwardTime, ms.WaitTime
-	s.ComputeTime = ms.ForwardTime - ms.WaitTime
-	s.PeakRSSBytes = rss.Peak()
-	return s
-}
+func (m *Model) Stats() Stats { return Stats(m.e.Stats()) }
+
+// ObservePasses makes f be called after every forward pass of the model's
+// sessions with the pass's token rows (summed over the sessions in it) and
+// its wall time, for metrics such as a histogram of rows per pass. f runs
+// on the goroutine that runs the passes, so it must be quick; nil stops
+// the calls. One observer at a time: a later call replaces it.
+func (m *Model) ObservePasses(f func(rows int, d time.Duration)) { m.e.ObservePasses(f) }

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"sync"
 	"syscall"
+
+	"github.com/k3go/k3/internal/platform/crash"
 )
 
 const (
@@ -409,7 +411,7 @@ func (r *Reader) run(c *chunk) {
 	}
 	r.st.chunks.Add(1)
 	t0 := r.st.begin()
-	hi, err := r.read(c)
+	hi, err := r.readCaught(c)
 	r.st.end(t0)
 	failed := false
 	for _, f := range c.futs {
@@ -424,6 +426,14 @@ func (r *Reader) run(c *chunk) {
 	if failed {
 		r.purge() // the failed requests' other chunks need not be read
 	}
+}
+
+// readCaught is read with a panic (a bug, or a Source that panics) turned
+// into the chunk's error, so that the requests fail instead of the process.
+func (r *Reader) readCaught(c *chunk) (hi int64, err error) {
+	hi = c.cs
+	defer crash.Catch("the I/O reader", &err)
+	return r.read(c)
 }
 
 func (r *Reader) readError(c *chunk, f *Future, hi int64, err error) error {

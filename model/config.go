@@ -7,9 +7,11 @@ package model
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"math"
 	"sort"
 	"strings"
@@ -384,4 +386,24 @@ func jsonKind(v any) string {
 		return "an object"
 	}
 	return fmt.Sprintf("%T", v)
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Fingerprint is a hash of every config value that shapes the state, so a
+// state saved with one model is refused by another.
+func (c *Config) Fingerprint() uint64 {
+	h := crc32.New(castagnoli)
+	w := func(vs ...int) {
+		for _, v := range vs {
+			binary.Write(h, binary.LittleEndian, int64(v))
+		}
+	}
+	w(c.Hidden, c.Layers, c.Vocab, c.KDAHeads, c.KDAHeadDim, c.ConvKernel, c.MLAHeads, c.QLoraRank, c.KVLoraRank,
+		c.QKNopeDim, c.QKRopeDim, c.VHeadDim, c.Experts, c.TopK, c.SharedExperts, c.LatentDim, c.MoEIntermediate,
+		c.FirstKDense, c.DenseIntermediate, c.AttnResBlock)
+	w(c.FullAttnLayers...)
+	lo := uint64(h.Sum32())
+	binary.Write(h, binary.LittleEndian, math.Float32bits(c.RMSNormEps))
+	return lo<<32 | uint64(h.Sum32())
 }

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/k3go/k3/expert"
+	"github.com/k3go/k3/internal/platform/crash"
 )
 
 // Scratch holds every intermediate buffer of a forward pass over up to
@@ -53,7 +56,7 @@ type Scratch struct {
 	ustart []int32 // per union index: where its run of users starts
 	cursor []int32 // bucketing scratch
 
-	batch  ExpertBatch
+	batch  expert.Batch
 	rowBuf []byte    // one embedding row read from disk, with alignment slack
 	segs   []segment // the sequences of the current pass
 	pass   pass      // the current pass (kept here so it is not allocated)
@@ -122,13 +125,6 @@ func buildScratch(c *Config, tc int, f func(n int) []float32) *Scratch {
 		s.heads[h] = mlaHeadScratch{qabs: f(c.KVLoraRank), ctx: f(c.KVLoraRank)}
 	}
 	return s
-}
-
-// passLocker is implemented by weight sources that serve one forward pass
-// at a time (a streaming trunk).
-type passLocker interface {
-	BeginPass()
-	EndPass()
 }
 
 // Group is one sequence's share of a batched forward pass: its state, the
@@ -220,7 +216,7 @@ func (s *Session) Forward(ctx context.Context, tokens []int, out []float32, all 
 // undefined and must be reset before reuse. A non-finite value fails only
 // the groups whose rows held it: their Err is set and ForwardBatch
 // returns a *PartialError; the other groups completed normally.
-func (m *Model) ForwardBatch(ctx context.Context, sc *Scratch, gs []Group) error {
+func (m *Model) ForwardBatch(ctx context.Context, sc *Scratch, gs []Group) (err error) {
 	c := m.Cfg
 	if len(gs) == 0 {
 		return fmt.Errorf("forward: no sequences")
@@ -257,7 +253,7 @@ func (m *Model) ForwardBatch(ctx context.Context, sc *Scratch, gs []Group) error
 			return err
 		}
 	}
-	if pl, ok := m.layers.(passLocker); ok {
+	if pl, ok := m.layers.(PassLocker); ok {
 		pl.BeginPass()
 		defer pl.EndPass()
 	}
@@ -267,6 +263,7 @@ func (m *Model) ForwardBatch(ctx context.Context, sc *Scratch, gs []Group) error
 	p := &sc.pass
 	*p = pass{m: m, c: c, sc: sc, gs: gs}
 	defer func() { *p = pass{} }()
+	defer p.recoverPanic(&err)
 	gi, off := 0, 0 // the next row to place: group gi, token off
 	for gi < len(gs) {
 		segs := sc.segs[:0]
@@ -312,6 +309,42 @@ type pass struct {
 	T    int
 	gs   []Group // the pass's groups, whose Err a non-finite row sets (nil: fail the pass)
 	l    int     // the layer running, -1 outside the layers (for errors)
+
+	// What the pass holds of its weight sources, so that a panic gives it
+	// back (recoverPanic).
+	held    heldPart
+	experts *expert.Batch // between Begin and End
+}
+
+// heldPart is a layer part acquired and not yet released.
+type heldPart struct {
+	layer int
+	part  Part
+	ok    bool
+}
+
+// recoverPanic turns a panic of the pass (a bug: in a kernel, in an op, in
+// a weight source) into an error wrapping crash.ErrInternal, after giving
+// back what the pass holds: the layer part it computes, the experts of its
+// MoE step, the first-seen marks of its scratch. The sequences of the pass
+// are left undefined, as after any failed pass; the model and its sources
+// stay usable.
+func (p *pass) recoverPanic(err *error) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	*err = crash.New(fmt.Sprintf("the forward pass (layer %d)", p.l), r)
+	if p.held.ok {
+		p.m.layers.Release(p.held.layer, p.held.part)
+		p.held.ok = false
+	}
+	if p.experts != nil {
+		p.m.experts.End(p.experts)
+		p.experts = nil
+	}
+	clear(p.sc.seen)
+	p.sc.first = p.sc.first[:0]
 }
 
 // run runs every layer over the pass's rows, advances each sequence's
@@ -469,6 +502,7 @@ func (p *pass) layer(ctx context.Context, l int, nb *int, nbMax int) error {
 	if err != nil {
 		return err
 	}
+	p.held = heldPart{layer: l, part: PartAttn, ok: true}
 	op := "KDA attention"
 	if c.IsMLA(l) {
 		op = "MLA attention"
@@ -477,6 +511,7 @@ func (p *pass) layer(ctx context.Context, l int, nb *int, nbMax int) error {
 		p.kda(l, mats, vec)
 	}
 	m.layers.Release(l, PartAttn)
+	p.held.ok = false
 	// One check per op result: a NaN from a matrix, or from a restored
 	// state, stops here, before it can reach the router.
 	if err := p.screen(sc.attn[:T*E], E, op); err != nil {
@@ -496,6 +531,7 @@ func (p *pass) layer(ctx context.Context, l int, nb *int, nbMax int) error {
 	if mats, err = m.layers.Acquire(ctx, l, PartFFN); err != nil {
 		return err
 	}
+	p.held = heldPart{layer: l, part: PartFFN, ok: true}
 	op = "MoE"
 	if c.IsDense(l) {
 		op = "dense MLP"
@@ -504,6 +540,7 @@ func (p *pass) layer(ctx context.Context, l int, nb *int, nbMax int) error {
 		err = p.moe(ctx, l, mats, vec)
 	}
 	m.layers.Release(l, PartFFN)
+	p.held.ok = false
 	if err != nil {
 		return err
 	}

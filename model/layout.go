@@ -36,12 +36,13 @@ func planExtents(locs []iox.Entry, maxGap int64) ([]Extent, []int64, int64) {
 	return iox.PlanExtents(locs, maxGap)
 }
 
-// matSpec says where one matrix of a layer lives inside the layer's buffer.
-type matSpec struct {
-	name       string
-	rows, cols int
-	dtype      tensor.DType
-	off        int64
+// PartTensor is one matrix inside a layer part's image: its checkpoint
+// name, its shape and dtype, and its offset in the image.
+type PartTensor struct {
+	Name       string
+	Rows, Cols int
+	DType      tensor.DType
+	Off        int64
 	field      func(*LayerMats) *Linear
 }
 
@@ -65,30 +66,29 @@ func (p Part) String() string {
 	return "ffn"
 }
 
-// partPlan is everything needed to read and bind one part of a layer's
-// dense (non-expert) weights.
-type partPlan struct {
-	layer   int
-	part    Part
-	extents []Extent
-	bytes   int64 // buffer size, alignment included
-	payload int64 // bytes of matrix data
-	mats    []matSpec
-	comp    *compPart // set when the part is read from a compressed pack
+// PartLayout is the image of one part of a layer's dense (non-expert)
+// weights: the buffer its matrices are bound from, and the checkpoint byte
+// ranges that fill it. Where the image's bytes are read from (the shards,
+// a packed trunk) and when is the trunk's business (internal/engine/trunk);
+// the layout only says what the image is.
+type PartLayout struct {
+	Layer int
+	Part  Part
+	// Extents are the checkpoint's byte ranges that make up the image, and
+	// where each lands in it (iox.PlanExtents: neighbouring tensors share
+	// a read).
+	Extents []Extent
+	// Bytes is the image's size, alignment included; Payload the bytes of
+	// its matrices.
+	Bytes, Payload int64
+	// Tensors are the matrices bound from the image, in binding order.
+	Tensors []PartTensor
 }
 
-// room is the buffer the part is loaded into: its bytes, or for a
-// compressed part the room to decode in place (compRoom).
-func (pp *partPlan) room() int64 {
-	if pp.comp != nil && len(pp.extents) == 1 {
-		n, _ := compRoom(pp.bytes, pp.comp, pp.extents[0])
-		return n
-	}
-	return pp.bytes
-}
-
-// unit returns the streaming unit index of (layer, part).
-func unit(layer int, part Part) int { return layer*int(NumParts) + int(part) }
+// Unit returns the index of (layer, part) among a model's parts, in the
+// order a forward pass uses them: (0, attention), (0, ffn), (1, attention),
+// ...
+func Unit(layer int, part Part) int { return layer*int(NumParts) + int(part) }
 
 // LayerMats are the matrix views of one layer, bound to the buffer that
 // holds the layer's bytes. Fields unused by the layer's type stay zero.
@@ -118,9 +118,11 @@ type LayerVecs struct {
 	Bias, LatentNorm []float32
 }
 
-func bind(buf []byte, specs []matSpec, m *LayerMats) {
-	for _, s := range specs {
-		size := int64(s.rows * s.cols * s.dtype.Size())
-		*s.field(m) = Linear{Dense: tensor.Mat{DType: s.dtype, Rows: s.rows, Cols: s.cols, Data: buf[s.off : s.off+size : s.off+size]}}
+// Bind points m's matrices for the part at buf, the part's image (at least
+// Bytes long); the matrices alias buf.
+func (pl *PartLayout) Bind(buf []byte, m *LayerMats) {
+	for _, s := range pl.Tensors {
+		size := int64(s.Rows * s.Cols * s.DType.Size())
+		*s.field(m) = Linear{Dense: tensor.Mat{DType: s.DType, Rows: s.Rows, Cols: s.Cols, Data: buf[s.Off : s.Off+size : s.Off+size]}}
 	}
 }

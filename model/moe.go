@@ -2,17 +2,13 @@ package model
 
 import (
 	"context"
+	"errors"
 	"fmt"
+
+	"github.com/k3go/k3/expert"
 
 	"github.com/k3go/k3/tensor"
 )
-
-// ExpertResidency is implemented by expert sources that can tell, without
-// counting a request, whether an expert is in memory already: a pass then
-// computes those first while the reads of the others run.
-type ExpertResidency interface {
-	Resident(layer int, id int32) bool
-}
 
 // moe runs the latent mixture of experts over the pass's rows (§6.8,
 // §6.9): route on the full-width input, project into the latent, run each
@@ -44,8 +40,10 @@ func (p *pass) moe(ctx context.Context, l int, mats *LayerMats, vec *LayerVecs) 
 	m.moeLayerPasses.Add(1)
 	b := &sc.batch
 	b.Layer, b.IDs, b.Uses = l, first, sc.uses[:len(first)]
+	p.experts = b
 	if err := m.experts.Begin(ctx, b); err != nil {
 		m.experts.End(b)
+		p.experts = nil
 		p.clearSeen(first)
 		return fmt.Errorf("experts: %w", err)
 	}
@@ -61,6 +59,7 @@ func (p *pass) moe(ctx context.Context, l int, mats *LayerMats, vec *LayerVecs) 
 		mats.SharedDown.MatMul(m.pool, sc.ffn[:T*E], g, T)
 		if err := p.screen(sc.ffn[:T*E], E, "shared experts"); err != nil {
 			m.experts.End(b)
+			p.experts = nil
 			p.clearSeen(first)
 			return err
 		}
@@ -76,6 +75,7 @@ func (p *pass) moe(ctx context.Context, l int, mats *LayerMats, vec *LayerVecs) 
 		}
 	}
 	m.experts.End(b)
+	p.experts = nil
 	p.clearSeen(first)
 	if err != nil {
 		return err
@@ -123,7 +123,7 @@ func (p *pass) bucket(l int) []int32 {
 			sc.seen[e] = int32(len(first))
 		}
 	}
-	if res, ok := p.m.experts.(ExpertResidency); ok {
+	if res, ok := p.m.experts.(expert.Residency); ok {
 		// Stable partition, resident experts to the front.
 		k, rest := 0, sc.cursor[:0]
 		for _, e := range first {
@@ -185,7 +185,7 @@ func (p *pass) clearSeen(first []int32) {
 
 // runExpert multiplies the batch's i-th expert by every row that selected
 // it and scatters the outputs to contrib[row][slot].
-func (p *pass) runExpert(ctx context.Context, b *ExpertBatch, i int) error {
+func (p *pass) runExpert(ctx context.Context, b *expert.Batch, i int) error {
 	m, c, sc := p.m, p.c, p.sc
 	e := int(b.IDs[i])
 	K, Lt, I := c.TopK, c.LatentDim, c.MoEIntermediate
@@ -197,6 +197,9 @@ func (p *pass) runExpert(ctx context.Context, b *ExpertBatch, i int) error {
 	}
 	ex, err := m.experts.Get(ctx, b, i)
 	if err != nil {
+		if errors.Is(err, expert.ErrClosed) {
+			return ErrClosed
+		}
 		return fmt.Errorf("expert %d: %w", e, err)
 	}
 	a1, a3 := sc.a1[:n*I], sc.a3[:n*I]

@@ -15,6 +15,8 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+
+	"github.com/k3go/k3/expert"
 	"testing"
 
 	"github.com/k3go/k3/internal/platform/par"
@@ -218,7 +220,7 @@ func (f *opFixture) linear(t *testing.T, key string, rows, cols int) Linear {
 	return Linear{Dense: f32Mat(f.tensor(t, key, rows, cols), rows, cols)}
 }
 
-// fixtureExperts is an ExpertSource over dense f32 expert matrices of one
+// fixtureExperts is an expert.Source over dense f32 expert matrices of one
 // layer. It checks the protocol: every Acquire is for a prefetched expert of
 // that layer and is released.
 type fixtureExperts struct {
@@ -231,7 +233,7 @@ type fixtureExperts struct {
 	released   int
 }
 
-func (x *fixtureExperts) Begin(_ context.Context, b *ExpertBatch) error {
+func (x *fixtureExperts) Begin(_ context.Context, b *expert.Batch) error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if b.Layer != x.layer {
@@ -243,7 +245,7 @@ func (x *fixtureExperts) Begin(_ context.Context, b *ExpertBatch) error {
 	return nil
 }
 
-func (x *fixtureExperts) Get(_ context.Context, b *ExpertBatch, i int) (*Expert, error) {
+func (x *fixtureExperts) Get(_ context.Context, b *expert.Batch, i int) (*expert.Expert, error) {
 	layer, e := b.Layer, int(b.IDs[i])
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -254,16 +256,16 @@ func (x *fixtureExperts) Get(_ context.Context, b *ExpertBatch, i int) (*Expert,
 		return nil, fmt.Errorf("expert %d of layer %d acquired without a prefetch", e, layer)
 	}
 	x.acquired++
-	return &Expert{W: x.w[e]}, nil
+	return &expert.Expert{W: x.w[e]}, nil
 }
 
-func (x *fixtureExperts) Put(*ExpertBatch, int) {
+func (x *fixtureExperts) Put(*expert.Batch, int) {
 	x.mu.Lock()
 	x.released++
 	x.mu.Unlock()
 }
 
-func (x *fixtureExperts) End(*ExpertBatch) {}
+func (x *fixtureExperts) End(*expert.Batch) {}
 
 // loadMoE binds the MoE weights of a fixture whose keys carry prefix (""
 // in moe.json, "mlp_" in the layer fixtures) into mats and vec, and returns
@@ -336,7 +338,7 @@ type fixedLayers struct{ mats *LayerMats }
 func (f fixedLayers) Acquire(context.Context, int, Part) (*LayerMats, error) { return f.mats, nil }
 func (f fixedLayers) Release(int, Part)                                      {}
 
-func newOpSession(t *testing.T, c *Config, vecs []LayerVecs, experts ExpertSource, T int) *Session {
+func newOpSession(t *testing.T, c *Config, vecs []LayerVecs, experts expert.Source, T int) *Session {
 	t.Helper()
 	pool := par.New(4)
 	t.Cleanup(pool.Close)
@@ -855,7 +857,7 @@ func TestOpMoE(t *testing.T) {
 
 	t.Run("failed expert", func(t *testing.T) {
 		// An expert that cannot be loaded fails the layer.
-		broken := &brokenExperts{ExpertSource: experts, fail: int(s.sc.idx[0])}
+		broken := &brokenExperts{Source: experts, fail: int(s.sc.idx[0])}
 		s := newOpSession(t, c, vecs, broken, T)
 		copy(s.sc.xn, f.tensor(t, "in", 1, T, E))
 		if err := s.moe(context.Background(), l, &mats, &vecs[l], T); !errors.Is(err, errBrokenExpert) {
@@ -865,17 +867,17 @@ func TestOpMoE(t *testing.T) {
 }
 
 type brokenExperts struct {
-	ExpertSource
+	expert.Source
 	fail int
 }
 
 var errBrokenExpert = errors.New("expert unavailable")
 
-func (b *brokenExperts) Get(ctx context.Context, bt *ExpertBatch, i int) (*Expert, error) {
+func (b *brokenExperts) Get(ctx context.Context, bt *expert.Batch, i int) (*expert.Expert, error) {
 	if int(bt.IDs[i]) == b.fail {
 		return nil, errBrokenExpert
 	}
-	return b.ExpertSource.Get(ctx, bt, i)
+	return b.Source.Get(ctx, bt, i)
 }
 
 func TestOpLayer(t *testing.T) {

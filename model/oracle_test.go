@@ -156,3 +156,13 @@ func TestOracleGreedyAndIncremental(t *testing.T) {
 		})
 	}
 }
+
+func teacherLogits(t *testing.T, m *Model, ids []int) []float32 {
+	t.Helper()
+	s := m.NewSession(64)
+	out := make([]float32, len(ids)*m.Cfg.Vocab)
+	if err := s.Forward(context.Background(), ids, out, true); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}

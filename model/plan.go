@@ -20,7 +20,7 @@ type Plan struct {
 	Cfg  *Config
 	Ckpt *iox.Checkpoint
 
-	parts   []partPlan // by unit(layer, part)
+	parts   []PartLayout // by Unit(layer, part)
 	vecs    []LayerVecs
 	experts *expert.Index
 
@@ -65,7 +65,7 @@ func NewPlan(cfg *Config, ck *iox.Checkpoint) (*Plan, error) {
 	p.outProj = p.vector(&pr, modelPrefix+"output_attn_res_proj.weight", E, false)
 	p.foldO = fold(p.outNorm, p.outProj)
 
-	p.parts = make([]partPlan, cfg.Layers*int(NumParts))
+	p.parts = make([]PartLayout, cfg.Layers*int(NumParts))
 	p.vecs = make([]LayerVecs, cfg.Layers)
 	trunk := p.layerTrunkTensors()
 	for l := 0; l < cfg.Layers; l++ {
@@ -181,10 +181,10 @@ func (p *Plan) planLayer(pr *problems, l int, all []iox.Entry) {
 	v := &p.vecs[l]
 
 	type m = func(*LayerMats) *Linear
-	var mats [NumParts][]matSpec
+	var mats [NumParts][]PartTensor
 	part := PartAttn
 	add := func(suffix string, rows, cols int, f m) {
-		mats[part] = append(mats[part], matSpec{name: pre + suffix, rows: rows, cols: cols, field: f})
+		mats[part] = append(mats[part], PartTensor{Name: pre + suffix, Rows: rows, Cols: cols, field: f})
 	}
 	v.InNorm = p.vector(pr, pre+"input_layernorm.weight", E, false)
 	v.PostNorm = p.vector(pr, pre+"post_attention_layernorm.weight", E, false)
@@ -250,14 +250,14 @@ func (p *Plan) planLayer(pr *problems, l int, all []iox.Entry) {
 	// the vectors (already widened) are read along because they sit between
 	// the matrices. Tensors that are not the FFN's go with the attention.
 	for pt := PartAttn; pt < NumParts; pt++ {
-		pp := &p.parts[unit(l, pt)]
-		pp.layer, pp.part = l, pt
+		pp := &p.parts[Unit(l, pt)]
+		pp.Layer, pp.Part = l, pt
 		var locs []iox.Entry
 		ms := mats[pt]
 		matIndex := make([]int, len(ms))
 		for i := range ms {
-			e := p.matrix(pr, ms[i].name, ms[i].rows, ms[i].cols)
-			ms[i].dtype = e.DType
+			e := p.matrix(pr, ms[i].Name, ms[i].Rows, ms[i].Cols)
+			ms[i].DType = e.DType
 			matIndex[i] = len(locs)
 			locs = append(locs, e)
 		}
@@ -271,10 +271,10 @@ func (p *Plan) planLayer(pr *problems, l int, all []iox.Entry) {
 		}
 		exts, offs, total := planExtents(locs, 64<<10)
 		for i := range ms {
-			ms[i].off = offs[matIndex[i]]
-			pp.payload += int64(ms[i].rows * ms[i].cols * ms[i].dtype.Size())
+			ms[i].Off = offs[matIndex[i]]
+			pp.Payload += int64(ms[i].Rows * ms[i].Cols * ms[i].DType.Size())
 		}
-		pp.mats, pp.extents, pp.bytes = ms, exts, total
+		pp.Tensors, pp.Extents, pp.Bytes = ms, exts, total
 	}
 }
 
@@ -284,9 +284,9 @@ func ffnTensor(name, prefix string) bool {
 	return strings.HasPrefix(rest, "mlp.") || strings.HasPrefix(rest, "block_sparse_moe.")
 }
 
-func isMatName(mats []matSpec, name string) bool {
+func isMatName(mats []PartTensor, name string) bool {
 	for _, m := range mats {
-		if m.name == name {
+		if m.Name == name {
 			return true
 		}
 	}

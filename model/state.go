@@ -21,11 +21,6 @@ type State struct {
 	cap int
 
 	spec *specRecord // speculation bookkeeping, nil until first used
-
-	// Checkpoint is the content fingerprint of the checkpoint the state
-	// belongs to (Plan.Fingerprint): Save records it and Load refuses a
-	// file saved with another checkpoint, even of the same configuration.
-	Checkpoint string
 }
 
 type kdaState struct {
@@ -115,4 +110,73 @@ func (s *State) reserve(n int) error {
 		}
 	}
 	return nil
+}
+
+// Config returns the configuration the state is shaped for.
+func (s *State) Config() *Config { return s.cfg }
+
+// Recurrent returns the state's fixed-size arrays in the order snapshots
+// store them: for every KDA layer in order, its recurrent state S
+// ([heads][D][D]) and its q, k and v short-conv histories. The slices
+// alias the state: a snapshot reads them, a restore fills them.
+func (s *State) Recurrent() [][]float32 {
+	var out [][]float32
+	for l := range s.kda {
+		if s.cfg.IsMLA(l) {
+			continue
+		}
+		k := &s.kda[l]
+		out = append(out, k.S, k.qh, k.kh, k.vh)
+	}
+	return out
+}
+
+// Cached returns the MLA cache rows of positions [from, to) of every MLA
+// layer in order: each layer's normalised latents ([n][KVLoraRank]) then
+// its rope keys ([n][QKRopeDim]). The slices alias the state. They are
+// append-only: once written, a position's rows never change.
+func (s *State) Cached(from, to int) [][]float32 {
+	if from < 0 || to > s.pos || from > to {
+		panic(fmt.Sprintf("model: cached rows [%d, %d) of a state of %d positions", from, to, s.pos))
+	}
+	ckv, r := s.cfg.KVLoraRank, s.cfg.QKRopeDim
+	var out [][]float32
+	for l := range s.mla {
+		if !s.cfg.IsMLA(l) {
+			continue
+		}
+		m := &s.mla[l]
+		out = append(out, m.lat[from*ckv:to*ckv], m.kr[from*r:to*r])
+	}
+	return out
+}
+
+// Extend appends n positions to the sequence without computing them, for
+// restoring a saved state or a cached prefix: the MLA cache grows by n
+// rows, returned as Cached(Len()-n, Len()) for the caller to fill, and Len
+// grows by n. The recurrent arrays (Recurrent) must be filled to match the
+// new length. It ends a speculation in progress, and fails with
+// ErrContextFull beyond the capacity.
+func (s *State) Extend(n int) ([][]float32, error) {
+	if n < 0 {
+		return nil, fmt.Errorf("model: extending a state by %d positions", n)
+	}
+	if err := s.reserve(n); err != nil {
+		return nil, err
+	}
+	ckv, r := s.cfg.KVLoraRank, s.cfg.QKRopeDim
+	need := s.pos + n
+	for l := range s.mla {
+		if !s.cfg.IsMLA(l) {
+			continue
+		}
+		m := &s.mla[l]
+		m.lat, m.kr = m.lat[:need*ckv], m.kr[:need*r]
+	}
+	if s.spec != nil {
+		s.spec.active = false
+	}
+	from := s.pos
+	s.pos = need
+	return s.Cached(from, need), nil
 }

@@ -12,8 +12,8 @@ import (
 	"golang.org/x/sys/cpu"
 
 	"github.com/k3go/k3"
+	"github.com/k3go/k3/internal/engine/planner"
 	"github.com/k3go/k3/iox"
-	"github.com/k3go/k3/model"
 	"github.com/k3go/k3/quant"
 	"github.com/k3go/k3/tensor"
 )
@@ -263,7 +263,7 @@ func printDoctor(w io.Writer, r *doctorReport) {
 	}
 }
 
-func human(n int64) string { return model.Human(n) }
+func human(n int64) string { return planner.Human(n) }
 
 func cpuName() string {
 	b, err := os.ReadFile("/proc/cpuinfo")

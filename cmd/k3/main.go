@@ -18,6 +18,7 @@ import (
 	"syscall"
 
 	"github.com/k3go/k3"
+	"github.com/k3go/k3/internal/platform/crash"
 )
 
 // version is the command's version; set with -ldflags "-X main.version=...".
@@ -110,8 +111,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 }
 
 // runCommand runs c, recovering a panic on the command's goroutine as an
-// *internalError (exit code 7, the stack in the message). A panic on
-// another goroutine still ends the process with the runtime's exit code 2.
+// *internalError (exit code 7, the stack in the message). A panic on one
+// of the engine's goroutines comes back from the library as an error
+// wrapping crash.ErrInternal, which exits 7 too.
 func runCommand(c command, args []string, stdin io.Reader, stdout, stderr io.Writer) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -145,7 +147,7 @@ func exitCode(err error) int {
 	var ue *usageError
 	var ie *internalError
 	switch {
-	case errors.As(err, &ie):
+	case errors.As(err, &ie), errors.Is(err, crash.ErrInternal):
 		return exitInternal
 	case errors.As(err, &ue), errors.Is(err, k3.ErrBadOptions), errors.Is(err, k3.ErrTokenOutOfRange), errors.Is(err, k3.ErrContextFull):
 		return exitUsage

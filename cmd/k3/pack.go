@@ -10,7 +10,7 @@ import (
 
 	"github.com/k3go/k3"
 	"github.com/k3go/k3/internal/app/progress"
-	"github.com/k3go/k3/model"
+	"github.com/k3go/k3/internal/engine/trunk"
 )
 
 func runPack(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
@@ -28,7 +28,7 @@ func runPack(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	}
 	// The library refuses too, but in its own terms (PackOptions.Force);
 	// here the fix is a flag.
-	for _, name := range []string{model.PackedDataFile, model.PackedIndexFile} {
+	for _, name := range []string{trunk.PackedDataFile, trunk.PackedIndexFile} {
 		if p := filepath.Join(*out, name); !*dryRun && !*force && fileExists(p) {
 			return usagef("%s already exists (use --force to replace it)", p)
 		}
@@ -57,7 +57,7 @@ func runPack(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	el := time.Since(start).Seconds()
 	fmt.Fprintf(stdout, "packed %.2f GB into %s in %.1f s (%.0f MB/s)\n", float64(total)/1e9, *out, el, float64(total)/el/1e6)
 	if *compress {
-		if x, err := model.ReadPackIndex(*out); err == nil && total > 0 {
+		if x, err := trunk.ReadPackIndex(*out); err == nil && total > 0 {
 			fmt.Fprintf(stdout, "compressed to %.2f GB (ratio %.3f)\n", float64(x.Size)/1e9, float64(x.Size)/float64(total))
 		}
 	}

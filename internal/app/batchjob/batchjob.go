@@ -90,6 +90,10 @@ type Options struct {
 	// ProgressEvery is the period of the plain lines written when
 	// ProgressTerminal is false (one more comes at the end); 0 means 30 s.
 	ProgressEvery time.Duration
+
+	// writeLine replaces the write of each output line (the crash tests
+	// die inside one with it); nil writes to the file.
+	writeLine lineWriter
 }
 
 // Summary describes one run.

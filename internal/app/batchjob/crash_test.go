@@ -26,10 +26,12 @@ import (
 // environment, and prints its Summary as JSON.
 func childMain() int {
 	env := func(k string) int { n, _ := strconv.Atoi(os.Getenv(k)); return n }
+	o := Options{Input: os.Getenv("K3_BATCHJOB_IN"), Output: os.Getenv("K3_BATCHJOB_OUT"),
+		Shard: env("K3_BATCHJOB_SHARD"), Shards: env("K3_BATCHJOB_SHARDS"), Concurrency: env("K3_BATCHJOB_CONC")}
 	if tearAt := env("K3_BATCHJOB_TEAR"); tearAt > 0 {
 		// Die inside a write: half of line tearAt reaches the file.
 		n := 0
-		testWriteHook = func(f *os.File, line []byte) bool {
+		o.writeLine = func(f *os.File, line []byte) bool {
 			if n++; n < tearAt {
 				return false
 			}
@@ -39,8 +41,7 @@ func childMain() int {
 		}
 	}
 	h := &fakeHandler{delay: time.Duration(env("K3_BATCHJOB_DELAY_US")) * time.Microsecond}
-	s, err := Run(context.Background(), h, Options{Input: os.Getenv("K3_BATCHJOB_IN"), Output: os.Getenv("K3_BATCHJOB_OUT"),
-		Shard: env("K3_BATCHJOB_SHARD"), Shards: env("K3_BATCHJOB_SHARDS"), Concurrency: env("K3_BATCHJOB_CONC")})
+	s, err := Run(context.Background(), h, o)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

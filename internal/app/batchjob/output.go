@@ -35,11 +35,12 @@ type journal struct {
 	syncEvery time.Duration
 	lastSync  time.Time
 	dirty     bool
+	write     lineWriter // nil: f.Write
 }
 
 // openJournal opens (or creates) the output, locks it against a second
 // job, drops a torn last line and returns the keys of the results it holds.
-func openJournal(path string, syncEvery time.Duration) (j *journal, done map[string]struct{}, truncated int64, err error) {
+func openJournal(path string, syncEvery time.Duration, write lineWriter) (j *journal, done map[string]struct{}, truncated int64, err error) {
 	_, statErr := os.Stat(path)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
@@ -53,7 +54,7 @@ func openJournal(path string, syncEvery time.Duration) (j *journal, done map[str
 		f.Close()
 		return nil, nil, 0, fmt.Errorf("output %s: %w: another job holds it (%v)", path, ErrBadOutput, err)
 	}
-	j = &journal{f: f, unlock: unlock, syncEvery: syncEvery, lastSync: time.Now()}
+	j = &journal{f: f, unlock: unlock, syncEvery: syncEvery, lastSync: time.Now(), write: write}
 	done, end, err := scanJournal(f)
 	if err != nil {
 		j.close()
@@ -110,7 +111,7 @@ func scanJournal(f *os.File) (map[string]struct{}, int64, error) {
 // append writes one line (ending in a newline) with one write call, and
 // syncs the file if the last sync is older than syncEvery.
 func (j *journal) append(line []byte) error {
-	if testWriteHook != nil && testWriteHook(j.f, line) {
+	if j.write != nil && j.write(j.f, line) {
 		return nil
 	}
 	if _, err := j.f.Write(line); err != nil {
@@ -144,9 +145,10 @@ func (j *journal) close() error {
 	return err
 }
 
-// testWriteHook, when set (by tests), is called instead of the write of
-// each line; it returns true when it has handled the line.
-var testWriteHook func(f *os.File, line []byte) bool
+// lineWriter, when set (Options.writeLine: the crash tests tear a line
+// with it), is called instead of the write of each line; it returns true
+// when it has handled the line.
+type lineWriter func(f *os.File, line []byte) bool
 
 // encodeLine renders an output line, newline included. It does not escape
 // HTML characters, so response bodies keep their bytes.

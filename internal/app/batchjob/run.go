@@ -31,7 +31,7 @@ func Run(ctx context.Context, h http.Handler, opts Options) (Summary, error) {
 	if err := sameFile(in, o.Output); err != nil {
 		return sum, err
 	}
-	j, done, truncated, err := openJournal(o.Output, o.SyncEvery)
+	j, done, truncated, err := openJournal(o.Output, o.SyncEvery, o.writeLine)
 	if err != nil {
 		return sum, err
 	}

@@ -18,6 +18,7 @@ import (
 	"testing"
 
 	"github.com/k3go/k3"
+	"github.com/k3go/k3/expert"
 	"github.com/k3go/k3/iox"
 	"github.com/k3go/k3/model"
 	"github.com/k3go/k3/quant"
@@ -128,20 +129,20 @@ func TestTinyRoundTrip(t *testing.T) {
 	t.Logf("generated %v", gen)
 }
 
-// recordingExperts is a model.ExpertSource over a whole checkpoint that
+// recordingExperts is a expert.Source over a whole checkpoint that
 // counts which experts the forward pass asks for.
 type recordingExperts struct {
-	experts [][]model.Expert
+	experts [][]expert.Expert
 	mu      sync.Mutex
 	used    [][]int
 }
 
 func newRecordingExperts(t *testing.T, cfg *model.Config, ck *iox.Checkpoint) *recordingExperts {
-	r := &recordingExperts{experts: make([][]model.Expert, cfg.Layers), used: make([][]int, cfg.Layers)}
+	r := &recordingExperts{experts: make([][]expert.Expert, cfg.Layers), used: make([][]int, cfg.Layers)}
 	I, Lt := cfg.MoEIntermediate, cfg.LatentDim
 	shapes := [3][2]int{{I, Lt}, {Lt, I}, {I, Lt}}
 	for l := cfg.FirstKDense; l < cfg.Layers; l++ {
-		r.experts[l] = make([]model.Expert, cfg.Experts)
+		r.experts[l] = make([]expert.Expert, cfg.Experts)
 		r.used[l] = make([]int, cfg.Experts)
 		for e := 0; e < cfg.Experts; e++ {
 			for w := 0; w < 3; w++ {
@@ -165,16 +166,16 @@ func newRecordingExperts(t *testing.T, cfg *model.Config, ck *iox.Checkpoint) *r
 	return r
 }
 
-func (r *recordingExperts) Begin(context.Context, *model.ExpertBatch) error { return nil }
-func (r *recordingExperts) Get(_ context.Context, b *model.ExpertBatch, i int) (*model.Expert, error) {
+func (r *recordingExperts) Begin(context.Context, *expert.Batch) error { return nil }
+func (r *recordingExperts) Get(_ context.Context, b *expert.Batch, i int) (*expert.Expert, error) {
 	l, e := b.Layer, b.IDs[i]
 	r.mu.Lock()
 	r.used[l][e]++
 	r.mu.Unlock()
 	return &r.experts[l][e], nil
 }
-func (r *recordingExperts) Put(*model.ExpertBatch, int) {}
-func (r *recordingExperts) End(*model.ExpertBatch)      {}
+func (r *recordingExperts) Put(*expert.Batch, int) {}
+func (r *recordingExperts) End(*expert.Batch)      {}
 
 // routing runs seq through the checkpoint in dir with an expert source
 // that records which experts are used, checks every position's logits, and
@@ -895,14 +896,13 @@ func TestGolden(t *testing.T) {
 func TestDirectFallback(t *testing.T) {
 	a, sa := writeTiny(t, Tiny(), WriteOptions{ShardSize: 1 << 20})
 	calls := 0
-	openDirectHook = func(path string, sh *Shard) (*os.File, error) {
+	refuseSecond := func(path string, sh *Shard) (*os.File, error) {
 		if calls++; calls == 2 {
 			return nil, errors.New("EINVAL")
 		}
 		return openDirect(path, sh)
 	}
-	defer func() { openDirectHook = openDirect }()
-	b, sb := writeTiny(t, Tiny(), WriteOptions{ShardSize: 1 << 20})
+	b, sb := writeTiny(t, Tiny(), WriteOptions{ShardSize: 1 << 20, openDirect: refuseSecond})
 	if runtime.GOOS == "linux" && (!sa.Direct || sb.Direct || calls != 2) {
 		t.Errorf("direct %v then %v after %d probes", sa.Direct, sb.Direct, calls)
 	}

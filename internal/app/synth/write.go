@@ -54,8 +54,10 @@ type WriteOptions struct {
 	// honest.
 	Buffered bool
 
-	chunk     int                             // bytes per write; 0 = defaultChunk
-	freeSpace func(dir string) (int64, error) // test hook; nil = statfs
+	// Dependencies the tests replace, passed in with the options.
+	chunk      int                                            // bytes per write; 0 = defaultChunk
+	freeSpace  func(dir string) (int64, error)                // nil = statfs
+	openDirect func(path string, sh *Shard) (*os.File, error) // nil = openDirect
 }
 
 const (
@@ -353,9 +355,13 @@ func (w *writer) writeShards(ctx context.Context) error {
 	// O_DIRECT where the file system takes it: reopen every shard with
 	// the flag; if one refuses, keep the buffered handles for all.
 	if !w.opts.Buffered && oDirect != 0 {
+		open := w.opts.openDirect
+		if open == nil {
+			open = openDirect
+		}
 		direct := make([]*os.File, 0, len(files))
 		for _, sf := range files {
-			d, err := openDirectHook(sf.f.Name(), sf.sh)
+			d, err := open(sf.f.Name(), sf.sh)
 			if err != nil {
 				break
 			}
@@ -455,9 +461,6 @@ func (w *writer) writeShards(ctx context.Context) error {
 	}
 	return nil
 }
-
-// openDirectHook is openDirect; tests replace it.
-var openDirectHook = openDirect
 
 // openDirect opens a freshly created temporary file with O_DIRECT and
 // probes it with one aligned write of the shard's first block (some file

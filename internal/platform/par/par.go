@@ -12,6 +12,8 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+
+	"github.com/k3go/k3/internal/platform/crash"
 )
 
 // RangeJob is a unit of parallel work over an index range, typically a block
@@ -47,6 +49,9 @@ type batch struct {
 	grain   int
 	next    atomic.Int64
 	helpers sync.WaitGroup
+	// panicked holds the first panic of a worker's chunk, re-raised on
+	// the goroutine that called Run.
+	panicked atomic.Pointer[crash.Error]
 }
 
 var batches = sync.Pool{New: func() any { return new(batch) }}
@@ -72,9 +77,22 @@ func (p *Pool) Threads() int { return p.threads }
 func (p *Pool) worker() {
 	defer p.wg.Done()
 	for b := range p.work {
-		b.drain()
-		b.helpers.Done()
+		b.help()
 	}
+}
+
+// help drains b on a worker. A panic in a chunk is caught and handed to
+// the caller of Run (which re-raises it, with this goroutine's stack), so
+// that a bug in a kernel fails the work that ran it instead of killing the
+// process; the worker goes on serving.
+func (b *batch) help() {
+	defer b.helpers.Done()
+	defer func() {
+		if p := recover(); p != nil {
+			b.panicked.CompareAndSwap(nil, crash.New("a kernel worker", p).(*crash.Error))
+		}
+	}()
+	b.drain()
 }
 
 // drain runs chunks until none is left.
@@ -91,7 +109,9 @@ func (b *batch) drain() {
 
 // Run implements Runner: it splits [0, n) into chunks of grain and
 // runs them on the pool and the calling goroutine, returning when all are
-// done. After Close it runs everything on the caller.
+// done. After Close it runs everything on the caller. A chunk that panics
+// on a worker panics Run's caller, with a *crash.Error holding the
+// worker's stack.
 func (p *Pool) Run(n, grain int, job RangeJob) {
 	if n <= 0 {
 		return
@@ -120,6 +140,10 @@ func (p *Pool) Run(n, grain int, job RangeJob) {
 	// Wait until every worker that took b has left it, so b can be reused.
 	b.helpers.Wait()
 	b.job = nil
+	if e := b.panicked.Swap(nil); e != nil {
+		batches.Put(b)
+		panic(e)
+	}
 	batches.Put(b)
 }
 

@@ -1,0 +1,144 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+
+	"github.com/k3go/k3/internal/engine/planner"
+	"github.com/k3go/k3/internal/platform/rss"
+	"github.com/k3go/k3/iox"
+	"github.com/k3go/k3/model"
+	"github.com/k3go/k3/tokenizer"
+)
+
+// ErrBadOptions reports an invalid option value or call (k3.ErrBadOptions).
+var ErrBadOptions = errors.New("invalid options")
+
+// ErrNoTokenizer reports a text operation without a tokenizer
+// (k3.ErrNoTokenizer).
+var ErrNoTokenizer = errors.New("no tokenizer")
+
+// MaxConfigBytes bounds config.json and generation_config.json (the
+// release's are under 4 KiB): they are read whole into memory, so a
+// symlink to /dev/zero or a huge file must be refused before reading.
+const MaxConfigBytes = 1 << 20
+
+// ReadConfig reads and parses a config.json. A missing, oversized or
+// non-regular file is model.ErrBadConfig; a file that exists but cannot be
+// read (permissions, I/O) keeps its own error, which is not the config's
+// fault.
+func ReadConfig(path string) (*model.Config, error) {
+	raw, err := iox.ReadFileLimit(path, MaxConfigBytes)
+	switch {
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, iox.ErrNotRegular), errors.Is(err, iox.ErrTooLarge):
+		return nil, fmt.Errorf("k3: %w: %w", model.ErrBadConfig, err)
+	case err != nil:
+		return nil, fmt.Errorf("k3: reading config: %w", err)
+	}
+	cfg, err := model.ParseConfig(raw)
+	if err != nil {
+		return nil, fmt.Errorf("k3: %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// CheckTokenizerFits refuses a tokenizer with ids the model has no
+// embedding row for: they would only fail once a generation met them.
+func CheckTokenizerFits(tok *tokenizer.Tokenizer, cfg *model.Config) error {
+	if tok == nil || tok.VocabSize() <= cfg.Vocab {
+		return nil
+	}
+	return fmt.Errorf("k3: %w: the tokenizer has %d ids, the model's vocabulary %d", model.ErrBadCheckpoint, tok.VocabSize(), cfg.Vocab)
+}
+
+// CheckpointErr marks low-level container errors as checkpoint errors.
+func CheckpointErr(err error) error {
+	if err == nil || errors.Is(err, model.ErrBadCheckpoint) {
+		return err
+	}
+	if errors.Is(err, iox.ErrFormat) || errors.Is(err, iox.ErrCheckpoint) || errors.Is(err, iox.ErrNotFound) || errors.Is(err, iox.ErrNotRegular) {
+		return &wrapped{err: err, kind: model.ErrBadCheckpoint}
+	}
+	return err
+}
+
+// wrapped adds a sentinel to an error chain without changing its message.
+type wrapped struct {
+	err  error
+	kind error
+}
+
+func (w *wrapped) Error() string   { return w.err.Error() }
+func (w *wrapped) Unwrap() []error { return []error{w.err, w.kind} }
+
+// memoryLimit returns the memory the process may hold (RAM, or a smaller
+// cgroup limit), 0 if unknown.
+func memoryLimit() int64 {
+	mi, err := iox.MemoryInfo()
+	if err != nil {
+		return 0
+	}
+	return mi.Limit()
+}
+
+// checkResidentFits refuses, before anything is allocated, a model opened
+// without a budget (everything resident) that needs more memory than the
+// machine has: the allocator would otherwise kill the process.
+// machine, if not nil, replaces memoryLimit (tests shrink the machine).
+func checkResidentFits(mem *planner.MemoryPlan, machine func() int64) error {
+	if machine == nil {
+		machine = memoryLimit
+	}
+	limit := machine()
+	if limit <= 0 || mem.Total() <= limit {
+		return nil
+	}
+	return fmt.Errorf("%w: with no RAM budget every weight is resident: %s needed, the machine has %s; set Options.RAMBudget to stream the weights",
+		planner.ErrBudget, planner.Human(mem.Total()), planner.Human(limit))
+}
+
+// budgetRequest is the one place where Options become the memory planner's
+// request: Open plans with it, Inspect (and so k3 doctor, k3 plan and the
+// floor every command reports) plans with it, so that the floor is the
+// same number everywhere. dir is the checkpoint directory (for the
+// tokenizer's files).
+func budgetRequest(dir string, opts Options) planner.Request {
+	if opts.MaxContext == 0 {
+		opts.MaxContext = DefaultMaxContext
+	}
+	threads := opts.Threads
+	if threads <= 0 {
+		threads = runtime.GOMAXPROCS(0)
+	}
+	return planner.Request{
+		Budget: opts.RAMBudget, Sessions: opts.Sessions, MaxContext: opts.MaxContext,
+		Chunk: opts.PrefillChunk, MaxBatch: opts.MaxBatch, Speculate: opts.Speculate,
+		Threads: threads, IOQueueDepth: opts.IOQueueDepth,
+		Executable: rss.ExecutableBytes(),
+		Tokenizer:  tokenizerBytes(dir, opts.TokenizerDir),
+	}
+}
+
+// tokenizerBytes estimates the heap the tokenizer's tables take, from the
+// size of its files: 3.2 times their bytes plus 0.3 MB measured for the
+// 200k-rank fixture and the quickstart's small one; 4 times plus 1 MiB
+// here. Zero when the model will have no tokenizer (the rule k3.Open
+// follows: the files absent from the checkpoint directory).
+func tokenizerBytes(ckptDir, dir string) int64 {
+	if dir == "" {
+		dir = ckptDir
+	}
+	var n int64
+	for _, f := range []string{tokenizer.ModelFile, tokenizer.ConfigFile} {
+		if st, err := os.Stat(filepath.Join(dir, f)); err == nil {
+			n += st.Size()
+		} else if f == tokenizer.ModelFile {
+			return 0
+		}
+	}
+	return 4*n + 1<<20
+}

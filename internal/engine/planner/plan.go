@@ -1,0 +1,516 @@
+// Package planner decides where every byte of a RAM budget goes, and what
+// a pass then costs: which dense trunk parts stay pinned, how large the
+// streaming ring is, how many routed experts the cache holds, how much
+// state and scratch the sessions and passes need, and the Go runtime's
+// share (with the process-wide memory limit that keeps the heap inside
+// it). Plan is the one function that answers "what fits, and what does it
+// cost"; Floor and Full are the budgets at its two ends.
+//
+// The planner decides only where bytes live and when they are read, never
+// the arithmetic: the output is identical under every plan. It reads no
+// weights: it works from a Weights summary (model sizes and the trunk's
+// part layout), so it plans a header-only checkpoint as well as a real
+// one.
+package planner
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/k3go/k3/iox"
+	"github.com/k3go/k3/model"
+)
+
+// ErrBudget reports a RAM budget that cannot hold the model's fixed floor.
+var ErrBudget = errors.New("RAM budget too small")
+
+// Part is what the planner knows of one dense trunk part (a model.Unit):
+// Room is the buffer it is loaded into (its image, or for a part decoded
+// in place from a compressed pack a little more), Read the bytes one load
+// reads from disk, Payload its matrix bytes (a proxy for its compute).
+type Part struct {
+	Room, Read, Payload int64
+}
+
+// Weights summarise a checkpoint for planning: the model's sizes and the
+// trunk's parts, in model.Unit order.
+type Weights struct {
+	Cfg   *model.Config
+	Sizes model.WeightSizes
+	Parts []Part
+}
+
+// Request is what the memory planner needs to know about the run.
+type Request struct {
+	// Budget is the hard limit in bytes; zero means unlimited (everything
+	// resident).
+	Budget int64
+	// Sessions is the number of sequences that may hold state at once.
+	Sessions int
+	// MaxContext is the positions each session may hold.
+	MaxContext int
+	// Chunk is the prefill chunk (tokens of one sequence per pass).
+	Chunk int
+	// MaxBatch is the most token rows of one pass, summed over its
+	// sequences; zero means Chunk. The scratch of the pass is sized for it
+	// and counted once, not per session.
+	MaxBatch int
+	// Speculate is the most drafted tokens per speculative pass; each
+	// session then holds a copy of its KDA state and a record of its rows.
+	Speculate int
+
+	// What the process holds besides the engine's own buffers, so that a
+	// budget bounds the peak resident set of the whole process:
+	//
+	// Threads is the number of kernel threads and IOQueueDepth
+	// the reads in flight (zero: 8); each may hold an OS thread and its
+	// stacks.
+	Threads, IOQueueDepth int
+	// Executable is what the running program's own file and zero-filled
+	// data can make resident (rss.ExecutableBytes).
+	Executable int64
+	// Tokenizer is the heap the tokenizer's tables take (k3 estimates it
+	// from the size of the tokenizer's files).
+	Tokenizer int64
+}
+
+// MemoryPlan says where every byte of the budget goes. The plan decides
+// only where bytes live and when they are read, never the arithmetic: the
+// output is identical under every plan.
+type MemoryPlan struct {
+	Budget int64 // 0 = unlimited
+
+	// Fixed floor. State and KV are for Sessions sessions; Scratch is one
+	// pass of Rows rows. Overhead is the sum of the process's costs
+	// outside the weights and state: Index (the checkpoint's tensor index
+	// and the plan), Tokenizer, SessionVocab (each session's logits and
+	// sampler buffers), Runtime (the Go runtime, thread stacks and the
+	// garbage collector's headroom) and Executable (the program's own
+	// pages).
+	LMHead, Embed, Vectors, State, KV, Scratch, Overhead int64
+	Index, Tokenizer, SessionVocab, Runtime, Executable  int64
+	EmbedResident                                        bool
+	Sessions, Rows                                       int
+
+	// Trunk: pinned parts stay resident; the rest stream through a ring,
+	// one arena of RingSlots × RingSlotBytes bytes (the planner makes one
+	// "slot" of at least the largest streamed part, up to room for the two
+	// consecutive streamed parts that need the most; see Trunk).
+	// PinnedBytes counts the pinned parts' buffers as mapped (BufferBytes
+	// of each).
+	Pinned        []bool // by model.Unit(layer, part)
+	PinnedBytes   int64
+	PinnedLayers  int // layers with both parts pinned
+	RingSlots     int
+	RingSlotBytes int64
+
+	// Expert cache.
+	CacheSlots     int
+	CacheSlotBytes int64
+
+	// TrunkBytesPerPass is what one forward pass reads of the trunk.
+	TrunkBytesPerPass int64
+}
+
+// Total returns the planned bytes: the peak resident set the process may
+// reach.
+func (p *MemoryPlan) Total() int64 { return p.OffHeap() + p.Heap() + p.Executable }
+
+// OffHeap returns the bytes of the engine's buffers mapped outside the Go
+// heap (pinned trunk parts, the ring, the expert cache's arena), each as
+// mapped (BufferBytes). A compressed part decodes in place, in a buffer a
+// little larger than its image (Part.Room), so it needs no staging.
+func (p *MemoryPlan) OffHeap() int64 {
+	return p.PinnedBytes + BufferBytes(int64(p.RingSlots)*p.RingSlotBytes) + BufferBytes(int64(p.CacheSlots)*p.CacheSlotBytes)
+}
+
+// Heap returns what the plan puts on the Go heap, runtime and collector's
+// headroom included: everything but the off-heap buffers and the
+// executable.
+func (p *MemoryPlan) Heap() int64 {
+	t := p.LMHead + p.Vectors + p.State + p.KV + p.Scratch + p.Overhead - p.Executable
+	if p.EmbedResident {
+		t += p.Embed
+	}
+	return t
+}
+
+// HeapLimit returns the limit for the Go runtime's memory
+// (runtime/debug.SetMemoryLimit) that keeps the process within the
+// budget: the budget less the off-heap buffers and the executable. It is
+// at least Heap; zero without a budget.
+func (p *MemoryPlan) HeapLimit() int64 {
+	if p.Budget <= 0 {
+		return 0
+	}
+	return p.Budget - p.OffHeap() - p.Executable
+}
+
+// HugeBufferMin is the smallest engine buffer that gets transparent huge
+// pages (the engine asks for them from this size on). A huge-page buffer
+// is mapped in whole 2 MiB pages; at this size the rounding costs at most
+// 3%, and BufferBytes counts it.
+const HugeBufferMin = 64 << 20
+
+// hugePage is the size of a transparent huge page on amd64 and arm64.
+const hugePage = 2 << 20
+
+// BufferBytes returns the resident bytes of an engine buffer of n bytes:
+// n rounded up to the page, or to the 2 MiB huge page from HugeBufferMin on
+// (the buffers are pre-faulted, so every mapped byte is resident).
+func BufferBytes(n int64) int64 {
+	if n <= 0 {
+		return 0
+	}
+	if n >= HugeBufferMin {
+		return (n + hugePage - 1) &^ (hugePage - 1)
+	}
+	return iox.AlignUp(n)
+}
+
+// Streaming reports whether any trunk part streams.
+func (p *MemoryPlan) Streaming() bool { return p.RingSlots > 0 }
+
+// String is a human report of the plan.
+func (p *MemoryPlan) String() string {
+	var b strings.Builder
+	gb := Human
+	budget := "unlimited"
+	if p.Budget > 0 {
+		budget = gb(p.Budget)
+	}
+	fmt.Fprintf(&b, "memory plan (budget %s, planned %s)\n", budget, gb(p.Total()))
+	emb := "read per token"
+	if p.EmbedResident {
+		emb = gb(p.Embed)
+	}
+	fmt.Fprintf(&b, "  lm_head %s, embeddings %s, vectors %s\n", gb(p.LMHead), emb, gb(p.Vectors))
+	fmt.Fprintf(&b, "  %d sessions: state %s, KV cache %s; scratch %s for %d rows per pass\n",
+		p.Sessions, gb(p.State), gb(p.KV), gb(p.Scratch), p.Rows)
+	fmt.Fprintf(&b, "  process: tensor index %s, tokenizer %s, logits and samplers %s, Go runtime and GC headroom %s, executable %s (Go memory limit %s)\n",
+		gb(p.Index), gb(p.Tokenizer), gb(p.SessionVocab), gb(p.Runtime), gb(p.Executable), gb(p.HeapLimit()))
+	n := 0
+	for _, x := range p.Pinned {
+		if x {
+			n++
+		}
+	}
+	fmt.Fprintf(&b, "  trunk: %d of %d parts pinned (%d whole layers, %s); ring %d × %s; %s read per pass\n",
+		n, len(p.Pinned), p.PinnedLayers, gb(p.PinnedBytes), p.RingSlots, gb(p.RingSlotBytes), gb(p.TrunkBytesPerPass))
+	fmt.Fprintf(&b, "  expert cache: %d slots × %s = %s", p.CacheSlots, gb(p.CacheSlotBytes), gb(int64(p.CacheSlots)*p.CacheSlotBytes))
+	return b.String()
+}
+
+// Floors and overheads the planner adds to what it can count exactly. Each
+// is an upper bound of a measured value (TestPlanCoversHeap and the
+// subprocess test TestPeakRSSWithinBudget check them).
+const (
+	// runtimeFixed is the Go runtime's own memory with an empty heap
+	// (measured: 4.5 MB for a small program), the command's and the
+	// engine's small allocations, the vDSO.
+	runtimeFixed = 8 << 20
+	// perThread is what one thread may hold: a worker's goroutine stack
+	// (8 KB, grown by the frames of a kernel), an OS thread's system and
+	// signal stacks (16 and 32 KB). At least minThreads are counted, so
+	// that the floor is the same at every thread count up to it.
+	perThread  = 128 << 10
+	minThreads = 32
+	// gcHeadroom is the room the garbage collector needs above the live
+	// heap to collect Open's garbage without running continuously, plus
+	// gcHeadroomShift: a 1/32 share of the planned heap (the runtime's
+	// per-arena metadata and size-class rounding).
+	gcHeadroom      = 8 << 20
+	gcHeadroomShift = 5
+	// perTensorOverhead is the checkpoint index's and the plan's memory
+	// per tensor (measured: 438 B on the released shape's 497,052 tensors).
+	perTensorOverhead = 512
+	// perSessionVocabBytes is what a session holds per vocabulary entry
+	// outside its state: its logits (4 bytes) and its sampler's logits,
+	// order and probabilities (4 + 4 + 8).
+	perSessionVocabBytes = 20
+)
+
+// Plan splits the budget: the fixed floor first (lm_head, vectors,
+// per-session state and scratch, the smallest expert cache that works,
+// K+1 slots), then the trunk (pinned parts, largest first, as many as fit
+// beside a ring of the largest part left; then the ring grows, with what
+// is left, towards room for two consecutive streamed parts, so that reads
+// overlap compute), then whatever is left to the expert cache. It fails with ErrBudget if the
+// floor does not fit, naming what is needed.
+func Plan(w *Weights, req Request) (*MemoryPlan, error) {
+	c := w.Cfg
+	parts := w.Parts
+	if req.Sessions <= 0 {
+		req.Sessions = 1
+	}
+	if req.Chunk <= 0 {
+		req.Chunk = 64
+	}
+	if req.MaxBatch <= 0 {
+		req.MaxBatch = req.Chunk
+	}
+	mp := &MemoryPlan{Budget: req.Budget, Pinned: make([]bool, len(parts)), Sessions: req.Sessions}
+	// A pass never carries more rows than the sessions can feed.
+	mp.Rows = min(req.MaxBatch, max(req.Sessions*req.MaxContext, 1))
+	mp.LMHead = w.Sizes.LMHead
+	mp.Embed = w.Sizes.Embed
+	mp.Vectors = w.Sizes.Vectors
+	fixed, perPos := model.StateBytes(c)
+	s := int64(req.Sessions)
+	mp.State = s * fixed
+	if req.Speculate > 0 {
+		mp.State += s * (fixed + model.SpecRecordBytes(c, req.Speculate+1))
+	}
+	mp.KV = s * perPos * int64(req.MaxContext)
+	mp.Scratch = model.ScratchBytes(c, mp.Rows, req.MaxContext)
+	mp.Index = int64(w.Sizes.Tensors) * perTensorOverhead
+	mp.Tokenizer = req.Tokenizer
+	mp.SessionVocab = s * perSessionVocabBytes * int64(c.Vocab)
+	mp.Executable = req.Executable
+	// The lm_head is read into a heap buffer with room for the direct
+	// read's alignment on both sides.
+	mp.LMHead += 2 * iox.Align
+	threads := max(req.Threads, minThreads) + max(req.IOQueueDepth, 8) + 4
+	heap := mp.LMHead + mp.Vectors + mp.State + mp.KV + mp.Scratch + mp.Index + mp.Tokenizer + mp.SessionVocab
+	mp.Runtime = runtimeFixed + int64(threads)*perThread + gcHeadroom + heap>>gcHeadroomShift
+	mp.Overhead = mp.Index + mp.Tokenizer + mp.SessionVocab + mp.Runtime + mp.Executable
+	mp.CacheSlotBytes = iox.AlignUp(w.Sizes.ExpertSlot)
+	minCache := BufferBytes(int64(c.TopK+1) * mp.CacheSlotBytes)
+
+	var trunk int64
+	for _, pt := range parts {
+		trunk += BufferBytes(pt.Room)
+	}
+	totalExperts := w.Sizes.Experts
+	if req.Budget == 0 {
+		// Unlimited: everything resident.
+		mp.EmbedResident = true
+		for u := range mp.Pinned {
+			mp.Pinned[u] = true
+		}
+		mp.PinnedBytes, mp.PinnedLayers = trunk, c.Layers
+		mp.CacheSlots = int(totalExperts)
+		return mp, nil
+	}
+	base := mp.LMHead + mp.Vectors + mp.State + mp.KV + mp.Scratch + mp.Overhead + minCache
+
+	// Parts by size, largest first.
+	order := make([]int, len(parts))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return parts[order[a]].Room > parts[order[b]].Room })
+	// Pin the k largest parts, with a ring of at least the largest part
+	// left, grown with what the budget has left towards room for every two
+	// consecutive streamed parts (the ring is one arena, Trunk: the next
+	// part is read while the current one computes where both fit). Of the
+	// k that fit, take the one whose pass costs least (passCost): a pinned
+	// byte is a byte not read per token, a ring too small for a pair makes
+	// the first part's compute wait for the disk.
+	fits := func(k int) (int64, bool) {
+		var pinned int64
+		for _, u := range order[:k] {
+			pinned += BufferBytes(parts[u].Room)
+		}
+		var ring int64
+		if k < len(order) {
+			ring = BufferBytes(iox.AlignUp(parts[order[k]].Room))
+		}
+		need := base + pinned + ring
+		return need, need <= req.Budget
+	}
+	chosenK, bestCost := -1, 0.0
+	pin := make([]bool, len(parts))
+	for k := len(order); k >= 0; k-- {
+		need, ok := fits(k)
+		if !ok {
+			continue
+		}
+		if k == len(order) {
+			chosenK = k // everything pinned: nothing to read
+			break
+		}
+		clear(pin)
+		for _, u := range order[:k] {
+			pin[u] = true
+		}
+		slot := iox.AlignUp(parts[order[k]].Room)
+		cost := passCost(parts, pin, ringFor(parts, pin, slot, req.Budget-(need-BufferBytes(slot))))
+		if chosenK < 0 || cost < bestCost {
+			chosenK, bestCost = k, cost
+		}
+	}
+	if chosenK < 0 {
+		need, _ := fits(0)
+		return nil, fmt.Errorf("%w: the floor needs %s (lm_head %s, vectors %s, state %s, KV cache %s for %d positions × %d sessions, scratch %s, %d expert slots %s, one ring slot %s; the process %s: executable %s, Go runtime and GC headroom %s, tensor index %s, tokenizer %s, logits %s); the budget is %s",
+			ErrBudget, Human(need), Human(mp.LMHead), Human(mp.Vectors), Human(mp.State), Human(mp.KV), req.MaxContext, req.Sessions,
+			Human(mp.Scratch), c.TopK+1, Human(minCache), Human(BufferBytes(parts[order[0]].Room)),
+			Human(mp.Overhead), Human(mp.Executable), Human(mp.Runtime), Human(mp.Index), Human(mp.Tokenizer), Human(mp.SessionVocab), Human(req.Budget))
+	}
+	need, _ := fits(chosenK)
+	for _, u := range order[:chosenK] {
+		mp.Pinned[u] = true
+		mp.PinnedBytes += BufferBytes(parts[u].Room)
+	}
+	if chosenK < len(order) {
+		slot := iox.AlignUp(parts[order[chosenK]].Room)
+		ring := ringFor(parts, mp.Pinned, slot, req.Budget-(need-BufferBytes(slot)))
+		need += BufferBytes(ring) - BufferBytes(slot)
+		mp.RingSlots, mp.RingSlotBytes = 1, ring
+	}
+	for l := 0; l < c.Layers; l++ {
+		if mp.Pinned[model.Unit(l, model.PartAttn)] && mp.Pinned[model.Unit(l, model.PartFFN)] {
+			mp.PinnedLayers++
+		}
+	}
+	for u, pt := range parts {
+		if !mp.Pinned[u] {
+			mp.TrunkBytesPerPass += pt.Read
+		}
+	}
+	// The rest feeds the expert cache (and the embeddings, once the cache
+	// could hold every expert).
+	// The arena is one buffer: the slots that fit once it is rounded.
+	left := req.Budget - (need - minCache)
+	mp.CacheSlots = c.TopK + 1
+	if slot := max(mp.CacheSlotBytes, 1); left > 0 {
+		n := int(min(left/slot, totalExperts))
+		for n > mp.CacheSlots && BufferBytes(int64(n)*slot) > left {
+			n--
+		}
+		mp.CacheSlots = max(n, mp.CacheSlots)
+	}
+	if int64(mp.CacheSlots) >= totalExperts {
+		mp.CacheSlots = int(max(totalExperts, int64(c.TopK+1)))
+		// Resident embeddings add to the heap and to the collector's share.
+		if mp.Total()+mp.Embed+mp.Embed>>gcHeadroomShift <= req.Budget {
+			mp.EmbedResident = true
+			mp.Runtime += mp.Embed >> gcHeadroomShift
+			mp.Overhead += mp.Embed >> gcHeadroomShift
+		}
+	}
+	return mp, nil
+}
+
+// Human formats a byte count with a decimal unit ("8.24 GB", "512.0 kB").
+func Human(n int64) string {
+	f := float64(n)
+	switch {
+	case f >= 1e12:
+		return fmt.Sprintf("%.2f TB", f/1e12)
+	case f >= 1e9:
+		return fmt.Sprintf("%.2f GB", f/1e9)
+	case f >= 1e6:
+		return fmt.Sprintf("%.1f MB", f/1e6)
+	case f >= 1e3:
+		return fmt.Sprintf("%.1f kB", f/1e3)
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// Sizes are a checkpoint's weight sizes, in bytes, with the trunk's
+// buffers as this layout loads them, and its work per token.
+type Sizes struct {
+	model.WeightSizes
+	// TrunkBuffers is every trunk part's buffer (Part.Room summed),
+	// LargestPart the largest (the smallest ring).
+	TrunkBuffers, LargestPart int64
+}
+
+// SizesOf returns w's sizes.
+func SizesOf(w *Weights) Sizes {
+	s := Sizes{WeightSizes: w.Sizes}
+	for _, pt := range w.Parts {
+		s.TrunkBuffers += pt.Room
+		s.LargestPart = max(s.LargestPart, pt.Room)
+	}
+	return s
+}
+
+// Floor returns the smallest budget Plan accepts for req (req.Budget is
+// ignored), and Full the smallest that keeps every weight resident (trunk
+// pinned, every expert cached).
+func Floor(w *Weights, req Request) int64 {
+	lo, hi := int64(1), int64(1)<<50
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		req.Budget = mid
+		if _, err := Plan(w, req); err == nil {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
+}
+
+// Full returns the budget at which everything is resident.
+func Full(w *Weights, req Request) int64 {
+	req.Budget = 0
+	mp, err := Plan(w, req)
+	if err != nil {
+		return 0
+	}
+	// Plan's unlimited plan already counts every expert in the cache.
+	return mp.Total()
+}
+
+// serialComputeShare estimates the compute of a trunk part for one token
+// as a fraction of the time to read it: its matrices are read once from
+// memory, several times faster than from disk (medium on the 2-vCPU
+// development machine: 0.4 s of compute against 2.5 s of reads per token;
+// many cores and a fast NVMe keep the fraction about the same).
+const serialComputeShare = 0.15
+
+// passCost estimates, in bytes read, one pass's time over the trunk with
+// these parts pinned and a ring of ring bytes: every streamed part's
+// bytes, plus the compute of each streamed part whose next streamed part
+// does not fit beside it in the ring (it cannot be read meanwhile).
+func passCost(parts []Part, pinned []bool, ring int64) float64 {
+	var streamed []int
+	for u := range parts {
+		if !pinned[u] {
+			streamed = append(streamed, u)
+		}
+	}
+	var cost float64
+	for i, u := range streamed {
+		pt := parts[u]
+		cost += float64(pt.Read)
+		v := streamed[(i+1)%len(streamed)]
+		if len(streamed) == 1 || iox.AlignUp(pt.Room)+iox.AlignUp(parts[v].Room) > ring {
+			cost += serialComputeShare * float64(pt.Payload)
+		}
+	}
+	return cost
+}
+
+// ringFor sizes the streaming ring: room for the two consecutive streamed
+// parts (in pass order) that need the most, at least slot (the largest
+// streamed part), at most what avail bytes hold once mapped.
+func ringFor(parts []Part, pinned []bool, slot, avail int64) int64 {
+	var streamed []int
+	for u := range parts {
+		if !pinned[u] {
+			streamed = append(streamed, u)
+		}
+	}
+	want := slot
+	if len(streamed) > 1 {
+		for i, u := range streamed {
+			v := streamed[(i+1)%len(streamed)]
+			want = max(want, iox.AlignUp(parts[u].Room)+iox.AlignUp(parts[v].Room))
+		}
+	}
+	if BufferBytes(want) <= avail {
+		return want
+	}
+	// As much as avail holds: whole huge pages for a large ring.
+	ring := iox.AlignDown(avail)
+	if ring >= HugeBufferMin {
+		ring &^= hugePage - 1
+	}
+	return max(slot, ring)
+}

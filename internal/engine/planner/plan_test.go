@@ -1,0 +1,202 @@
+package planner
+
+import (
+	"cmp"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/k3go/k3/internal/testkit/fixtures"
+	"github.com/k3go/k3/iox"
+	"github.com/k3go/k3/model"
+)
+
+// oracleWeights summarises an oracle checkpoint with its trunk read from
+// the shards (each part's room is its image, each load reads its payload).
+func oracleWeights(t *testing.T, name string) *Weights {
+	t.Helper()
+	dir := fixtures.Path(t, "oracle/"+name)
+	raw, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := model.ParseConfig(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ck, err := iox.OpenCheckpoint(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ck.Close() })
+	p, err := model.NewPlan(cfg, ck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &Weights{Cfg: cfg, Sizes: p.Sizes()}
+	for _, pl := range p.Parts() {
+		w.Parts = append(w.Parts, Part{Room: pl.Bytes, Read: pl.Payload, Payload: pl.Payload})
+	}
+	return w
+}
+
+// TestBufferBytes checks the rounding the plan counts for the engine's
+// buffers: pages below HugeBufferMin, whole huge pages from it on.
+func TestBufferBytes(t *testing.T) {
+	for _, c := range []struct{ n, want int64 }{
+		{0, 0}, {1, iox.Align}, {iox.Align, iox.Align}, {iox.Align + 1, 2 * iox.Align},
+		{HugeBufferMin - 1, HugeBufferMin}, {HugeBufferMin, HugeBufferMin},
+		{HugeBufferMin + 1, HugeBufferMin + hugePage}, {HugeBufferMin + hugePage, HugeBufferMin + hugePage},
+	} {
+		if got := BufferBytes(c.n); got != c.want {
+			t.Errorf("BufferBytes(%d) = %d, want %d", c.n, got, c.want)
+		}
+	}
+}
+
+// TestPlanWithinBudget plans the tiny oracle at every budget from its floor
+// up in steps and checks that the plan counts the process (executable,
+// tokenizer, runtime), never exceeds the budget, leaves the Go heap at
+// least its planned share, and that the floor does not depend on the
+// thread count.
+func TestPlanWithinBudget(t *testing.T) {
+	w := oracleWeights(t, "tiny-mxfp4")
+	req := Request{MaxContext: 64, Chunk: 64, Threads: 2, Executable: 9 << 20, Tokenizer: 3 << 20}
+	floor := Floor(w, req)
+	for _, threads := range []int{1, 4, 16} {
+		r := req
+		r.Threads = threads
+		if f := Floor(w, r); f != floor {
+			t.Errorf("floor %d with %d threads, %d with 2", f, threads, floor)
+		}
+	}
+	for budget := floor; budget < floor+64<<20; budget += 3 << 20 {
+		r := req
+		r.Budget = budget
+		mp, err := Plan(w, r)
+		if err != nil {
+			t.Fatalf("budget %d (floor %d): %v", budget, floor, err)
+		}
+		if mp.Total() > budget {
+			t.Fatalf("budget %d: planned %d", budget, mp.Total())
+		}
+		if mp.Executable != req.Executable || mp.Tokenizer != req.Tokenizer || mp.Runtime <= 0 || mp.Index <= 0 {
+			t.Fatalf("budget %d: the plan leaves out the process: %+v", budget, mp)
+		}
+		if lim := mp.HeapLimit(); lim < mp.Heap() || lim+mp.OffHeap()+mp.Executable != budget {
+			t.Fatalf("budget %d: heap %d, Go memory limit %d, off-heap %d", budget, mp.Heap(), lim, mp.OffHeap())
+		}
+	}
+	r := req
+	r.Budget = floor - 1
+	if _, err := Plan(w, r); err == nil {
+		t.Fatal("a budget under the floor was planned")
+	}
+}
+
+// TestPlanTrunkCost walks budgets from the floor to everything resident:
+// the planner's estimate of a pass (passCost) never grows with the budget,
+// the ring always holds the largest streamed part and never more than the
+// two consecutive streamed parts that need the most, somewhere it grows
+// past the largest part, and no other number of pinned parts that fits
+// would cost less.
+func TestPlanTrunkCost(t *testing.T) {
+	for _, name := range []string{"tiny-f32", "tiny-mxfp4"} {
+		w := oracleWeights(t, name)
+		parts := w.Parts
+		req := Request{MaxContext: 64, Chunk: 64}
+		floor := Floor(w, req)
+		full, err := Plan(w, Request{Budget: 1 << 40, MaxContext: 64, Chunk: 64})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last, grew := 1e300, false
+		for budget := floor; budget <= full.Total()+(1<<20); budget += max(1, (full.Total()-floor)/97) {
+			r := req
+			r.Budget = budget
+			mp, err := Plan(w, r)
+			if err != nil {
+				t.Fatalf("%s budget %d: %v", name, budget, err)
+			}
+			ring := int64(mp.RingSlots) * mp.RingSlotBytes
+			cost := 0.0
+			if mp.Streaming() {
+				cost = passCost(parts, mp.Pinned, ring)
+			}
+			if cost > last {
+				t.Fatalf("%s budget %d: pass cost %.0f, %.0f at a smaller budget", name, budget, cost, last)
+			}
+			last = cost
+			if !mp.Streaming() {
+				continue
+			}
+			var streamed []int
+			var largest, pair int64
+			for u := range parts {
+				if !mp.Pinned[u] {
+					streamed = append(streamed, u)
+					largest = max(largest, iox.AlignUp(parts[u].Room))
+				}
+			}
+			for i, u := range streamed {
+				v := streamed[(i+1)%len(streamed)]
+				if len(streamed) > 1 {
+					pair = max(pair, iox.AlignUp(parts[u].Room)+iox.AlignUp(parts[v].Room))
+				}
+			}
+			if ring < largest || ring > max(largest, pair) {
+				t.Fatalf("%s budget %d: ring %d, largest streamed part %d, largest pair %d", name, budget, ring, largest, pair)
+			}
+			if ring > largest {
+				grew = true
+			}
+			// Pinning one part more or one fewer (largest first), with
+			// the ring that then fits, costs no less.
+			npin := 0
+			for _, x := range mp.Pinned {
+				if x {
+					npin++
+				}
+			}
+			for _, k := range []int{npin - 1, npin + 1} {
+				if alt, ok := planWithPinned(w, r, k); ok && alt < cost {
+					t.Fatalf("%s budget %d: %d pinned parts cost %.0f, the plan's %d cost %.0f", name, budget, k, alt, npin, cost)
+				}
+			}
+		}
+		if !grew {
+			t.Errorf("%s: the ring never grew beyond the largest streamed part", name)
+		}
+	}
+}
+
+// planWithPinned is the pass cost of pinning the k largest parts with the
+// largest ring the budget then holds (up to the pairs' need), if that fits.
+func planWithPinned(w *Weights, req Request, k int) (float64, bool) {
+	parts := w.Parts
+	if k < 0 || k >= len(parts) {
+		return 0, false
+	}
+	order := make([]int, len(parts))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(parts[b].Room, parts[a].Room) })
+	pin := make([]bool, len(parts))
+	var pinned int64
+	for _, u := range order[:k] {
+		pin[u] = true
+		pinned += BufferBytes(parts[u].Room)
+	}
+	// What the planner keeps beside the trunk: its floor less the ring.
+	floor := Floor(w, req)
+	slot0 := BufferBytes(iox.AlignUp(parts[order[0]].Room))
+	base := floor - slot0
+	slot := iox.AlignUp(parts[order[k]].Room)
+	avail := req.Budget - base - pinned
+	if avail < BufferBytes(slot) {
+		return 0, false
+	}
+	return passCost(parts, pin, ringFor(parts, pin, slot, avail)), true
+}

@@ -1,0 +1,54 @@
+package engine
+
+import (
+	"time"
+
+	"github.com/k3go/k3/expert"
+	"github.com/k3go/k3/internal/platform/rss"
+)
+
+// Stats are the engine's cumulative counters; see k3.Stats, whose fields
+// they are.
+type Stats struct {
+	BudgetBytes, PlannedBytes                  int64
+	PinnedLayers, StreamedParts                int
+	BytesRead, TrunkBytesRead, ExpertBytesRead int64
+	TrunkDecodedBytes                          int64
+	TrunkDecodeTime                            time.Duration
+	CacheHits, CacheMisses                     int64
+	Passes, Rows                               int64
+	ExpertUnion, MoELayerPasses                int64
+	SpecPasses, SpecRows, SpecAccepted         int64
+	IOTime, ComputeTime, WaitTime, ForwardTime time.Duration
+	PeakRSSBytes                               int64
+}
+
+// Stats returns the counters since Open.
+func (e *Engine) Stats() Stats {
+	s := Stats{BudgetBytes: e.opts.RAMBudget, PlannedBytes: e.mem.Total(), PinnedLayers: e.mem.PinnedLayers}
+	for _, p := range e.mem.Pinned {
+		if !p {
+			s.StreamedParts++
+		}
+	}
+	rs := e.reader.Stats()
+	s.BytesRead = rs.BytesRead - e.loadBytes
+	s.IOTime = rs.BusyTime - e.loadBusy
+	ms := e.m.Stats()
+	ts := e.trunk.Stats()
+	s.TrunkBytesRead = ts.StreamedBytes
+	s.TrunkDecodedBytes, s.TrunkDecodeTime = ts.DecodedBytes, ts.DecodeTime
+	wait := ts.WaitTime
+	if e.xs != nil {
+		var xs expert.StreamStats = e.xs.ExpertStats()
+		s.ExpertBytesRead, s.CacheHits, s.CacheMisses = xs.BytesRead, xs.Hits, xs.Misses
+		wait += xs.Wait
+	}
+	s.Passes, s.Rows = ms.Passes, ms.Rows
+	s.ExpertUnion, s.MoELayerPasses = ms.ExpertUnion, ms.MoELayerPasses
+	s.SpecPasses, s.SpecRows, s.SpecAccepted = e.specPasses.Load(), e.specRows.Load(), e.specAccepted.Load()
+	s.ForwardTime, s.WaitTime = ms.ForwardTime, wait
+	s.ComputeTime = ms.ForwardTime - wait
+	s.PeakRSSBytes = rss.Peak()
+	return s
+}

@@ -1,0 +1,109 @@
+package model
+
+import "github.com/k3go/k3/expert"
+
+// WeightSizes are a checkpoint's weight sizes in bytes and its work per
+// token: what the model is, independent of where its bytes live (the
+// trunk's buffers depend on how it is read; see internal/engine/planner).
+type WeightSizes struct {
+	// LMHead and Embed are the output head and the token embeddings;
+	// Vectors the norms, biases and other small per-layer vectors (widened
+	// to f32, resident).
+	LMHead, Embed, Vectors int64
+	// Tensors counts the checkpoint's tensors (the index's memory).
+	Tensors int
+	// TrunkPayload is the matrix bytes of every dense layer part.
+	TrunkPayload int64
+	// ExpertBytes is one routed expert; ExpertSlot its cache slot (the
+	// largest expert's read window); Experts the routed experts in the
+	// checkpoint; ExpertsPerTok those one token uses (top-k × MoE layers).
+	ExpertBytes, ExpertSlot, Experts, ExpertsPerTok int64
+	// Multiply-adds per token: every trunk matrix once (TrunkMACs), one
+	// routed expert (ExpertMACs), the output head (LMHeadMACs).
+	TrunkMACs, ExpertMACs, LMHeadMACs int64
+}
+
+// Sizes returns the plan's weight sizes.
+func (p *Plan) Sizes() WeightSizes {
+	x := p.experts
+	s := WeightSizes{LMHead: p.lmHead.Size, Embed: p.embed.Size, Tensors: p.Ckpt.Len(),
+		ExpertBytes: x.ExpertBytes(), ExpertSlot: x.SlotBytes(), Experts: x.Count()}
+	for l := range p.vecs {
+		s.Vectors += vecBytes(&p.vecs[l])
+	}
+	s.Vectors += int64(len(p.finalNorm)+len(p.foldO)+len(p.outNorm)+len(p.outProj)) * 4
+	for u := range p.parts {
+		s.TrunkPayload += p.parts[u].Payload
+		for _, m := range p.parts[u].Tensors {
+			s.TrunkMACs += int64(m.Rows) * int64(m.Cols)
+		}
+	}
+	c := p.Cfg
+	s.ExpertMACs = 3 * int64(c.MoEIntermediate) * int64(c.LatentDim)
+	s.LMHeadMACs = int64(c.Vocab) * int64(c.Hidden)
+	for l := 0; l < x.Layers(); l++ {
+		if x.Experts(l) > 0 {
+			s.ExpertsPerTok += int64(c.TopK)
+		}
+	}
+	return s
+}
+
+// Parts returns the image layout of every dense layer part, by Unit. The
+// layouts belong to the plan: read only.
+func (p *Plan) Parts() []PartLayout { return p.parts }
+
+// Experts returns the index of the routed experts: where each one's bytes
+// are and how its matrices bind.
+func (p *Plan) Experts() *expert.Index { return p.experts }
+
+func vecBytes(v *LayerVecs) int64 {
+	n := 0
+	for _, x := range [][]float32{v.InNorm, v.PostNorm, v.FoldA, v.FoldM, v.resNormA, v.resProjA, v.resNormM, v.resProjM,
+		v.QConv, v.KConv, v.VConv, v.ALog, v.DTBias, v.ONorm, v.QANorm, v.KVANorm, v.Bias, v.LatentNorm} {
+		n += len(x)
+	}
+	return int64(n) * 4
+}
+
+// SpecRecordBytes returns the bytes a State records for a speculative pass
+// of rows rows (BeginSpeculation), besides its copy of the KDA state.
+func SpecRecordBytes(c *Config, rows int) int64 {
+	nKDA := int64(c.Layers - c.NumMLA())
+	return nKDA*int64(rows)*int64(4*c.KDAWidth()+c.KDAHeads)*4 + int64(c.KDAWidth())*4
+}
+
+// ScratchBytes returns the bytes NewScratch allocates for rows token rows,
+// plus what a pass allocates beside it: the per-head score buffers for
+// maxContext positions, the router's rows widened to float64, and the
+// kernels' packed copies of a product's input rows.
+func ScratchBytes(c *Config, rows, maxContext int) int64 {
+	tc := rows
+	sizes := scratchSizes(c, tc)
+	var n int64
+	for _, s := range sizes {
+		n += int64(s)
+	}
+	n += int64(c.MLAHeads) * int64(2*c.KVLoraRank+maxContext)
+	// The router's rows widened to float64 (tensor.MatMulF64Acc).
+	n += 2 * int64(tc) * int64(c.Hidden)
+	// The kernels' packed copy of a product's input rows (pooled, its
+	// capacity rounded up to a power of two), for the widest input; twice,
+	// for the one the collector has not yet taken back.
+	if tc > 1 {
+		widest := max(c.Hidden, c.DenseIntermediate, c.SharedExperts*c.MoEIntermediate, c.KDAWidth(),
+			c.MLAHeads*c.VHeadDim, c.LatentDim, c.MoEIntermediate, c.QLoraRank)
+		n += 2 * int64(nextPow2(tc*widest))
+	}
+	return n * 4
+}
+
+// nextPow2 returns the smallest power of two ≥ n (at least 1024, as the
+// kernels' buffer pool rounds).
+func nextPow2(n int) int {
+	c := 1024
+	for c < n {
+		c *= 2
+	}
+	return c
+}
