@@ -54,7 +54,10 @@ type GenerateOptions struct {
 }
 
 // MaxTopLogprobs bounds GenerateOptions.TopLogprobs.
-const MaxTopLogprobs = engine.MaxTopLogprobs
+const MaxTopLogprobs = 20
+
+// The engine checks the same bound.
+var _ = [1]struct{}{}[MaxTopLogprobs-engine.MaxTopLogprobs]
 
 // TokenLogprob is a token id and its log-probability.
 type TokenLogprob struct {
