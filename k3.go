@@ -30,9 +30,9 @@ type Options struct {
 	// MaxContext is the number of positions one session can hold (prompt
 	// plus generated tokens); zero means 4096. It bounds the MLA cache.
 	MaxContext int
-	// PrefillChunk is the number of tokens that share one pass over the
-	// weights during prefill. It changes speed and scratch memory, never
-	// results. Zero means 64.
+	// PrefillChunk is the most prompt tokens of one session that share a
+	// pass over the weights. Zero lets a prompt fill a pass (MaxBatch
+	// rows). It changes speed and scratch memory, never results.
 	PrefillChunk int
 	// TokenizerDir holds tiktoken.model and tokenizer_config.json. Empty
 	// means the checkpoint directory; if the files are absent there, the
@@ -55,8 +55,15 @@ type Options struct {
 	Sessions int
 	// MaxBatch is the most token rows one pass over the weights carries,
 	// summed over every session in it (each session's new tokens are its
-	// rows). The scratch of one pass is sized for it. Zero means
-	// PrefillChunk. It changes speed and scratch memory, never results.
+	// rows: prompt tokens and decoded tokens share passes). A pass reads
+	// the streamed trunk and the experts its rows chose once for all of
+	// them, so wide passes make long prompts cheap; their scratch is sized
+	// for it, mostly per row (the activations that live across a layer;
+	// the rest is computed in tiles of 32 rows). Zero means PrefillChunk
+	// if that is set, else the planner's choice: 256 rows at the floor,
+	// widened with a quarter of what the budget has above it (up to
+	// Sessions × MaxContext; 1024 without a budget). It changes speed and
+	// memory, never results.
 	MaxBatch int
 	// Speculate is the most drafted tokens a generation may verify per
 	// pass (GenerateOptions.Speculate); under a RAM budget it reserves, per

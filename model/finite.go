@@ -78,11 +78,15 @@ func partialError(gs []Group) error {
 // Group.Err says why): nothing is left to compute.
 var errPassFailed = errors.New("every sequence of the pass failed")
 
-// failGroup fails the group of pass row r with err, unless it failed
+// failGroup fails the group of row r of the current tile with err,
+// unless it failed already (the first error is kept).
+func (p *pass) failGroup(r int, err error) { p.failRow(p.r0+r, err) }
+
+// failRow fails the group of row r of the pass with err, unless it failed
 // already (the first error is kept).
-func (p *pass) failGroup(r int, err error) {
-	for i := range p.segs {
-		sg := &p.segs[i]
+func (p *pass) failRow(r int, err error) {
+	for i := range p.all {
+		sg := &p.all[i]
 		if r < sg.lo+sg.n {
 			if g := &p.gs[sg.grp]; g.Err == nil {
 				g.Err = err
@@ -98,8 +102,8 @@ func (p *pass) allFailed() error {
 	if p.gs == nil {
 		return nil
 	}
-	for i := range p.segs {
-		if p.gs[p.segs[i].grp].Err == nil {
+	for i := range p.all {
+		if p.gs[p.all[i].grp].Err == nil {
 			return nil
 		}
 	}
@@ -114,11 +118,12 @@ func (p *pass) opError(op string, x float32) error {
 	return fmt.Errorf("layer %d: %w: %s: %v", p.l, ErrNonFinite, op, x)
 }
 
-// screen checks an op's output of whole pass rows (width values each):
-// rows holding a NaN or an infinity fail their sequence's group and are
-// zeroed, so that the shared products of the rest of the pass stay finite
-// (rows never mix). Without groups (a bare pass), the first bad value
-// fails the pass. One check per op result, never inside a kernel.
+// screen checks an op's output for the rows of the current tile (width
+// values each): rows holding a NaN or an infinity fail their sequence's
+// group and are zeroed, so that the shared products of the rest of the
+// pass stay finite (rows never mix). Without groups (a bare pass), the
+// first bad value fails the pass. One check per op result, never inside a
+// kernel.
 func (p *pass) screen(v []float32, width int, op string) error {
 	if allFinite(v) {
 		return nil
@@ -135,29 +140,18 @@ func (p *pass) screen(v []float32, width int, op string) error {
 	return p.allFailed()
 }
 
-// screenLogits checks the logits of the selected rows (pass order, as
-// logits gathers them), width columns of the vocabulary each.
-func (p *pass) screenLogits(v []float32, width int) error {
+// screenLogits checks the logits of a tile of selected rows, width columns
+// of the vocabulary each.
+func (p *pass) screenLogits(v []float32, width int, tile []pick) error {
 	if allFinite(v) {
 		return nil
 	}
 	if p.gs == nil {
 		return checkFinite(v, width, "lm_head")
 	}
-	k := 0
-	for _, sg := range p.segs {
-		if sg.out == nil {
-			continue
-		}
-		rows := 1
-		if sg.all {
-			rows = sg.n
-		}
-		for i := 0; i < rows; i++ {
-			if row := v[k*width : (k+1)*width]; !allFinite(row) {
-				p.failGroup(sg.lo, p.opError("lm_head", firstNonFinite(row)))
-			}
-			k++
+	for i, pk := range tile {
+		if row := v[i*width : (i+1)*width]; !allFinite(row) {
+			p.failRow(pk.r, p.opError("lm_head", firstNonFinite(row)))
 		}
 	}
 	return p.allFailed()

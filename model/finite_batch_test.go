@@ -11,19 +11,21 @@ import (
 // TestNonFiniteRowsIsolated runs one pass over two sequences, one of them
 // with a NaN in its KDA state: only that sequence fails (Group.Err, a
 // *PartialError from ForwardBatch), in either order and whether or not the
-// pass is split into sub-passes; the other gets exactly its solo logits.
+// pass is split into sub-passes or tiles; the other gets exactly its solo
+// logits.
 func TestNonFiniteRowsIsolated(t *testing.T) {
 	m, _ := loadOracle(t, "tiny-mxfp4")
 	V := m.Cfg.Vocab
 	ids := []int{7, 8, 9, 10, 11}
 	ctx := context.Background()
 	want := make([]float32, V)
-	if err := m.ForwardBatch(ctx, NewScratch(m.Cfg, 64), []Group{{St: NewState(m.Cfg, 64), Tokens: ids, Out: want}}); err != nil {
+	if err := m.ForwardBatch(ctx, NewScratch(m.Cfg, 64, 0), []Group{{St: NewState(m.Cfg, 64), Tokens: ids, Out: want}}); err != nil {
 		t.Fatal(err)
 	}
-	for _, rows := range []int{64, 4} { // one pass; sub-passes of 4 rows
+	for _, shape := range [][2]int{{64, 0}, {64, 3}, {4, 0}} { // one pass; tiles of 3 rows; sub-passes of 4 rows
+		rows := shape[0]
 		for _, badFirst := range []bool{true, false} {
-			sc := NewScratch(m.Cfg, rows)
+			sc := NewScratch(m.Cfg, rows, shape[1])
 			bad := NewState(m.Cfg, 64)
 			if err := m.ForwardBatch(ctx, sc, []Group{{St: bad, Tokens: []int{1, 2}}}); err != nil {
 				t.Fatal(err)

@@ -10,123 +10,6 @@ import (
 	"github.com/k3go/k3/internal/platform/crash"
 )
 
-// Scratch holds every intermediate buffer of a forward pass over up to
-// Rows token rows, summed over the sequences in the pass. It belongs to
-// the caller that runs passes (one per concurrent pass, not one per
-// sequence) and is reused, so decoding allocates nothing per token. A
-// Scratch is not safe for concurrent use.
-type Scratch struct {
-	tc int
-
-	pref, x, xn, attn, ffn []float32 // [tc][E]
-	blocks                 []float32 // [tc][NB][E]
-	sources                [][]float32
-	arScore                []float32
-
-	// KDA
-	q, k, v, g, z, o []float32 // [tc][P]
-	bl               []float32 // [tc][Hk]
-	fa               []float32 // [tc][D]
-	beta             []float32 // [tc][Hk]
-
-	// MLA
-	qa     []float32 // [tc][Cq]
-	qm     []float32 // [tc][H·dh]
-	ckv    []float32 // [tc][Ckv+r]
-	mo, mg []float32 // [tc][H·vh]
-	heads  []mlaHeadScratch
-
-	// MoE
-	scores  []float32 // [tc][Ne]
-	choice  []float32 // [Ne]
-	idx     []int32   // [tc][K]
-	wts     []float32 // [tc][K]
-	zl      []float32 // [tc][Lt]
-	contrib []float32 // [tc][K][Lt]
-	accL    []float32 // [tc][Lt]
-	xg      []float32 // [tc][Lt] gathered expert inputs
-	a1, a3  []float32 // [tc][I]
-	eo      []float32 // [tc][Lt]
-	users   []int32   // per expert: token*K + slot
-	first   []int32   // expert union in first-seen order
-	seen    []int32   // [Ne] position+1 in first, 0 if unseen
-	sg, su  []float32 // [tc][max(Ns·I, Id)]
-
-	uses   []int32 // per union index: the rows that chose it
-	ustart []int32 // per union index: where its run of users starts
-	cursor []int32 // bucketing scratch
-
-	batch  expert.Batch
-	rowBuf []byte    // one embedding row read from disk, with alignment slack
-	segs   []segment // the sequences of the current pass
-	pass   pass      // the current pass (kept here so it is not allocated)
-	kdaJob kdaJob
-	mlaJob mlaJob
-}
-
-// Rows returns the number of token rows the scratch holds.
-func (s *Scratch) Rows() int { return s.tc }
-
-type mlaHeadScratch struct {
-	qabs, ctx []float32 // [Ckv]
-	p         []float32 // [positions]
-}
-
-// NewScratch allocates the buffers of a pass over up to rows token rows.
-func NewScratch(c *Config, rows int) *Scratch {
-	return buildScratch(c, max(rows, 1), func(n int) []float32 { return make([]float32, n) })
-}
-
-// scratchSizes returns the length of every buffer newScratch allocates, in
-// 4-byte words.
-func scratchSizes(c *Config, tc int) []int {
-	var sizes []int
-	buildScratch(c, tc, func(n int) []float32 { sizes = append(sizes, n); return nil })
-	return sizes
-}
-
-// buildScratch lays out the scratch buffers through alloc, so that the
-// memory planner counts exactly what a session allocates.
-func buildScratch(c *Config, tc int, f func(n int) []float32) *Scratch {
-	E, P, D, Hk := c.Hidden, c.KDAWidth(), c.KDAHeadDim, c.KDAHeads
-	nb := c.NumBoundaries()
-	i32 := func(n int) []int32 {
-		f(n)
-		return make([]int32, 0, n)
-	}
-	s := &Scratch{tc: tc,
-		pref: f(tc * E), x: f(tc * E), xn: f(tc * E), attn: f(tc * E), ffn: f(tc * E),
-		blocks: f(tc * nb * E), sources: make([][]float32, 0, nb+1), arScore: f(nb + 1),
-		q: f(tc * P), k: f(tc * P), v: f(tc * P), g: f(tc * P), z: f(tc * P), o: f(tc * P),
-		bl: f(tc * Hk), fa: f(tc * D), beta: f(tc * Hk),
-		qa: f(tc * c.QLoraRank), qm: f(tc * c.MLAHeads * c.MLAHeadDim()), ckv: f(tc * (c.KVLoraRank + c.QKRopeDim)),
-		mo: f(tc * c.MLAHeads * c.VHeadDim), mg: f(tc * c.MLAHeads * c.VHeadDim),
-		heads:  make([]mlaHeadScratch, c.MLAHeads),
-		scores: f(tc * c.Experts), choice: f(c.Experts), wts: f(tc * c.TopK),
-		zl: f(tc * c.LatentDim), contrib: f(tc * c.TopK * c.LatentDim), accL: f(tc * c.LatentDim),
-		xg: f(tc * c.LatentDim), a1: f(tc * c.MoEIntermediate), a3: f(tc * c.MoEIntermediate), eo: f(tc * c.LatentDim),
-		users: i32(tc * c.TopK), first: i32(tc * c.TopK),
-		uses: i32(tc * c.TopK), ustart: i32(tc*c.TopK + 1), cursor: i32(tc * c.TopK),
-		segs: make([]segment, 0, tc),
-	}
-	s.rowBuf = make([]byte, 0, c.Hidden*4+2*Align)
-	f((c.Hidden*4 + 2*Align) / 4)
-	s.rowBuf = s.rowBuf[:cap(s.rowBuf)]
-	s.idx = i32(tc * c.TopK)[:tc*c.TopK]
-	s.users = s.users[:cap(s.users)]
-	s.uses, s.ustart = s.uses[:cap(s.uses)], s.ustart[:cap(s.ustart)]
-	s.seen = i32(c.Experts)[:c.Experts]
-	wide := c.SharedExperts * c.MoEIntermediate
-	if c.FirstKDense > 0 {
-		wide = max(wide, c.DenseIntermediate)
-	}
-	s.sg, s.su = f(tc*wide), f(tc*wide)
-	for h := range s.heads {
-		s.heads[h] = mlaHeadScratch{qabs: f(c.KVLoraRank), ctx: f(c.KVLoraRank)}
-	}
-	return s
-}
-
 // Group is one sequence's share of a batched forward pass: its state, the
 // tokens it feeds at its current position, and where its logits go.
 type Group struct {
@@ -189,9 +72,9 @@ func (s *Session) Forward(ctx context.Context, tokens []int, out []float32, all 
 	if len(out) == 0 {
 		return fmt.Errorf("forward: no logits buffer")
 	}
-	tc := min(len(tokens), s.m.chunk)
-	if s.sc == nil || s.sc.tc < tc {
-		s.sc = NewScratch(s.m.Cfg, tc)
+	rows := min(len(tokens), s.m.chunk)
+	if s.sc == nil || s.sc.rows < rows {
+		s.sc = NewScratch(s.m.Cfg, rows, 0)
 	}
 	s.g[0] = Group{St: s.st, Tokens: tokens, All: all, Out: out}
 	err := s.m.ForwardBatch(ctx, s.sc, s.g[:])
@@ -205,17 +88,19 @@ func (s *Session) Forward(ctx context.Context, tokens []int, out []float32, all 
 // ForwardBatch runs one pass over the weights for several sequences: the
 // new tokens of every group are rows of the same weight products, so the
 // trunk is read once for all of them and each routed expert once for every
-// row that chose it. When the rows exceed sc.Rows(), the pass is split
-// into sub-passes of at most that many rows (a group may span two), all
-// under one turn of the streaming trunk.
+// row that chose it. The rows are computed in tiles of sc.Tile() while
+// each part of the weights is in memory. When the rows exceed sc.Rows(),
+// the pass is split into sub-passes of at most that many rows (a group may
+// span two), all under one turn of the streaming trunk.
 //
 // A row's arithmetic never depends on the other rows: every group's logits
-// are bit-identical to running it alone, in any batch and at any split.
-// The groups are checked (token range, context capacity, logits buffers)
-// before anything runs; on a failure after that every group's state is
-// undefined and must be reset before reuse. A non-finite value fails only
-// the groups whose rows held it: their Err is set and ForwardBatch
-// returns a *PartialError; the other groups completed normally.
+// are bit-identical to running it alone, in any batch, at any split and
+// any tile. The groups are checked (token range, context capacity, logits
+// buffers) before anything runs; on a failure after that every group's
+// state is undefined and must be reset before reuse. A non-finite value
+// fails only the groups whose rows held it: their Err is set and
+// ForwardBatch returns a *PartialError; the other groups completed
+// normally.
 func (m *Model) ForwardBatch(ctx context.Context, sc *Scratch, gs []Group) (err error) {
 	c := m.Cfg
 	if len(gs) == 0 {
@@ -268,9 +153,9 @@ func (m *Model) ForwardBatch(ctx context.Context, sc *Scratch, gs []Group) (err 
 	for gi < len(gs) {
 		segs := sc.segs[:0]
 		rows := 0
-		for gi < len(gs) && rows < sc.tc {
+		for gi < len(gs) && rows < sc.rows {
 			g := &gs[gi]
-			n := min(len(g.Tokens)-off, sc.tc-rows)
+			n := min(len(g.Tokens)-off, sc.rows-rows)
 			sg := segment{st: g.St, grp: gi, lo: rows, n: n, p0: g.St.pos, tokens: g.Tokens[off : off+n]}
 			sg.last = off+n == len(g.Tokens)
 			switch {
@@ -286,7 +171,7 @@ func (m *Model) ForwardBatch(ctx context.Context, sc *Scratch, gs []Group) (err 
 				gi, off = gi+1, 0
 			}
 		}
-		p.segs, p.T = segs, rows
+		p.all, p.R = segs, rows
 		err := p.run(ctx)
 		clear(segs)
 		sc.segs = segs[:0]
@@ -299,16 +184,21 @@ func (m *Model) ForwardBatch(ctx context.Context, sc *Scratch, gs []Group) (err 
 	return partialError(gs)
 }
 
-// pass is one sub-pass: T rows over the segments of its sequences, each
-// segment's rows contiguous and in order.
+// pass is one sub-pass: R rows over the segments of its sequences, each
+// segment's rows contiguous and in order, computed tile by tile.
 type pass struct {
-	m    *Model
-	c    *Config
-	sc   *Scratch
-	segs []segment
-	T    int
-	gs   []Group // the pass's groups, whose Err a non-finite row sets (nil: fail the pass)
-	l    int     // the layer running, -1 outside the layers (for errors)
+	m   *Model
+	c   *Config
+	sc  *Scratch
+	gs  []Group   // the pass's groups, whose Err a non-finite row sets (nil: fail the pass)
+	all []segment // the sub-pass's segments, in rows [0, R)
+	R   int
+	l   int // the layer running, -1 outside the layers (for errors)
+
+	// The current tile: rows [r0, r0+T) of the sub-pass, as segs (their
+	// rows relative to the tile). The ops see only the tile.
+	r0, T int
+	segs  []segment
 
 	// What the pass holds of its weight sources, so that a panic gives it
 	// back (recoverPanic).
@@ -347,13 +237,38 @@ func (p *pass) recoverPanic(err *error) {
 	p.sc.first = p.sc.first[:0]
 }
 
+// tiles returns the number of tiles of the sub-pass.
+func (p *pass) tiles() int { return (p.R + p.sc.tile - 1) / p.sc.tile }
+
+// setTile makes tile i the current one: its rows, and the share of every
+// segment that falls in it, with the position of its first row (a
+// sequence's rows of an earlier tile are already in its state's caches when
+// a later tile of the same layer runs, as if they had come in an earlier
+// pass).
+func (p *pass) setTile(i int) {
+	r0 := i * p.sc.tile
+	r1 := min(r0+p.sc.tile, p.R)
+	segs := p.sc.tsegs[:0]
+	for _, sg := range p.all {
+		lo, hi := max(sg.lo, r0), min(sg.lo+sg.n, r1)
+		if lo >= hi {
+			continue
+		}
+		t := sg
+		t.lo, t.n, t.p0 = lo-r0, hi-lo, sg.p0+(lo-sg.lo)
+		t.tokens, t.out = nil, nil // the pass embeds and takes logits from p.all
+		segs = append(segs, t)
+	}
+	p.r0, p.T, p.segs = r0, r1-r0, segs
+}
+
 // run runs every layer over the pass's rows, advances each sequence's
 // position, and computes the logits its segments ask for.
 func (p *pass) run(ctx context.Context) error {
 	m, c, sc := p.m, p.c, p.sc
 	E := c.Hidden
 	nbMax := c.NumBoundaries()
-	for _, sg := range p.segs {
+	for _, sg := range p.all {
 		for t, id := range sg.tokens {
 			r := sg.lo + t
 			if err := m.embedRow(ctx, sc.pref[r*E:(r+1)*E], id, sc.rowBuf); err != nil {
@@ -363,7 +278,7 @@ func (p *pass) run(ctx context.Context) error {
 				if p.gs == nil {
 					return fmt.Errorf("%w: embedding row of token %d", ErrNonFinite, id)
 				}
-				p.failGroup(r, fmt.Errorf("%w: embedding row of token %d", ErrNonFinite, id))
+				p.failRow(r, fmt.Errorf("%w: embedding row of token %d", ErrNonFinite, id))
 				clear(row)
 			}
 		}
@@ -384,85 +299,112 @@ func (p *pass) run(ctx context.Context) error {
 			return fmt.Errorf("layer %d: %w", l, err)
 		}
 	}
-	for _, sg := range p.segs {
+	for _, sg := range p.all {
 		sg.st.pos += sg.n
 	}
 	p.l = -1
 	return p.logits(nb, nbMax)
 }
 
+// pick is one row whose logits a pass computes: its row in the pass and
+// where its logits go.
+type pick struct {
+	r   int
+	out []float32
+}
+
 // logits runs the model-level aggregator, the final norm and lm_head over
-// the selected rows. One sequence's rows go straight to its buffer; rows
-// of several sequences share one product over blocks of the vocabulary.
+// the selected rows (every row of an All group, the last of the others), a
+// tile of them at a time. One sequence's rows go straight to its buffer;
+// rows of several sequences share one product over blocks of the
+// vocabulary.
 func (p *pass) logits(nb, nbMax int) error {
-	m, c, sc := p.m, p.c, p.sc
-	E, V := c.Hidden, c.Vocab
-	n := 0 // selected rows, gathered into xn in pass order
-	var single []float32
+	sc := p.sc
 	dsts := 0
-	for _, sg := range p.segs {
+	for _, sg := range p.all {
+		if sg.out != nil {
+			dsts++
+		}
+	}
+	if dsts == 0 {
+		return nil
+	}
+	V := p.c.Vocab
+	tile := p.sc.picks[:0]
+	for _, sg := range p.all {
 		if sg.out == nil {
 			continue
 		}
-		first := sg.lo + sg.n - 1
+		first := sg.n - 1
 		if sg.all {
-			first = sg.lo
+			first = 0
 		}
-		for r := first; r < sg.lo+sg.n; r++ {
-			p.aggregate(sc.x[r*E:(r+1)*E], r, nb, nbMax, sc.pref[r*E:(r+1)*E], m.Plan.foldO)
-			rmsNorm(sc.xn[n*E:(n+1)*E], sc.x[r*E:(r+1)*E], m.Plan.finalNorm, c.RMSNormEps)
-			n++
+		for i := first; i < sg.n; i++ {
+			out := sg.out[:V]
+			if sg.all {
+				out = sg.out[i*V : (i+1)*V]
+			}
+			tile = append(tile, pick{r: sg.lo + i, out: out})
+			if len(tile) == sc.tile {
+				if err := p.tileLogits(tile, dsts == 1, nb, nbMax); err != nil {
+					return err
+				}
+				tile = tile[:0]
+			}
 		}
-		single = sg.out
-		dsts++
 	}
-	if n == 0 {
-		return nil
+	if len(tile) > 0 {
+		return p.tileLogits(tile, dsts == 1, nb, nbMax)
+	}
+	return nil
+}
+
+// tileLogits computes the logits of up to a tile of selected rows. single
+// says they all belong to one sequence, so their logits are consecutive in
+// its buffer and the head writes them there directly.
+func (p *pass) tileLogits(tile []pick, single bool, nb, nbMax int) error {
+	m, c, sc := p.m, p.c, p.sc
+	E, V := c.Hidden, c.Vocab
+	k := len(tile)
+	for i, pk := range tile {
+		r := pk.r
+		p.aggregate(sc.x[i*E:(i+1)*E], r, nb, nbMax, sc.pref[r*E:(r+1)*E], m.Plan.foldO)
+		rmsNorm(sc.xn[i*E:(i+1)*E], sc.x[i*E:(i+1)*E], m.Plan.finalNorm, c.RMSNormEps)
 	}
 	head := Linear{Dense: m.lmHead}
-	if dsts == 1 {
-		head.MatMul(m.pool, single[:n*V], sc.xn[:n*E], n)
-		return p.screenLogits(single[:n*V], V)
+	if single {
+		out := tile[0].out[:k*V]
+		head.MatMul(m.pool, out, sc.xn[:k*E], k)
+		return p.screenLogits(out, V, tile)
 	}
-	// Several destinations: blocks of vocabulary rows, every selected row
-	// at once, so the head is read once per pass whatever the batch; each
-	// block goes through the expert-output buffer (free after the last
-	// layer) to the sequences' buffers.
+	// Several destinations: blocks of vocabulary rows, every row of the
+	// tile at once, so the head is read once per tile; each block goes
+	// through the expert-output buffer (free after the last layer) to the
+	// sequences' buffers.
 	buf := sc.contrib
-	vb := max(1, min(V, len(buf)/n))
+	vb := max(1, min(V, len(buf)/k))
 	for v0 := 0; v0 < V; v0 += vb {
 		v1 := min(v0+vb, V)
 		w := v1 - v0
 		part := Linear{Dense: head.RowsView(v0, v1)}
-		part.MatMul(m.pool, buf[:n*w], sc.xn[:n*E], n)
-		if err := p.screenLogits(buf[:n*w], w); err != nil {
+		part.MatMul(m.pool, buf[:k*w], sc.xn[:k*E], k)
+		if err := p.screenLogits(buf[:k*w], w, tile); err != nil {
 			return err
 		}
-		k := 0
-		for _, sg := range p.segs {
-			if sg.out == nil {
-				continue
-			}
-			rows := 1
-			if sg.all {
-				rows = sg.n
-			}
-			for i := 0; i < rows; i++ {
-				copy(sg.out[i*V+v0:i*V+v1], buf[k*w:(k+1)*w])
-				k++
-			}
+		for i, pk := range tile {
+			copy(pk.out[v0:v1], buf[i*w:(i+1)*w])
 		}
 	}
 	return nil
 }
 
-// aggregate runs the Attention-Residual aggregator for row t over its nb
-// block snapshots and the running prefix.
-func (p *pass) aggregate(out []float32, t, nb, nbMax int, pref, fold []float32) {
+// aggregate runs the Attention-Residual aggregator for pass row r over its
+// nb block snapshots and the running prefix.
+func (p *pass) aggregate(out []float32, r, nb, nbMax int, pref, fold []float32) {
 	E := p.c.Hidden
 	src := p.sc.sources[:0]
 	for b := 0; b < nb; b++ {
-		off := (t*nbMax + b) * E
+		off := (r*nbMax + b) * E
 		src = append(src, p.sc.blocks[off:off+E])
 	}
 	src = append(src, pref)
@@ -470,34 +412,37 @@ func (p *pass) aggregate(out []float32, t, nb, nbMax int, pref, fold []float32) 
 	p.sc.sources = src[:0]
 }
 
-// layer runs decoder layer l over the pass's rows (§6.7 of the model
-// spec), acquiring each part of its weights only while it computes.
-func (p *pass) layer(ctx context.Context, l int, nb *int, nbMax int) error {
-	m, c, sc, T := p.m, p.c, p.sc, p.T
+// prefix returns the running residual of the current tile's rows.
+func (p *pass) prefix() []float32 {
+	E := p.c.Hidden
+	return p.sc.pref[p.r0*E : (p.r0+p.T)*E]
+}
+
+// normIn computes, for the current tile, the aggregated input x of an op
+// over nb block snapshots with the fold, and its norm xn with gain.
+func (p *pass) normIn(nb, nbMax int, fold, gain []float32) {
+	c, sc := p.c, p.sc
 	E := c.Hidden
-	vec := &m.Plan.vecs[l]
-	// Pre-attention aggregation (layer 0 has no blocks yet and uses pref).
-	for t := 0; t < T; t++ {
-		pref := sc.pref[t*E : (t+1)*E]
+	for t := 0; t < p.T; t++ {
+		r := p.r0 + t
+		pref := sc.pref[r*E : (r+1)*E]
 		x := sc.x[t*E : (t+1)*E]
-		if *nb > 0 {
-			p.aggregate(x, t, *nb, nbMax, pref, vec.FoldA)
+		if nb > 0 {
+			p.aggregate(x, r, nb, nbMax, pref, fold)
 		} else {
 			copy(x, pref)
 		}
+		rmsNorm(sc.xn[t*E:(t+1)*E], x, gain, c.RMSNormEps)
 	}
-	present := true
-	if c.IsBoundary(l) {
-		for t := 0; t < T; t++ {
-			off := (t*nbMax + *nb) * E
-			copy(sc.blocks[off:off+E], sc.pref[t*E:(t+1)*E])
-		}
-		*nb++
-		present = false
-	}
-	for t := 0; t < T; t++ {
-		rmsNorm(sc.xn[t*E:(t+1)*E], sc.x[t*E:(t+1)*E], vec.InNorm, c.RMSNormEps)
-	}
+}
+
+// layer runs decoder layer l over the pass's rows (§6.7 of the model
+// spec), acquiring each part of its weights once and computing every tile
+// while it is held.
+func (p *pass) layer(ctx context.Context, l int, nb *int, nbMax int) error {
+	m, c, sc := p.m, p.c, p.sc
+	E := c.Hidden
+	vec := &m.Plan.vecs[l]
 	mats, err := m.layers.Acquire(ctx, l, PartAttn)
 	if err != nil {
 		return err
@@ -506,60 +451,91 @@ func (p *pass) layer(ctx context.Context, l int, nb *int, nbMax int) error {
 	op := "KDA attention"
 	if c.IsMLA(l) {
 		op = "MLA attention"
-		p.mla(l, mats, vec)
-	} else {
-		p.kda(l, mats, vec)
+	}
+	// Pre-attention aggregation over the blocks so far (layer 0 has none
+	// and uses pref); at a boundary the prefix becomes a block snapshot
+	// and the residual starts afresh from the attention output.
+	nb0, boundary := *nb, c.IsBoundary(l)
+	for i := range p.tiles() {
+		p.setTile(i)
+		p.normIn(nb0, nbMax, vec.FoldA, vec.InNorm)
+		if boundary {
+			for t := 0; t < p.T; t++ {
+				r := p.r0 + t
+				off := (r*nbMax + nb0) * E
+				copy(sc.blocks[off:off+E], sc.pref[r*E:(r+1)*E])
+			}
+		}
+		if c.IsMLA(l) {
+			p.mla(l, mats, vec)
+		} else {
+			p.kda(l, mats, vec)
+		}
+		// One check per op result: a NaN from a matrix, or from a
+		// restored state, stops here, before it can reach the router.
+		attn := sc.attn[:p.T*E]
+		if err := p.screen(attn, E, op); err != nil {
+			m.layers.Release(l, PartAttn)
+			p.held.ok = false
+			return err
+		}
+		pref := p.prefix()
+		for i := range pref {
+			if boundary {
+				pref[i] = attn[i]
+			} else {
+				pref[i] += attn[i]
+			}
+		}
 	}
 	m.layers.Release(l, PartAttn)
 	p.held.ok = false
-	// One check per op result: a NaN from a matrix, or from a restored
-	// state, stops here, before it can reach the router.
-	if err := p.screen(sc.attn[:T*E], E, op); err != nil {
-		return err
-	}
-	for i := 0; i < T*E; i++ {
-		if present {
-			sc.pref[i] += sc.attn[i]
-		} else {
-			sc.pref[i] = sc.attn[i]
-		}
-	}
-	for t := 0; t < T; t++ {
-		p.aggregate(sc.x[t*E:(t+1)*E], t, *nb, nbMax, sc.pref[t*E:(t+1)*E], vec.FoldM)
-		rmsNorm(sc.xn[t*E:(t+1)*E], sc.x[t*E:(t+1)*E], vec.PostNorm, c.RMSNormEps)
+	if boundary {
+		*nb++
 	}
 	if mats, err = m.layers.Acquire(ctx, l, PartFFN); err != nil {
 		return err
 	}
 	p.held = heldPart{layer: l, part: PartFFN, ok: true}
-	op = "MoE"
 	if c.IsDense(l) {
-		op = "dense MLP"
-		p.denseFFN(mats)
+		for i := range p.tiles() {
+			p.setTile(i)
+			p.normIn(*nb, nbMax, vec.FoldM, vec.PostNorm)
+			p.denseFFN(mats)
+			if err = p.addFFN("dense MLP"); err != nil {
+				break
+			}
+		}
 	} else {
-		err = p.moe(ctx, l, mats, vec)
+		err = p.moe(ctx, l, mats, vec, moeInput{nb: *nb, nbMax: nbMax, fold: vec.FoldM, gain: vec.PostNorm})
 	}
 	m.layers.Release(l, PartFFN)
 	p.held.ok = false
-	if err != nil {
+	return err
+}
+
+// addFFN checks the current tile's FFN output and adds it to the residual.
+func (p *pass) addFFN(op string) error {
+	E := p.c.Hidden
+	ffn := p.sc.ffn[p.r0*E : (p.r0+p.T)*E]
+	if err := p.screen(ffn, E, op); err != nil {
 		return err
 	}
-	if err := p.screen(sc.ffn[:T*E], E, op); err != nil {
-		return err
-	}
-	for i := 0; i < T*E; i++ {
-		sc.pref[i] += sc.ffn[i]
+	pref := p.prefix()
+	for i := range pref {
+		pref[i] += ffn[i]
 	}
 	return nil
 }
 
-// denseFFN computes ffn = down(SiTU(gate(xn), up(xn))).
+// denseFFN computes ffn = down(SiTU(gate(xn), up(xn))) for the current
+// tile.
 func (p *pass) denseFFN(mats *LayerMats) {
 	m, c, sc, T := p.m, p.c, p.sc, p.T
-	Id := c.DenseIntermediate
+	E, Id := c.Hidden, c.DenseIntermediate
 	g, u := sc.sg[:T*Id], sc.su[:T*Id]
-	mats.GateProj.MatMul(m.pool, g, sc.xn[:T*c.Hidden], T)
-	mats.UpProj.MatMul(m.pool, u, sc.xn[:T*c.Hidden], T)
+	mats.GateProj.MatMul(m.pool, g, sc.xn[:T*E], T)
+	mats.UpProj.MatMul(m.pool, u, sc.xn[:T*E], T)
 	situGLU(g, g, u, c.SituBeta, c.SituLinearBeta)
-	mats.DownProj.MatMul(m.pool, sc.ffn[:T*c.Hidden], g, T)
+	mats.DownProj.MatMul(m.pool, sc.ffn[p.r0*E:(p.r0+T)*E], g, T)
 }

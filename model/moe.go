@@ -14,26 +14,34 @@ import (
 // §6.9): route on the full-width input, project into the latent, run each
 // selected expert, mix in selection order, normalise the aggregate,
 // project back, and add the shared experts computed on the original input.
+// nb block snapshots feed the aggregated input.
 //
 // Experts are processed as the union over the rows (of every sequence in
-// the pass): each expert is fetched once and multiplied by every row that
-// chose it in one product; every row still gets exactly the one-row
-// arithmetic, and contributions are summed per row in selection order, so
-// the order in which experts arrive never changes the bits.
-func (p *pass) moe(ctx context.Context, l int, mats *LayerMats, vec *LayerVecs) error {
-	m, c, sc, T := p.m, p.c, p.sc, p.T
-	E, K, Ne, Lt, I := c.Hidden, c.TopK, c.Experts, c.LatentDim, c.MoEIntermediate
-	xn := sc.xn[:T*E]
+// the pass, every tile): each expert is fetched once and multiplied by the
+// rows that chose it, a tile of them at a time; every row still gets
+// exactly the one-row arithmetic, and contributions are summed per row in
+// selection order, so the order in which experts arrive never changes the
+// bits. The dense products run tile by tile; routing, the latent inputs
+// and the experts' outputs are kept for every row of the pass.
+func (p *pass) moe(ctx context.Context, l int, mats *LayerMats, vec *LayerVecs, in moeInput) error {
+	m, c, sc := p.m, p.c, p.sc
+	K, Ne := c.TopK, c.Experts
 
-	// 1. Route: one product over every row, then top-k per row.
-	p.routerScores(&mats.Router)
-	// A NaN score would rank below every expert: top-k would pick nothing
-	// (or the same expert K times), so routing stops here instead.
-	if err := p.screen(sc.scores[:T*Ne], Ne, "router"); err != nil {
-		return err
-	}
-	for t := 0; t < T; t++ {
-		topK(sc.idx[t*K:(t+1)*K], sc.wts[t*K:(t+1)*K], sc.scores[t*Ne:(t+1)*Ne], vec.Bias, sc.choice, c.MoERenormalize, c.RoutedScale)
+	// 1. Route: one product over every row of a tile, then top-k per row.
+	for i := range p.tiles() {
+		in.prepare(p, i)
+		T := p.T
+		p.routerScores(&mats.Router)
+		// A NaN score would rank below every expert: top-k would pick
+		// nothing (or the same expert K times), so routing stops here
+		// instead.
+		if err := p.screen(sc.scores[:T*Ne], Ne, "router"); err != nil {
+			return err
+		}
+		for t := 0; t < T; t++ {
+			r := p.r0 + t
+			topK(sc.idx[r*K:(r+1)*K], sc.wts[r*K:(r+1)*K], sc.scores[t*Ne:(t+1)*Ne], vec.Bias, sc.choice, c.MoERenormalize, c.RoutedScale)
+		}
 	}
 	first := p.bucket(l)
 	m.expertUnion.Add(int64(len(first)))
@@ -48,31 +56,15 @@ func (p *pass) moe(ctx context.Context, l int, mats *LayerMats, vec *LayerVecs) 
 		return fmt.Errorf("experts: %w", err)
 	}
 
-	// 2. Latent down-projection and the shared experts while reads run.
-	mats.LatentDown.MatMul(m.pool, sc.zl[:T*Lt], xn, T)
-	if c.SharedExperts > 0 {
-		S := c.SharedExperts * I
-		g, u := sc.sg[:T*S], sc.su[:T*S]
-		mats.SharedGate.MatMul(m.pool, g, xn, T)
-		mats.SharedUp.MatMul(m.pool, u, xn, T)
-		situGLU(g, g, u, c.SituBeta, c.SituLinearBeta)
-		mats.SharedDown.MatMul(m.pool, sc.ffn[:T*E], g, T)
-		if err := p.screen(sc.ffn[:T*E], E, "shared experts"); err != nil {
-			m.experts.End(b)
-			p.experts = nil
-			p.clearSeen(first)
-			return err
-		}
-	} else {
-		clear(sc.ffn[:T*E])
-	}
-
+	// 2. The latent down-projection and the shared experts while the
+	// experts' reads run.
+	err := p.moeDense(mats, in)
 	// 3. Experts, resident ones first, each released as soon as it is done.
-	var err error
 	for i := range first {
-		if err = p.runExpert(ctx, b, i); err != nil {
+		if err != nil {
 			break
 		}
+		err = p.runExpert(ctx, b, i)
 	}
 	m.experts.End(b)
 	p.experts = nil
@@ -82,13 +74,75 @@ func (p *pass) moe(ctx context.Context, l int, mats *LayerMats, vec *LayerVecs) 
 	}
 
 	// 4. Mix in selection order, normalise, project back, add shared.
+	for i := range p.tiles() {
+		p.setTile(i)
+		if err := p.moeMix(mats, vec); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// moeInput says how the MoE gets its input for a tile: the aggregate of nb
+// block snapshots with the layer's fold, normalised with its gain (a
+// decoder layer), or, given, what the caller put in xn (a one-tile pass of
+// the op tests).
+type moeInput struct {
+	nb, nbMax  int
+	fold, gain []float32
+	given      bool
+}
+
+// prepare makes tile i current and its input ready in xn.
+func (in moeInput) prepare(p *pass, i int) {
+	p.setTile(i)
+	if !in.given {
+		p.normIn(in.nb, in.nbMax, in.fold, in.gain)
+	}
+}
+
+// moeDense computes, tile by tile, the experts' latent input zl and the
+// shared experts' output (into ffn) of every row.
+func (p *pass) moeDense(mats *LayerMats, in moeInput) error {
+	m, c, sc := p.m, p.c, p.sc
+	E, Lt, I := c.Hidden, c.LatentDim, c.MoEIntermediate
+	for i := range p.tiles() {
+		in.prepare(p, i)
+		T, r0 := p.T, p.r0
+		xn := sc.xn[:T*E]
+		mats.LatentDown.MatMul(m.pool, sc.zl[r0*Lt:(r0+T)*Lt], xn, T)
+		ffn := sc.ffn[r0*E : (r0+T)*E]
+		if c.SharedExperts == 0 {
+			clear(ffn)
+			continue
+		}
+		S := c.SharedExperts * I
+		g, u := sc.sg[:T*S], sc.su[:T*S]
+		mats.SharedGate.MatMul(m.pool, g, xn, T)
+		mats.SharedUp.MatMul(m.pool, u, xn, T)
+		situGLU(g, g, u, c.SituBeta, c.SituLinearBeta)
+		mats.SharedDown.MatMul(m.pool, ffn, g, T)
+		if err := p.screen(ffn, E, "shared experts"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// moeMix mixes the current tile's expert outputs in selection order,
+// normalises the aggregate, projects it back and adds it to the shared
+// experts' output, then adds the FFN output to the residual.
+func (p *pass) moeMix(mats *LayerMats, vec *LayerVecs) error {
+	m, c, sc, T, r0 := p.m, p.c, p.sc, p.T, p.r0
+	E, K, Lt := c.Hidden, c.TopK, c.LatentDim
 	acc := sc.accL[:T*Lt]
 	for t := 0; t < T; t++ {
+		r := r0 + t
 		a := acc[t*Lt : (t+1)*Lt]
 		clear(a)
 		for j := 0; j < K; j++ {
-			w := sc.wts[t*K+j]
-			cj := sc.contrib[(t*K+j)*Lt : (t*K+j+1)*Lt]
+			w := sc.wts[r*K+j]
+			cj := sc.contrib[(r*K+j)*Lt : (r*K+j+1)*Lt]
 			for i := range a {
 				a[i] += float32(w * cj[i])
 			}
@@ -97,13 +151,13 @@ func (p *pass) moe(ctx context.Context, l int, mats *LayerMats, vec *LayerVecs) 
 			rmsNorm(a, a, vec.LatentNorm, c.RMSNormEps)
 		}
 	}
-	up := sc.attn[:T*E] // attention output was already folded into pref
+	up := sc.attn[:T*E] // the tile's attention output was already folded into pref
 	mats.LatentUp.MatMul(m.pool, up, acc, T)
-	f := sc.ffn[:T*E]
+	f := sc.ffn[r0*E : (r0+T)*E]
 	for i := range f {
 		f[i] = up[i] + f[i]
 	}
-	return nil
+	return p.addFFN("MoE")
 }
 
 // bucket builds the pass's expert union from the routing in sc.idx: the
@@ -111,10 +165,10 @@ func (p *pass) moe(ctx context.Context, l int, mats *LayerMats, vec *LayerVecs) 
 // each group in first-seen order), how many rows chose each (sc.uses), and
 // every expert's choices (row·K + slot, ascending) as one contiguous run of
 // sc.users from sc.ustart[i] to sc.ustart[i+1]. Bucketing once per layer
-// replaces a scan of all T·K choices per expert.
+// replaces a scan of all R·K choices per expert.
 func (p *pass) bucket(l int) []int32 {
 	c, sc := p.c, p.sc
-	n := p.T * c.TopK
+	n := p.R * c.TopK
 	first := sc.first[:0]
 	for i := 0; i < n; i++ {
 		e := sc.idx[i]
@@ -184,17 +238,12 @@ func (p *pass) clearSeen(first []int32) {
 }
 
 // runExpert multiplies the batch's i-th expert by every row that selected
-// it and scatters the outputs to contrib[row][slot].
+// it, a tile of rows at a time, and scatters the outputs to
+// contrib[row][slot].
 func (p *pass) runExpert(ctx context.Context, b *expert.Batch, i int) error {
 	m, c, sc := p.m, p.c, p.sc
 	e := int(b.IDs[i])
 	K, Lt, I := c.TopK, c.LatentDim, c.MoEIntermediate
-	users := sc.users[sc.ustart[i]:sc.ustart[i+1]]
-	n := len(users)
-	for u, i := range users {
-		t := int(i) / K
-		copy(sc.xg[u*Lt:(u+1)*Lt], sc.zl[t*Lt:(t+1)*Lt])
-	}
 	ex, err := m.experts.Get(ctx, b, i)
 	if err != nil {
 		if errors.Is(err, expert.ErrClosed) {
@@ -202,28 +251,40 @@ func (p *pass) runExpert(ctx context.Context, b *expert.Batch, i int) error {
 		}
 		return fmt.Errorf("expert %d: %w", e, err)
 	}
-	a1, a3 := sc.a1[:n*I], sc.a3[:n*I]
-	ex.W[0].MatMul(m.pool, a1, sc.xg[:n*Lt], n)
-	ex.W[2].MatMul(m.pool, a3, sc.xg[:n*Lt], n)
-	situGLU(a1, a1, a3, c.SituBeta, c.SituLinearBeta)
-	ex.W[1].MatMul(m.pool, sc.eo[:n*Lt], a1, n)
-	m.experts.Put(b, i)
-	if !allFinite(sc.eo[:n*Lt]) {
-		if p.gs == nil {
-			return fmt.Errorf("%w: routed expert %d", ErrNonFinite, e)
+	all := sc.users[sc.ustart[i]:sc.ustart[i+1]]
+	for len(all) > 0 {
+		users := all[:min(len(all), sc.tile)]
+		all = all[len(users):]
+		n := len(users)
+		for u, ch := range users {
+			r := int(ch) / K
+			copy(sc.xg[u*Lt:(u+1)*Lt], sc.zl[r*Lt:(r+1)*Lt])
 		}
-		for u, i := range users {
-			if row := sc.eo[u*Lt : (u+1)*Lt]; !allFinite(row) {
-				p.failGroup(int(i)/K, fmt.Errorf("layer %d: %w: routed expert %d", p.l, ErrNonFinite, e))
-				clear(row)
+		a1, a3 := sc.a1[:n*I], sc.a3[:n*I]
+		ex.W[0].MatMul(m.pool, a1, sc.xg[:n*Lt], n)
+		ex.W[2].MatMul(m.pool, a3, sc.xg[:n*Lt], n)
+		situGLU(a1, a1, a3, c.SituBeta, c.SituLinearBeta)
+		ex.W[1].MatMul(m.pool, sc.eo[:n*Lt], a1, n)
+		if !allFinite(sc.eo[:n*Lt]) {
+			if p.gs == nil {
+				m.experts.Put(b, i)
+				return fmt.Errorf("%w: routed expert %d", ErrNonFinite, e)
+			}
+			for u, ch := range users {
+				if row := sc.eo[u*Lt : (u+1)*Lt]; !allFinite(row) {
+					p.failRow(int(ch)/K, fmt.Errorf("layer %d: %w: routed expert %d", p.l, ErrNonFinite, e))
+					clear(row)
+				}
+			}
+			if err := p.allFailed(); err != nil {
+				m.experts.Put(b, i)
+				return err
 			}
 		}
-		if err := p.allFailed(); err != nil {
-			return err
+		for u, ch := range users {
+			copy(sc.contrib[int(ch)*Lt:(int(ch)+1)*Lt], sc.eo[u*Lt:(u+1)*Lt])
 		}
 	}
-	for u, i := range users {
-		copy(sc.contrib[int(i)*Lt:(int(i)+1)*Lt], sc.eo[u*Lt:(u+1)*Lt])
-	}
+	m.experts.Put(b, i)
 	return nil
 }

@@ -346,7 +346,7 @@ func newOpSession(t *testing.T, c *Config, vecs []LayerVecs, experts expert.Sour
 		vecs = make([]LayerVecs, c.Layers)
 	}
 	m := &Model{Cfg: c, Plan: &Plan{Cfg: c, vecs: vecs}, experts: experts, pool: pool, chunk: 64}
-	s := &Session{m: m, st: NewState(c, 64), sc: NewScratch(c, T)}
+	s := &Session{m: m, st: NewState(c, 64), sc: NewScratch(c, T, T)}
 	if err := s.st.reserve(T); err != nil {
 		t.Fatal(err)
 	}

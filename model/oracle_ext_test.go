@@ -33,8 +33,8 @@ func TestForwardBatchMatchesSolo(t *testing.T) {
 				pool := par.New(threads)
 				t.Cleanup(pool.Close)
 				m, _ := oracle.Load(t, name, model.Options{Pool: pool})
-				for _, rows := range []int{3, 64} {
-					oracle.CheckRandomBatches(t, m, rng, seqs, want, rows)
+				for _, shape := range [][2]int{{3, 0}, {64, 0}, {64, 5}, {7, 2}} {
+					oracle.CheckRandomBatches(t, m, rng, seqs, want, shape[0], shape[1])
 				}
 			}
 		})

@@ -56,7 +56,7 @@ func TestPassPanicIsAnError(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	sc := NewScratch(m.Cfg, 64)
+	sc := NewScratch(m.Cfg, 64, 0)
 	V := m.Cfg.Vocab
 	out := make([]float32, len(exp.FullIDs)*V)
 	gs := []Group{{St: NewState(m.Cfg, 64), Tokens: exp.FullIDs, All: true, Out: out}}

@@ -7,7 +7,9 @@ import "context"
 
 func (s *Session) onePass(T int) *pass {
 	s.sc.segs = append(s.sc.segs[:0], segment{st: s.st, lo: 0, n: T, p0: s.st.pos})
-	return &pass{m: s.m, c: s.m.Cfg, sc: s.sc, segs: s.sc.segs, T: T}
+	p := &pass{m: s.m, c: s.m.Cfg, sc: s.sc, all: s.sc.segs, R: T}
+	p.setTile(0)
+	return p
 }
 
 func (s *Session) kda(l int, mats *LayerMats, vec *LayerVecs, T int) {
@@ -19,7 +21,7 @@ func (s *Session) mla(l int, mats *LayerMats, vec *LayerVecs, T int) {
 }
 
 func (s *Session) moe(ctx context.Context, l int, mats *LayerMats, vec *LayerVecs, T int) error {
-	return s.onePass(T).moe(ctx, l, mats, vec)
+	return s.onePass(T).moe(ctx, l, mats, vec, moeInput{given: true})
 }
 
 func (s *Session) layer(ctx context.Context, l, T int, nb *int, nbMax int) error {

@@ -73,13 +73,14 @@ func SpecRecordBytes(c *Config, rows int) int64 {
 	return nKDA*int64(rows)*int64(4*c.KDAWidth()+c.KDAHeads)*4 + int64(c.KDAWidth())*4
 }
 
-// ScratchBytes returns the bytes NewScratch allocates for rows token rows,
-// plus what a pass allocates beside it: the per-head score buffers for
-// maxContext positions, the router's rows widened to float64, and the
-// kernels' packed copies of a product's input rows.
-func ScratchBytes(c *Config, rows, maxContext int) int64 {
-	tc := rows
-	sizes := scratchSizes(c, tc)
+// ScratchBytes returns the bytes NewScratch allocates for passes of rows
+// token rows in tiles of tile rows, plus what a pass allocates beside it:
+// the per-head score buffers for maxContext positions, the router's rows
+// widened to float64, and the kernels' packed copies of a product's input
+// rows (both per tile).
+func ScratchBytes(c *Config, rows, tile, maxContext int) int64 {
+	rows, tc := scratchShape(rows, tile)
+	sizes := scratchSizes(c, rows, tc)
 	var n int64
 	for _, s := range sizes {
 		n += int64(s)

@@ -64,8 +64,8 @@ type batcher struct {
 	observe atomic.Pointer[func(rows int, d time.Duration)] // Engine.ObservePasses
 }
 
-func newBatcher(log *slog.Logger, m *model.Model, rows, chunk int) *batcher {
-	b := &batcher{log: log, m: m, sc: model.NewScratch(m.Cfg, rows), rows: rows, chunk: chunk,
+func newBatcher(log *slog.Logger, m *model.Model, rows, tile, chunk int) *batcher {
+	b := &batcher{log: log, m: m, sc: model.NewScratch(m.Cfg, rows, tile), rows: rows, chunk: chunk,
 		wake: make(chan struct{}, 1), exited: make(chan struct{})}
 	go b.loop()
 	return b

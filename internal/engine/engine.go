@@ -66,9 +66,6 @@ type Options struct {
 // is zero.
 const DefaultMaxContext = 4096
 
-// defaultChunk is the prefill chunk when Options.PrefillChunk is zero.
-const defaultChunk = 64
-
 // Engine owns everything behind a k3.Model: the checkpoint, the direct-I/O
 // files and reader, the off-heap buffers, the worker pool, the memory
 // plan, the weight sources and the model, the batcher, and the places the
@@ -196,11 +193,12 @@ func Open(ctx context.Context, dir string, cfg *model.Config, opts Options) (_ *
 	if opts.RAMBudget > 0 {
 		e.slots = make(chan struct{}, max(opts.Sessions, 1))
 	}
+	// A prompt may fill a pass unless the caller capped its share.
 	chunk := opts.PrefillChunk
 	if chunk <= 0 {
-		chunk = defaultChunk
+		chunk = e.mem.Rows
 	}
-	e.b = newBatcher(log, e.m, e.mem.Rows, chunk)
+	e.b = newBatcher(log, e.m, e.mem.Rows, e.mem.Tile, chunk)
 	log.Info("k3: model loaded", "dir", dir, "layers", cfg.Layers, "experts", cfg.Experts, "vocab", cfg.Vocab)
 	return e, nil
 }
@@ -214,7 +212,7 @@ func (e *Engine) load(ctx context.Context, lay *trunk.Layout) error {
 		return err
 	}
 	plan := lay.Plan()
-	mo := model.Options{Chunk: e.opts.PrefillChunk, Pool: e.pool, Alloc: e.alloc, Layers: e.trunk}
+	mo := model.Options{Chunk: e.mem.Rows, Pool: e.pool, Alloc: e.alloc, Layers: e.trunk}
 	if e.opts.RAMBudget > 0 {
 		mo.EmbedPerToken = !e.mem.EmbedResident
 		slots := e.mem.CacheSlots

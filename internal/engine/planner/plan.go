@@ -51,11 +51,12 @@ type Request struct {
 	Sessions int
 	// MaxContext is the positions each session may hold.
 	MaxContext int
-	// Chunk is the prefill chunk (tokens of one sequence per pass).
-	Chunk int
-	// MaxBatch is the most token rows of one pass, summed over its
-	// sequences; zero means Chunk. The scratch of the pass is sized for it
-	// and counted once, not per session.
+	// Chunk is the most prompt tokens of one sequence per pass, and
+	// MaxBatch the most token rows of one pass summed over its sequences:
+	// the scratch of a pass is sized for MaxBatch rows (Chunk when
+	// MaxBatch is zero) and counted once, not per session. Both zero: the
+	// planner chooses the rows (Rows), as many as the budget affords.
+	Chunk    int
 	MaxBatch int
 	// Speculate is the most drafted tokens per speculative pass; each
 	// session then holds a copy of its KDA state and a record of its rows.
@@ -83,7 +84,8 @@ type MemoryPlan struct {
 	Budget int64 // 0 = unlimited
 
 	// Fixed floor. State and KV are for Sessions sessions; Scratch is one
-	// pass of Rows rows. Overhead is the sum of the process's costs
+	// pass of Rows rows computed in tiles of Tile rows; AutoRows says the
+	// planner chose Rows (a prompt may then fill a pass). Overhead is the sum of the process's costs
 	// outside the weights and state: Index (the checkpoint's tensor index
 	// and the plan), Tokenizer, SessionVocab (each session's logits and
 	// sampler buffers), Runtime (the Go runtime, thread stacks and the
@@ -92,7 +94,8 @@ type MemoryPlan struct {
 	LMHead, Embed, Vectors, State, KV, Scratch, Overhead int64
 	Index, Tokenizer, SessionVocab, Runtime, Executable  int64
 	EmbedResident                                        bool
-	Sessions, Rows                                       int
+	Sessions, Rows, Tile                                 int
+	AutoRows                                             bool
 
 	// Trunk: pinned parts stay resident; the rest stream through a ring,
 	// one arena of RingSlots × RingSlotBytes bytes (the planner makes one
@@ -187,8 +190,8 @@ func (p *MemoryPlan) String() string {
 		emb = gb(p.Embed)
 	}
 	fmt.Fprintf(&b, "  lm_head %s, embeddings %s, vectors %s\n", gb(p.LMHead), emb, gb(p.Vectors))
-	fmt.Fprintf(&b, "  %d sessions: state %s, KV cache %s; scratch %s for %d rows per pass\n",
-		p.Sessions, gb(p.State), gb(p.KV), gb(p.Scratch), p.Rows)
+	fmt.Fprintf(&b, "  %d sessions: state %s, KV cache %s; scratch %s for %d rows per pass in tiles of %d\n",
+		p.Sessions, gb(p.State), gb(p.KV), gb(p.Scratch), p.Rows, p.Tile)
 	fmt.Fprintf(&b, "  process: tensor index %s, tokenizer %s, logits and samplers %s, Go runtime and GC headroom %s, executable %s (Go memory limit %s)\n",
 		gb(p.Index), gb(p.Tokenizer), gb(p.SessionVocab), gb(p.Runtime), gb(p.Executable), gb(p.HeapLimit()))
 	n := 0
@@ -232,28 +235,90 @@ const (
 	perSessionVocabBytes = 20
 )
 
+// The rows of a pass when the planner chooses them (Request.Chunk and
+// MaxBatch zero). A pass reads the streamed trunk and the union of the
+// experts its rows chose, so a prompt costs those bytes divided by the
+// rows of its passes: wide passes are what makes a long prompt cheap. The
+// floor holds MinAutoRows; above it, a quarter of what the budget has left
+// over the floor widens the pass (the rest pins trunk parts and caches
+// experts), up to every position the sessions can hold. Without a budget,
+// MaxAutoRowsResident.
+const (
+	MinAutoRows         = 256
+	MaxAutoRowsResident = 1024
+	autoRowsShare       = 4 // 1/autoRowsShare of the budget above the floor
+)
+
 // Plan splits the budget: the fixed floor first (lm_head, vectors,
 // per-session state and scratch, the smallest expert cache that works,
 // K+1 slots), then the trunk (pinned parts, largest first, as many as fit
 // beside a ring of the largest part left; then the ring grows, with what
 // is left, towards room for two consecutive streamed parts, so that reads
-// overlap compute), then whatever is left to the expert cache. It fails with ErrBudget if the
-// floor does not fit, naming what is needed.
+// overlap compute), then whatever is left to the expert cache. It fails
+// with ErrBudget if the floor does not fit, naming what is needed. The rows
+// of a pass are the request's, or chosen as MinAutoRows says.
 func Plan(w *Weights, req Request) (*MemoryPlan, error) {
-	c := w.Cfg
-	parts := w.Parts
+	req = req.resolved()
+	limit := req.rowLimit()
+	if req.MaxBatch > 0 {
+		return planRows(w, req, min(req.MaxBatch, limit), false)
+	}
+	if req.Budget <= 0 {
+		return planRows(w, req, min(MaxAutoRowsResident, limit), true)
+	}
+	rows := min(MinAutoRows, limit)
+	mp, err := planRows(w, req, rows, true)
+	if err != nil || rows == limit {
+		return mp, err
+	}
+	// Widen the pass with a share of what the budget has above its floor.
+	spare := req.Budget - floorRows(w, req, rows)
+	perRow := model.ScratchBytes(w.Cfg, rows+1, model.DefaultTile, req.MaxContext) - model.ScratchBytes(w.Cfg, rows, model.DefaultTile, req.MaxContext)
+	if extra := int(spare / autoRowsShare / max(perRow, 1)); extra > 0 {
+		if wide, err := planRows(w, req, min(rows+extra, limit), true); err == nil {
+			return wide, nil
+		}
+	}
+	return mp, nil
+}
+
+// resolved fills the request's defaults: one session; MaxBatch is Chunk
+// when only Chunk is given.
+func (req Request) resolved() Request {
 	if req.Sessions <= 0 {
 		req.Sessions = 1
 	}
-	if req.Chunk <= 0 {
-		req.Chunk = 64
-	}
-	if req.MaxBatch <= 0 {
+	if req.MaxBatch <= 0 && req.Chunk > 0 {
 		req.MaxBatch = req.Chunk
 	}
-	mp := &MemoryPlan{Budget: req.Budget, Pinned: make([]bool, len(parts)), Sessions: req.Sessions}
-	// A pass never carries more rows than the sessions can feed.
-	mp.Rows = min(req.MaxBatch, max(req.Sessions*req.MaxContext, 1))
+	return req
+}
+
+// rowLimit is the most rows a pass can carry: every position the sessions
+// hold (a pass never carries more than they can feed).
+func (req Request) rowLimit() int { return max(req.Sessions*req.MaxContext, 1) }
+
+// floorRows is the smallest budget planRows accepts with rows rows.
+func floorRows(w *Weights, req Request, rows int) int64 {
+	lo, hi := int64(1), int64(1)<<50
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		req.Budget = mid
+		if _, err := planRows(w, req, rows, true); err == nil {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
+}
+
+// planRows is Plan with the rows of a pass given.
+func planRows(w *Weights, req Request, rows int, auto bool) (*MemoryPlan, error) {
+	c := w.Cfg
+	parts := w.Parts
+	mp := &MemoryPlan{Budget: req.Budget, Pinned: make([]bool, len(parts)), Sessions: req.Sessions,
+		Rows: rows, Tile: min(model.DefaultTile, rows), AutoRows: auto}
 	mp.LMHead = w.Sizes.LMHead
 	mp.Embed = w.Sizes.Embed
 	mp.Vectors = w.Sizes.Vectors
@@ -264,7 +329,7 @@ func Plan(w *Weights, req Request) (*MemoryPlan, error) {
 		mp.State += s * (fixed + model.SpecRecordBytes(c, req.Speculate+1))
 	}
 	mp.KV = s * perPos * int64(req.MaxContext)
-	mp.Scratch = model.ScratchBytes(c, mp.Rows, req.MaxContext)
+	mp.Scratch = model.ScratchBytes(c, mp.Rows, mp.Tile, req.MaxContext)
 	mp.Index = int64(w.Sizes.Tensors) * perTensorOverhead
 	mp.Tokenizer = req.Tokenizer
 	mp.SessionVocab = s * perSessionVocabBytes * int64(c.Vocab)
@@ -433,17 +498,11 @@ func SizesOf(w *Weights) Sizes {
 // ignored), and Full the smallest that keeps every weight resident (trunk
 // pinned, every expert cached).
 func Floor(w *Weights, req Request) int64 {
-	lo, hi := int64(1), int64(1)<<50
-	for lo < hi {
-		mid := lo + (hi-lo)/2
-		req.Budget = mid
-		if _, err := Plan(w, req); err == nil {
-			hi = mid
-		} else {
-			lo = mid + 1
-		}
+	req = req.resolved()
+	if req.MaxBatch > 0 {
+		return floorRows(w, req, min(req.MaxBatch, req.rowLimit()))
 	}
-	return lo
+	return floorRows(w, req, min(MinAutoRows, req.rowLimit()))
 }
 
 // Full returns the budget at which everything is resident.

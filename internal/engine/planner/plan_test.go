@@ -200,3 +200,63 @@ func planWithPinned(w *Weights, req Request, k int) (float64, bool) {
 	}
 	return passCost(parts, pin, ringFor(parts, pin, slot, avail)), true
 }
+
+// TestAutoRows checks the rows the planner chooses when the request leaves
+// them open: the floor holds MinAutoRows, the rows never shrink as the
+// budget grows and widen somewhere above the floor, never past what the
+// sessions can feed, every plan stays within its budget, and a request's
+// own rows (MaxBatch, or Chunk alone) are kept as they are.
+func TestAutoRows(t *testing.T) {
+	w := oracleWeights(t, "tiny-mxfp4")
+	req := Request{MaxContext: 2048, Sessions: 2, Threads: 2}
+	floor := Floor(w, req)
+	at, err := Plan(w, Request{Budget: floor, MaxContext: 2048, Sessions: 2, Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if at.Rows != MinAutoRows || !at.AutoRows || at.Tile != 32 {
+		t.Fatalf("at the floor: %d rows in tiles of %d (auto %v), want %d in tiles of 32", at.Rows, at.Tile, at.AutoRows, MinAutoRows)
+	}
+	if _, err := Plan(w, Request{Budget: floor - 1, MaxContext: 2048, Sessions: 2, Threads: 2}); err == nil {
+		t.Fatal("a budget under the floor was planned")
+	}
+	last, widened := 0, false
+	for budget := floor; budget < 4*floor; budget += floor / 16 {
+		r := req
+		r.Budget = budget
+		mp, err := Plan(w, r)
+		if err != nil {
+			t.Fatalf("budget %d: %v", budget, err)
+		}
+		if mp.Total() > budget {
+			t.Fatalf("budget %d: planned %d", budget, mp.Total())
+		}
+		if mp.Rows < last || mp.Rows > 2*2048 {
+			t.Fatalf("budget %d: %d rows after %d (limit %d)", budget, mp.Rows, last, 2*2048)
+		}
+		widened = widened || mp.Rows > MinAutoRows
+		last = mp.Rows
+	}
+	if !widened {
+		t.Error("the rows never widened above the floor")
+	}
+	if mp, _ := Plan(w, Request{MaxContext: 2048}); mp.Rows != MaxAutoRowsResident {
+		t.Errorf("without a budget: %d rows, want %d", mp.Rows, MaxAutoRowsResident)
+	}
+	if mp, _ := Plan(w, Request{MaxContext: 64}); mp.Rows != 64 {
+		t.Errorf("one session of 64 positions: %d rows, want 64", mp.Rows)
+	}
+	for _, c := range []struct {
+		req  Request
+		rows int
+	}{
+		{Request{Budget: 4 * floor, MaxContext: 2048, MaxBatch: 48}, 48},
+		{Request{Budget: 4 * floor, MaxContext: 2048, Chunk: 64}, 64},
+		{Request{Budget: 4 * floor, MaxContext: 2048, Chunk: 64, MaxBatch: 100}, 100},
+	} {
+		mp, err := Plan(w, c.req)
+		if err != nil || mp.Rows != c.rows || mp.AutoRows {
+			t.Errorf("%+v: %v rows (auto %v), err %v; want %d", c.req, mp.Rows, mp.AutoRows, err, c.rows)
+		}
+	}
+}

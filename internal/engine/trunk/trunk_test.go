@@ -181,8 +181,8 @@ func TestStreamedBatchesAndRollback(t *testing.T) {
 				if !mp.Streaming() {
 					t.Fatal("the smallest budget does not stream")
 				}
-				for _, rows := range []int{3, 64} {
-					oracle.CheckRandomBatches(t, m, rng, seqs, want, rows)
+				for _, shape := range [][2]int{{3, 0}, {64, 0}, {64, 5}, {7, 2}} {
+					oracle.CheckRandomBatches(t, m, rng, seqs, want, shape[0], shape[1])
 				}
 				oracle.CheckRollback(t, m, rng, long, wantLong)
 			}

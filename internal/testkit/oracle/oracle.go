@@ -111,12 +111,13 @@ func SameBits(t testing.TB, what string, got, want []float32, vocab int) {
 // CheckRandomBatches feeds seqs through m in random batch compositions
 // (different lengths, some prefilling while others decode, sequences
 // joining and leaving between passes, the group order shuffled, a scratch
-// of rows rows so that groups split across sub-passes) and checks every
+// of rows rows so that groups split across sub-passes, computed in tiles
+// of tile rows so that sequences split across tiles) and checks every
 // logit bit for bit against want, each sequence's logits alone.
-func CheckRandomBatches(t testing.TB, m *model.Model, rng *rand.Rand, seqs [][]int, want [][]float32, rows int) {
+func CheckRandomBatches(t testing.TB, m *model.Model, rng *rand.Rand, seqs [][]int, want [][]float32, rows, tile int) {
 	t.Helper()
 	V := m.Cfg.Vocab
-	sc := model.NewScratch(m.Cfg, rows)
+	sc := model.NewScratch(m.Cfg, rows, tile)
 	states := make([]*model.State, len(seqs))
 	got := make([][]float32, len(seqs))
 	for i := range seqs {
@@ -166,7 +167,7 @@ func CheckRandomBatches(t testing.TB, m *model.Model, rng *rand.Rand, seqs [][]i
 func CheckRollback(t testing.TB, m *model.Model, rng *rand.Rand, seq []int, want []float32) {
 	t.Helper()
 	V := m.Cfg.Vocab
-	sc := model.NewScratch(m.Cfg, 16)
+	sc := model.NewScratch(m.Cfg, 16, 3)
 	st, other := model.NewState(m.Cfg, 64), model.NewState(m.Cfg, 64)
 	otherSeq := seq[5:]
 	out := make([]float32, 10*V)

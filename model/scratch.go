@@ -1,0 +1,149 @@
+package model
+
+import "github.com/k3go/k3/expert"
+
+// Scratch holds the buffers of a forward pass over up to Rows token rows,
+// summed over the sequences in the pass. A pass reads each weight part
+// once for all its rows, and computes the rows in tiles of at most Tile
+// rows while the part is in memory: what must live across the whole pass
+// (the residual stream and its block snapshots, the MoE routing, the
+// latent inputs and the per-slot expert outputs) is sized for Rows, the
+// rest of an op's intermediates for Tile. So a pass of many rows (a long
+// prompt's prefill) costs little more memory than a tile, and the weights
+// are still read from disk once. A Scratch belongs to the caller that runs
+// passes (one per concurrent pass, not one per sequence) and is reused, so
+// decoding allocates nothing per token. It is not safe for concurrent use.
+type Scratch struct {
+	rows, tile int
+
+	// Across the pass, [rows]…
+	pref, ffn []float32 // [rows][E]: the running residual; the FFN output
+	blocks    []float32 // [rows][NB][E]: the attention-residual snapshots
+	idx       []int32   // [rows][K]: the experts each row chose
+	wts       []float32 // [rows][K]
+	zl        []float32 // [rows][Lt]: the latent input of the experts
+	contrib   []float32 // [rows][K][Lt]: each chosen expert's output
+	users     []int32   // per expert: row*K + slot, [rows·K]
+	first     []int32   // expert union in first-seen order
+	seen      []int32   // [Ne] position+1 in first, 0 if unseen
+	uses      []int32   // per union index: the rows that chose it
+	ustart    []int32   // per union index: where its run of users starts
+	cursor    []int32   // bucketing scratch
+
+	// … and per tile, [tile].
+	x, xn, attn []float32 // [tile][E]
+	sources     [][]float32
+	arScore     []float32
+
+	// KDA
+	q, k, v, g, z, o []float32 // [tile][P]
+	bl               []float32 // [tile][Hk]
+	fa               []float32 // [tile][D]
+	beta             []float32 // [tile][Hk]
+
+	// MLA
+	qa     []float32 // [tile][Cq]
+	qm     []float32 // [tile][H·dh]
+	ckv    []float32 // [tile][Ckv+r]
+	mo, mg []float32 // [tile][H·vh]
+	heads  []mlaHeadScratch
+
+	// MoE
+	scores []float32 // [tile][Ne]
+	choice []float32 // [Ne]
+	accL   []float32 // [tile][Lt]
+	xg     []float32 // [tile][Lt] gathered expert inputs
+	a1, a3 []float32 // [tile][I]
+	eo     []float32 // [tile][Lt]
+	sg, su []float32 // [tile][max(Ns·I, Id)]
+
+	batch  expert.Batch
+	rowBuf []byte    // one embedding row read from disk, with alignment slack
+	segs   []segment // the sequences of the current pass, rows of the pass
+	tsegs  []segment // the current tile's share of them, rows of the tile
+	picks  []pick    // a tile of rows whose logits are wanted
+	pass   pass      // the current pass (kept here so it is not allocated)
+	kdaJob kdaJob
+	mlaJob mlaJob
+}
+
+// Rows returns the number of token rows one pass over the scratch carries.
+func (s *Scratch) Rows() int { return s.rows }
+
+// Tile returns the number of rows an op computes at once.
+func (s *Scratch) Tile() int { return s.tile }
+
+type mlaHeadScratch struct {
+	qabs, ctx []float32 // [Ckv]
+	p         []float32 // [positions]
+}
+
+// DefaultTile is the tile of NewScratch when none is given: enough rows
+// that the kernels' multi-row products reach their speed.
+const DefaultTile = 32
+
+// NewScratch allocates the buffers of passes of up to rows token rows,
+// computed in tiles of tile rows (0: DefaultTile); the tile is at most
+// rows.
+func NewScratch(c *Config, rows, tile int) *Scratch {
+	rows, tile = scratchShape(rows, tile)
+	return buildScratch(c, rows, tile, func(n int) []float32 { return make([]float32, n) })
+}
+
+func scratchShape(rows, tile int) (int, int) {
+	rows = max(rows, 1)
+	if tile <= 0 {
+		tile = DefaultTile
+	}
+	return rows, min(tile, rows)
+}
+
+// scratchSizes returns the length of every buffer NewScratch allocates, in
+// 4-byte words.
+func scratchSizes(c *Config, rows, tile int) []int {
+	var sizes []int
+	rows, tile = scratchShape(rows, tile)
+	buildScratch(c, rows, tile, func(n int) []float32 { sizes = append(sizes, n); return nil })
+	return sizes
+}
+
+// buildScratch lays out the scratch buffers through f, so that the memory
+// planner counts exactly what a pass allocates.
+func buildScratch(c *Config, rows, tile int, f func(n int) []float32) *Scratch {
+	E, P, D, Hk := c.Hidden, c.KDAWidth(), c.KDAHeadDim, c.KDAHeads
+	K, Lt := c.TopK, c.LatentDim
+	nb := c.NumBoundaries()
+	i32 := func(n int) []int32 {
+		f(n)
+		return make([]int32, n)
+	}
+	R, T := rows, tile
+	s := &Scratch{rows: R, tile: T,
+		pref: f(R * E), ffn: f(R * E), blocks: f(R * nb * E),
+		wts: f(R * K), zl: f(R * Lt), contrib: f(R * K * Lt),
+		idx: i32(R * K), users: i32(R * K), first: i32(R * K)[:0],
+		uses: i32(R * K), ustart: i32(R*K + 1), cursor: i32(R * K), seen: i32(c.Experts),
+
+		x: f(T * E), xn: f(T * E), attn: f(T * E),
+		sources: make([][]float32, 0, nb+1), arScore: f(nb + 1),
+		q: f(T * P), k: f(T * P), v: f(T * P), g: f(T * P), z: f(T * P), o: f(T * P),
+		bl: f(T * Hk), fa: f(T * D), beta: f(T * Hk),
+		qa: f(T * c.QLoraRank), qm: f(T * c.MLAHeads * c.MLAHeadDim()), ckv: f(T * (c.KVLoraRank + c.QKRopeDim)),
+		mo: f(T * c.MLAHeads * c.VHeadDim), mg: f(T * c.MLAHeads * c.VHeadDim),
+		heads:  make([]mlaHeadScratch, c.MLAHeads),
+		scores: f(T * c.Experts), choice: f(c.Experts),
+		accL: f(T * Lt), xg: f(T * Lt), a1: f(T * c.MoEIntermediate), a3: f(T * c.MoEIntermediate), eo: f(T * Lt),
+		segs: make([]segment, 0, R), tsegs: make([]segment, 0, T), picks: make([]pick, 0, T),
+	}
+	s.rowBuf = make([]byte, c.Hidden*4+2*Align)
+	f((c.Hidden*4 + 2*Align) / 4)
+	wide := c.SharedExperts * c.MoEIntermediate
+	if c.FirstKDense > 0 {
+		wide = max(wide, c.DenseIntermediate)
+	}
+	s.sg, s.su = f(T*wide), f(T*wide)
+	for h := range s.heads {
+		s.heads[h] = mlaHeadScratch{qabs: f(c.KVLoraRank), ctx: f(c.KVLoraRank)}
+	}
+	return s
+}
