@@ -443,19 +443,34 @@ func (s *Store) checkHeader(h *header, key Key, size int64) error {
 	return nil
 }
 
-// readHeader reads and validates the header of the entry file f (of size
-// bytes) named for key.
+// readHeader reads and validates the header region of the entry file f
+// (of size bytes) named for key.
 func (s *Store) readHeader(f io.ReaderAt, size int64, key Key) (header, error) {
-	var b [maxHeader]byte
-	n, err := f.ReadAt(b[:min(size, maxHeader)], 0)
+	var b [headerRegion]byte
+	n, err := f.ReadAt(b[:min(size, headerRegion)], 0)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return header{}, err
 	}
-	h, err := parseHeader(b[:n])
+	return s.parseRegion(b[:n], key, size)
+}
+
+// parseRegion validates the header region b of an entry file of size
+// bytes named for key: the header, its agreement with the store and the
+// file, and the zero padding (so that every byte of a file is checked: the
+// header by its checksum, the padding here, the payload by its checksum).
+func (s *Store) parseRegion(b []byte, key Key, size int64) (header, error) {
+	h, err := parseHeader(b)
 	if err != nil {
 		return h, err
 	}
-	return h, s.checkHeader(&h, key, size)
+	if err := s.checkHeader(&h, key, size); err != nil {
+		return h, err
+	}
+	hl := fixedHeader + 8*len(h.meta.Sections) + 4
+	if len(b) < headerRegion || slices.ContainsFunc(b[hl:headerRegion], func(c byte) bool { return c != 0 }) {
+		return h, fmt.Errorf("%w: header padding is not zero", ErrCorrupt)
+	}
+	return h, nil
 }
 
 // openEntry opens and validates the file of key. A bad file is removed

@@ -108,8 +108,10 @@ func (m *Meta) check(b int) error {
 //
 //	off  len  field (little-endian)
 //	  0    8  magic "k3prefix"
-//	  8    4  format version
-//	 12    4  header length H = fixedHeader + 8·nsections + 4
+//	  8    4  format version         } the frame every version keeps:
+//	 12    4  header length H         } magic, version, H, and the
+//	                                  } header CRC in its last 4 bytes
+//	          (version 1: H = fixedHeader + 8·nsections + 4)
 //	 16   32  fingerprint id: SHA-256(tagFingerprint ‖ fingerprint)
 //	 48   32  key
 //	 80    1  kind
@@ -201,11 +203,11 @@ func parseHeader(b []byte) (header, error) {
 	if !bytes.Equal(b[0:8], magic[:]) {
 		return h, fmt.Errorf("%w: bad magic", ErrCorrupt)
 	}
-	if v := le.Uint32(b[8:]); v != FormatVersion {
-		return h, fmt.Errorf("%w: %w", ErrCorrupt, errOtherVersion{v})
-	}
+	// Every version keeps this frame (magic, version, header length, and a
+	// CRC-32C of the header in its last 4 bytes), so a damaged version
+	// field is told from a newer build's file by the checksum.
 	hl := int(le.Uint32(b[12:]))
-	if hl < fixedHeader+4 || hl > maxHeader || (hl-fixedHeader-4)%8 != 0 {
+	if hl < 20 || hl > headerRegion {
 		return h, fmt.Errorf("%w: header length %d", ErrCorrupt, hl)
 	}
 	if len(b) < hl {
@@ -213,6 +215,12 @@ func parseHeader(b []byte) (header, error) {
 	}
 	if got, want := crc32.Checksum(b[:hl-4], castagnoli), le.Uint32(b[hl-4:]); got != want {
 		return h, fmt.Errorf("%w: header checksum %08x, stored %08x", ErrCorrupt, got, want)
+	}
+	if v := le.Uint32(b[8:]); v != FormatVersion {
+		return h, fmt.Errorf("%w: %w", ErrCorrupt, errOtherVersion{v})
+	}
+	if hl < fixedHeader+4 || hl > maxHeader {
+		return h, fmt.Errorf("%w: header length %d", ErrCorrupt, hl)
 	}
 	n := int(le.Uint16(b[82:]))
 	if hl != fixedHeader+8*n+4 {
