@@ -20,10 +20,11 @@ import (
 const (
 	entrySuffix = ".k3pc"
 	tempPrefix  = ".tmp-"
-	// persistChunk is the write size of the write-behind (bounded so a
-	// fault hook can fire mid-payload, and so each write is one syscall).
-	persistChunk = 8 << 20
 )
+
+// persistChunk is the write size of the write-behind: large enough to
+// cost nothing per call, bounded so that tests can kill a writer mid-file.
+var persistChunk = 8 << 20
 
 // errNoRoom reports an entry the disk tier cannot take: larger than the
 // bound, the bound cannot be met, or the tier is off.

@@ -22,11 +22,11 @@ const testB = 8
 // writes these bytes, so a reader can check anything it reads.
 func content(k Key, n int64) []byte {
 	r := rand.New(rand.NewPCG(binary.LittleEndian.Uint64(k[:]), binary.LittleEndian.Uint64(k[8:])))
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(r.Uint32())
+	b := make([]byte, n+8)
+	for i := int64(0); i < n; i += 8 {
+		binary.LittleEndian.PutUint64(b[i:], r.Uint64())
 	}
-	return b
+	return b[:n]
 }
 
 // testKey returns a state entry's key and meta for the i-th test prompt:
