@@ -1,6 +1,7 @@
 package prefix
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
@@ -289,3 +290,49 @@ type countedBuffer struct {
 }
 
 func (c *countedBuffer) Free() error { *c.live--; return nil }
+
+// TestCloseWithWorkInFlight: a Put that finishes after Close and a Reader
+// open across Close neither leak nor lose their buffers.
+func TestCloseWithWorkInFlight(t *testing.T) {
+	var live int
+	alloc := func(n int) (Buffer, error) {
+		live++
+		return &countedBuffer{heapBuffer{make([]byte, n)}, &live}, nil
+	}
+	s := openStore(t, func(o *Options) { o.Alloc = alloc })
+	k, m := testKey(s.Hasher(), 1, 5, 1000)
+	putContent(t, s, k, m)
+	r, err := s.Get(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k2, m2 := testKey(s.Hasher(), 2, 5, 1000)
+	entered, release, done := make(chan struct{}), make(chan struct{}), make(chan error)
+	go func() {
+		_, err := s.Put(k2, m2, func(w io.Writer) error {
+			close(entered)
+			<-release
+			_, err := w.Write(content(k2, 1000))
+			return err
+		})
+		done <- err
+	}()
+	<-entered
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	if err := <-done; !errors.Is(err, ErrClosed) {
+		t.Fatalf("Put finishing after Close: %v", err)
+	}
+	got, err := io.ReadAll(r)
+	if err != nil || !bytes.Equal(got, content(k, 1000)) {
+		t.Fatalf("Reader across Close: %v", err)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if live != 0 {
+		t.Fatalf("%d buffers live", live)
+	}
+}

@@ -83,7 +83,7 @@ func (s *Store) Get(key Key) (*Reader, error) {
 	s.st.DiskHits++
 	r := &Reader{s: s, key: key, meta: h.meta, tier: TierDisk, f: f, want: h.payloadCRC}
 	size := h.meta.Size
-	if e.ram == nil && !s.inflight[key] && size <= s.ram.cap && s.evictRAM(size) {
+	if e.ram == nil && !s.inflight[key] && s.ram.cap > 0 && size <= s.ram.cap && s.evictRAM(size) {
 		// Reserve now, allocate outside the lock (a large zeroed buffer
 		// takes a while), give the reservation back if that fails.
 		s.ram.used += size
@@ -218,16 +218,15 @@ func (r *Reader) finish(short error) {
 	defer s.mu.Unlock()
 	s.st.BadEntries++
 	e := s.entries[r.key]
-	if e == nil {
-		return
-	}
-	if r.rc != nil && e.ram == r.rc {
+	if e != nil && r.rc != nil && e.ram == r.rc {
 		s.removeRAM(e)
 	}
-	if removeFile && e.disk != nil {
-		s.removeDisk(e)
-	} else if removeFile {
-		os.Remove(s.path(r.key))
+	if removeFile {
+		if e != nil && e.disk != nil {
+			s.removeDisk(e)
+		} else {
+			os.Remove(s.path(r.key))
+		}
 	}
 }
 

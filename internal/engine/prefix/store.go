@@ -332,7 +332,7 @@ func (s *Store) Put(key Key, meta Meta, write func(w io.Writer) error) (bool, er
 		return false, nil
 	}
 	s.inflight[key] = true
-	toRAM := meta.Size <= s.ram.cap && s.evictRAM(meta.Size)
+	toRAM := s.ram.cap > 0 && meta.Size <= s.ram.cap && s.evictRAM(meta.Size)
 	if toRAM {
 		s.ram.used += meta.Size // reserved until installed or released
 	}
@@ -388,6 +388,9 @@ func (s *Store) putRAM(key Key, meta Meta, write func(w io.Writer) error) (bool,
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err == nil && s.closed {
+		err = ErrClosed // Close has freed the tier and stopped the write-behind
+	}
 	if err != nil {
 		s.ram.used -= meta.Size
 		buf.Free()
