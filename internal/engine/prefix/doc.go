@@ -62,12 +62,14 @@
 // Each tier evicts by GreedyDual-Size (Cao and Irani, 1997): an entry's
 // priority is L + saves/size, where saves is what the engine says a hit
 // avoids reading (Meta.Saves) and size is the bytes it holds in the tier;
-// a hit resets it to the current L; the victim is the lowest priority
+// a hit renews it with the current L; the victim is the lowest priority
 // (ties: least recently used), and L rises to the victim's priority, so
 // entries that are not used age relative to new ones. This keeps what
 // saves the most bytes of reads per byte held. A RAM copy is never evicted
-// while a Reader reads it or before the write-behind has written it, so
-// eviction from RAM loses nothing the disk does not have.
+// while a Reader reads it or before the write-behind has tried to write
+// it, so eviction from RAM loses nothing the disk does not have (unless
+// that write failed, or the disk tier has since evicted its copy for
+// something worth more).
 //
 // # File format
 //
@@ -77,8 +79,9 @@
 // anchor, the position, Saves, the payload length, the payload's CRC-32C,
 // B, the section lengths and, last, a CRC-32C of the header itself. An
 // entry is used only if the magic, the version, the header checksum, the
-// fingerprint, the key (against the file name), B, and the file length
-// (against the declared payload length) all agree; the payload checksum is
+// fingerprint, the key (against the file name), B, the file length
+// (against the declared payload length) and the zero padding all agree, so
+// every byte of the file is checked; the payload checksum is
 // verified as the payload is read, at its end ([Reader.Read],
 // [Reader.Close]). Anything else (a torn, truncated, zero-length or
 // flipped file, another fingerprint, an older format) is removed and never
@@ -110,15 +113,17 @@
 //
 // # Use
 //
-//	s, _ := prefix.Open(prefix.Options{Fingerprint: fp, BlockSize: 512, RAMBytes: r, Dir: dir, DiskBytes: d})
-//	p := s.Prompt(tokens)
-//	m := s.Lookup(p, len(tokens))
-//	for i := range m.Anchor { r, _ := s.Get(p.BlockKey(i)); read; r.Close() } // then m.State
-//	// after prefill:
-//	k, meta := p.StateMeta(len(tokens)); meta.Size, meta.Saves = …, …
-//	s.Put(k, meta, func(w io.Writer) error { /* stream the state */ })
+// See the package example. Per request: Prompt, Lookup, then Get each
+// block entry 0 … Anchor−1 and the state entry, reading each payload to
+// its end and checking Reader.Close (nil means verified). After a
+// prefill: Put the new blocks and the states the engine chooses (sparse
+// boundaries, the prompt's end), streaming each payload from the engine's
+// buffers. Meta.Saves should be the bytes of reads that a hit on the entry
+// lets the engine skip (the prefill reads of the positions it restores);
+// it only ranks entries for eviction.
 //
-// Any Get may fail (another session or process evicted the entry since the
-// lookup, or it is corrupt): the engine then prefills from the last point
-// it did restore, or cold.
+// Any Get may fail: another session or process may have evicted the entry
+// since the lookup, or it may be corrupt (then it is removed). The engine
+// discards what it restored and prefills from the start, or looks up
+// again.
 package prefix
