@@ -523,15 +523,16 @@ func (s *Store) maybeRefresh() {
 	changed := !st.ModTime().Equal(s.dirMtime)
 	s.mu.Unlock()
 	if changed {
-		s.refresh(false)
+		s.refresh()
 	}
 }
 
 // refresh lists the directory and reconciles the index with it: files it
 // does not know are validated (header only) and indexed, bad ones removed;
 // disk copies whose files are gone (evicted by another process) are
-// dropped. With cleanTemps, temporary files of killed writers are removed.
-func (s *Store) refresh(cleanTemps bool) {
+// dropped. Temporary files of killed writers are removed (those of live
+// writers are locked).
+func (s *Store) refresh() {
 	s.mu.Lock()
 	if s.refreshing || s.dir == "" {
 		s.mu.Unlock()
@@ -568,7 +569,7 @@ func (s *Store) refresh(cleanTemps bool) {
 		name := de.Name()
 		path := filepath.Join(s.dir, name)
 		if strings.HasPrefix(name, tempPrefix) {
-			if cleanTemps && cleanTemp(path) {
+			if cleanTemp(path) {
 				stale++
 			}
 			continue

@@ -96,7 +96,7 @@
 // rename is atomic, so a reader, in this process or another, sees no file
 // or a complete one: a writer killed at any point leaves at most a
 // temporary file, which no reader opens. The writer holds an flock on its
-// temporary file until after the rename; a cleaner (at Open) removes a
+// temporary file until after the rename; a cleaner (at Open, and at each rescan) removes a
 // temporary file only while holding that lock and only if the name still
 // names the locked file, so it removes only files whose writer is dead, and
 // a writer that loses that race notices (the lock fails or the name no

@@ -51,8 +51,9 @@ func (s *Store) Get(key Key) (*Reader, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
-		if e := s.entries[key]; e != nil && e.disk != nil {
-			s.forgetDisk(e) // gone (another process evicted it) or bad (removed)
+		gone := errors.Is(err, ErrNotFound) || errors.Is(err, ErrCorrupt)
+		if e := s.entries[key]; gone && e != nil && e.disk != nil {
+			s.forgetDisk(e) // another process evicted it, or it was bad (removed)
 		}
 		s.st.GetMisses++
 		return nil, err

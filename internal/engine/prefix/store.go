@@ -203,7 +203,7 @@ func Open(opts Options) (*Store, error) {
 				slog.String("dir", dir), slog.Any("err", err))
 		} else {
 			s.dir, s.diskOff = dir, false
-			s.refresh(true)
+			s.refresh()
 			s.stopWG.Add(1)
 			go s.persistLoop()
 		}
@@ -396,12 +396,21 @@ func (s *Store) putRAM(key Key, meta Meta, write func(w io.Writer) error) (bool,
 		buf.Free()
 		return false, fmt.Errorf("prefix: Put %s: %w", key, err)
 	}
-	e := &entry{key: key, meta: meta}
+	e := s.entries[key]
+	if e == nil {
+		e = &entry{key: key, meta: meta}
+		s.addEntry(e)
+	} else if e.ram != nil { // cannot happen while the key is in flight; keep the index sound anyway
+		s.ram.used -= meta.Size
+		buf.Free()
+		return false, nil
+	}
+	// else a directory scan found another process's file of this key
+	// while we wrote: this copy joins that entry.
 	s.seq++
 	e.ram = &ramCopy{buf: buf, data: w.data, crc: w.crc, prio: s.ram.prio(meta.Saves, meta.Size), seq: s.seq}
 	s.ram.entries++
-	s.addEntry(e)
-	if !s.diskOff {
+	if !s.diskOff && e.disk == nil {
 		s.enqueue(e)
 	}
 	return true, nil
