@@ -92,19 +92,19 @@
 //
 // A file is written as a temporary file (.tmp-…, unique name, created
 // exclusively), payload first, header with both checksums last, then
-// fsync'd, renamed over its final name, and the directory fsync'd. A
-// rename is atomic, so a reader, in this process or another, sees no file
-// or a complete one: a writer killed at any point leaves at most a
-// temporary file, which no reader opens. The writer holds an flock on its
-// temporary file until after the rename; a cleaner (at Open, and at each rescan) removes a
-// temporary file only while holding that lock and only if the name still
-// names the locked file, so it removes only files whose writer is dead, and
-// a writer that loses that race notices (the lock fails or the name no
-// longer names its file) and starts over. Two stores writing one key both
-// write complete files; the last rename wins, and an open Reader keeps the
-// inode it opened. Eviction by another process is seen as a missing file.
-// A Lookup rescans the directory when its modification time changed, so
-// entries written by another process are found.
+// fsync'd, renamed over its final name, and the directory fsync'd. A rename
+// is atomic, so a reader, in this process or another, sees no file or a
+// complete one: a writer killed at any point leaves at most a temporary
+// file, which no reader opens. The writer holds an flock on its temporary
+// file until after the rename; a cleaner (at Open, and at each rescan)
+// removes a temporary file only while holding that lock and only if the
+// name still names the locked file, so it removes only files whose writer
+// is dead, and a writer that loses that race notices (the lock fails or the
+// name no longer names its file) and starts over. Two stores writing one
+// key both write complete files; the last rename wins, and an open Reader
+// keeps the inode it opened. Eviction by another process is seen as a
+// missing file. A Lookup rescans the directory when its modification time
+// changed, so entries written by another process are found.
 //
 // A directory that cannot be created or written makes the store log one
 // warning and run without its disk tier; so does a later permission or
