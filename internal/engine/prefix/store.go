@@ -517,6 +517,37 @@ func (s *Store) evictRAM(need int64) bool {
 	return true
 }
 
+// Remove drops the entry with key from both tiers (for an engine that
+// finds an entry it cannot use, e.g. sections that do not fit its
+// layout). Open Readers finish reading what they opened. It reports
+// whether the entry was present.
+func (s *Store) Remove(key Key) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.entries[key]
+	if e == nil {
+		return false
+	}
+	if e.disk != nil {
+		s.removeDisk(e)
+	}
+	if e.ram != nil {
+		if e.queued { // still waiting for the write-behind: cancel it
+			s.queue = slices.DeleteFunc(s.queue, func(q pending) bool {
+				if q.e == e {
+					e.queued = false
+					s.unpin(q.rc)
+					return true
+				}
+				return false
+			})
+			s.cond.Broadcast()
+		}
+		s.removeRAM(e)
+	}
+	return true
+}
+
 // Flush waits until every entry queued for the disk has been written (or
 // has failed). Entries Put after Flush started may still be pending.
 func (s *Store) Flush() {

@@ -539,3 +539,57 @@ func TestReaderContract(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestRemove(t *testing.T) {
+	s := openStore(t)
+	x := s.Hasher()
+	k1, m1 := testKey(x, 1, 5, 1000) // RAM and disk
+	putContent(t, s, k1, m1)
+	s.Flush()
+	k2, m2 := testKey(x, 2, 5, 2<<20) // larger than RAM: disk only
+	putContent(t, s, k2, m2)
+
+	// k4 waits in the write-behind queue behind k3, whose write is held.
+	entered, release := make(chan struct{}), make(chan struct{})
+	s.testHook = func(stage string, n int64) error {
+		if stage == "payload" && entered != nil {
+			close(entered)
+			entered = nil
+			<-release
+		}
+		return nil
+	}
+	wait := entered
+	k3, m3 := testKey(x, 3, 5, 1000)
+	putContent(t, s, k3, m3)
+	<-wait
+	k4, m4 := testKey(x, 4, 5, 1000)
+	putContent(t, s, k4, m4)
+	if st := s.Stats(); st.PendingWrites != 2 {
+		t.Fatalf("pending %d, want 2", st.PendingWrites)
+	}
+	for _, k := range []Key{k1, k2, k4} {
+		if !s.Remove(k) {
+			t.Fatal("Remove of a present key reported false")
+		}
+		if s.Has(k) {
+			t.Fatal("still indexed")
+		}
+		if _, err := s.Get(k); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("Get after Remove: %v", err)
+		}
+	}
+	close(release)
+	s.Flush()
+	if s.Remove(k1) {
+		t.Fatal("Remove of an absent key reported true")
+	}
+	if st := s.Stats(); st.RAMEntries != 1 || st.DiskEntries != 1 || st.RAMBytes != 1000 || len(entryFiles(t, s)) != 1 {
+		t.Fatalf("after Remove: %+v", st)
+	}
+	mustRead(t, s, k3)
+	// All four share the seed as their anchor; only k3 is left there.
+	if refs := s.States(x.Seed()); len(refs) != 1 || refs[0].Key != k3 {
+		t.Fatalf("anchor index %v, want only k3", refs)
+	}
+}
