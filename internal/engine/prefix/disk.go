@@ -125,6 +125,19 @@ func syncDir(dir string) error {
 	return d.Sync()
 }
 
+// diskError marks an error of the file system (as opposed to one of the
+// caller's write function, or a payload of the wrong length): only those
+// make the store evict (ENOSPC) or turn its disk tier off.
+type diskError struct{ err error }
+
+func (e diskError) Error() string { return e.err.Error() }
+func (e diskError) Unwrap() error { return e.err }
+
+func isDiskError(err error) bool {
+	var d diskError
+	return errors.As(err, &d)
+}
+
 // fileWriter streams a payload into a temporary file after its header
 // region, computing the checksum.
 type fileWriter struct {
@@ -145,17 +158,18 @@ func (w *fileWriter) Write(p []byte) (int, error) {
 	}
 	if w.hook != nil {
 		if err := w.hook("payload", w.n); err != nil {
-			w.err = err
-			return 0, err
+			w.err = diskError{err}
+			return 0, w.err
 		}
 	}
 	n, err := w.f.Write(p)
 	w.crc = crc32Update(w.crc, p[:n])
 	w.n += int64(n)
 	if err != nil {
-		w.err = err
+		w.err = diskError{err}
+		return n, w.err
 	}
-	return n, err
+	return n, nil
 }
 
 // writeFile writes an entry file crash-safely and indexes it: a locked
@@ -179,8 +193,10 @@ func (s *Store) writeFile(key Key, meta Meta, write func(io.Writer) error) (int6
 	defer s.mu.Unlock()
 	if err != nil {
 		s.disk.used -= need
-		s.st.WriteErrors++
-		s.writeFailed(err, need)
+		if isDiskError(err) {
+			s.st.WriteErrors++
+			s.writeFailed(err, need)
+		}
 		return 0, err
 	}
 	s.st.BytesWritten += need
@@ -200,7 +216,9 @@ func (s *Store) writeFile(key Key, meta Meta, write func(io.Writer) error) (int6
 	return need, nil
 }
 
-func (s *Store) writeTemp(key Key, meta Meta, write func(io.Writer) error) (err error) {
+// writeTemp writes and renames the file; file system errors come back
+// as diskError.
+func (s *Store) writeTemp(key Key, meta Meta, write func(io.Writer) error) error {
 	f, tmp, err := createTemp(s.dir, key)
 	if errors.Is(err, fs.ErrNotExist) { // the directory was removed under us
 		if err = os.MkdirAll(s.dir, 0o755); err == nil {
@@ -208,7 +226,7 @@ func (s *Store) writeTemp(key Key, meta Meta, write func(io.Writer) error) (err 
 		}
 	}
 	if err != nil {
-		return err
+		return diskError{err}
 	}
 	renamed := false
 	defer func() {
@@ -218,10 +236,13 @@ func (s *Store) writeTemp(key Key, meta Meta, write func(io.Writer) error) (err 
 		f.Close() // releases the lock, after the rename
 	}()
 	if _, err := f.Seek(headerRegion, io.SeekStart); err != nil {
-		return err
+		return diskError{err}
 	}
 	w := &fileWriter{f: f, limit: meta.Size, hook: s.testHook}
 	if err := write(w); err != nil {
+		if isDiskError(w.err) {
+			return w.err // the caller passed on our error, perhaps wrapped
+		}
 		return err
 	}
 	if w.err != nil {
@@ -234,20 +255,20 @@ func (s *Store) writeTemp(key Key, meta Meta, write func(io.Writer) error) (err 
 	var hb [headerRegion]byte
 	h.encode(hb[:])
 	if err := s.hook("header", w.n); err != nil {
-		return err
+		return diskError{err}
 	}
 	if _, err := f.WriteAt(hb[:], 0); err != nil {
-		return err
+		return diskError{err}
 	}
 	if err := f.Sync(); err != nil {
-		return err
+		return diskError{err}
 	}
 	dropPageCache(f)
 	if err := s.hook("rename", w.n); err != nil {
-		return err
+		return diskError{err}
 	}
 	if err := os.Rename(tmp, s.path(key)); err != nil {
-		return err
+		return diskError{err}
 	}
 	renamed = true
 	if err := syncDir(s.dir); err != nil {

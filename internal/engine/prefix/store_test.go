@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -186,8 +187,13 @@ func TestPutErrors(t *testing.T) {
 			if s.Has(k) || len(entryFiles(t, s)) != 0 || len(tempFiles(t, s.Dir())) != 0 {
 				t.Fatal("a failed Put left something behind")
 			}
-			if st := s.Stats(); st.RAMBytes != 0 || st.DiskBytes != 0 {
-				t.Fatalf("reservations leaked: %+v", st)
+			// The caller's errors are not the disk's: even a permission
+			// error from write leaves the disk tier on and counts nothing.
+			if _, err := s.Put(k, m, func(io.Writer) error { return fs.ErrPermission }); !errors.Is(err, fs.ErrPermission) {
+				t.Fatalf("permission error from write: %v", err)
+			}
+			if st := s.Stats(); st.RAMBytes != 0 || st.DiskBytes != 0 || st.WriteErrors != 0 || !st.DiskEnabled {
+				t.Fatalf("after the caller's errors: %+v", st)
 			}
 			bad := m
 			bad.Tail = 3
