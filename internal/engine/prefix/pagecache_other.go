@@ -1,0 +1,7 @@
+//go:build !linux
+
+package prefix
+
+import "os"
+
+func dropPageCache(f *os.File) {}
