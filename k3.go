@@ -77,6 +77,11 @@ type Options struct {
 	// Logger receives load decisions at Info and per-step events at Debug.
 	// Nil discards everything.
 	Logger *slog.Logger
+	// PrefixCache, if not nil, turns the prefix cache on: a step that
+	// feeds a prompt first restores the longest prefix of it that an
+	// earlier prompt saved, and prefills only the rest; see
+	// PrefixCacheOptions. Nil: off (k3 serve and k3 batch turn it on).
+	PrefixCache *PrefixCacheOptions
 
 	// wrapSource, set by tests only, wraps every file the engine reads
 	// (to inject I/O faults).
@@ -93,6 +98,7 @@ func (opts Options) engineOptions(tok *tokenizer.Tokenizer) engine.Options {
 		Sessions: opts.Sessions, MaxBatch: opts.MaxBatch, Speculate: opts.Speculate, IOQueueDepth: opts.IOQueueDepth,
 		TokenizerDir: opts.TokenizerDir, TrunkDir: opts.TrunkDir, TrunkCompression: engine.Compression(opts.TrunkCompression),
 		Logger: opts.Logger, Tokenizer: tok, WrapSource: opts.wrapSource, MachineMemory: opts.machineMemory,
+		Prefix: opts.PrefixCache.engineOptions(),
 	}
 }
 

@@ -55,6 +55,19 @@ type Stats struct {
 
 	// PeakRSSBytes is the process's peak resident set size.
 	PeakRSSBytes int64
+
+	// The prefix cache (Options.PrefixCache): PrefixHits and PrefixMisses
+	// count the prompts it was asked for (a hit restored a prefix),
+	// PrefixTokens the tokens restored instead of computed, PrefixSaves
+	// the states stored; PrefixEvictions the entries evicted to make room
+	// (RAM and disk), PrefixBad the damaged or foreign entries removed;
+	// PrefixRAMBytes and PrefixDiskBytes what each tier holds now;
+	// PrefixRestoreTime and PrefixSaveTime the time spent restoring and
+	// saving.
+	PrefixHits, PrefixMisses, PrefixTokens  int64
+	PrefixSaves, PrefixEvictions, PrefixBad int64
+	PrefixRAMBytes, PrefixDiskBytes         int64
+	PrefixRestoreTime, PrefixSaveTime       time.Duration
 }
 
 // ReadGBps returns the achieved read bandwidth over IOTime, in GB/s.
@@ -66,7 +79,8 @@ func (s Stats) ReadGBps() float64 {
 }
 
 // Sub returns the counters accumulated since an earlier snapshot prev; the
-// configuration fields and the peak RSS are kept from s.
+// configuration fields, the peak RSS and the prefix cache's tier sizes are
+// kept from s.
 func (s Stats) Sub(prev Stats) Stats {
 	d := s
 	d.BytesRead -= prev.BytesRead
@@ -87,6 +101,14 @@ func (s Stats) Sub(prev Stats) Stats {
 	d.ComputeTime -= prev.ComputeTime
 	d.WaitTime -= prev.WaitTime
 	d.ForwardTime -= prev.ForwardTime
+	d.PrefixHits -= prev.PrefixHits
+	d.PrefixMisses -= prev.PrefixMisses
+	d.PrefixTokens -= prev.PrefixTokens
+	d.PrefixSaves -= prev.PrefixSaves
+	d.PrefixEvictions -= prev.PrefixEvictions
+	d.PrefixBad -= prev.PrefixBad
+	d.PrefixRestoreTime -= prev.PrefixRestoreTime
+	d.PrefixSaveTime -= prev.PrefixSaveTime
 	return d
 }
 

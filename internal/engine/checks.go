@@ -114,13 +114,17 @@ func budgetRequest(dir string, opts Options) planner.Request {
 	if threads <= 0 {
 		threads = runtime.GOMAXPROCS(0)
 	}
-	return planner.Request{
+	req := planner.Request{
 		Budget: opts.RAMBudget, Sessions: opts.Sessions, MaxContext: opts.MaxContext,
 		Chunk: opts.PrefillChunk, MaxBatch: opts.MaxBatch, Speculate: opts.Speculate,
 		Threads: threads, IOQueueDepth: opts.IOQueueDepth,
 		Executable: rss.ExecutableBytes(),
 		Tokenizer:  tokenizerBytes(dir, opts.TokenizerDir),
 	}
+	if o := opts.Prefix; o != nil {
+		req.PrefixRAM, req.PrefixRAMAuto = max(o.RAMBytes, 0), o.RAMBytes == 0
+	}
+	return req
 }
 
 // tokenizerBytes estimates the heap the tokenizer's tables take, from the

@@ -60,6 +60,8 @@ type Options struct {
 	// MachineMemory, if set, replaces the machine's memory limit that a
 	// model without a budget must fit (tests shrink the machine).
 	MachineMemory func() int64
+	// Prefix turns the prefix cache on (nil: off).
+	Prefix *PrefixOptions
 }
 
 // DefaultMaxContext is the context a session holds when Options.MaxContext
@@ -82,6 +84,7 @@ type Engine struct {
 	mem    *planner.MemoryPlan
 	trunk  *trunk.Trunk
 	xs     *expert.Stream // nil when every expert is resident
+	prefix *prefixCache   // nil when the prefix cache is off
 	opts   Options
 	log    *slog.Logger
 	tok    *tokenizer.Tokenizer
@@ -190,6 +193,11 @@ func Open(ctx context.Context, dir string, cfg *model.Config, opts Options) (_ *
 	}
 	rs := e.reader.Stats()
 	e.loadBytes, e.loadBusy = rs.BytesRead, rs.BusyTime
+	if opts.Prefix != nil {
+		if err := e.openPrefixCache(opts.Prefix); err != nil {
+			return nil, err
+		}
+	}
 	if opts.RAMBudget > 0 {
 		e.slots = make(chan struct{}, max(opts.Sessions, 1))
 	}
@@ -402,6 +410,9 @@ func (e *Engine) Close() error {
 // buffers, the memory-limit claim.
 func (e *Engine) release() error {
 	var errs []error
+	if e.prefix != nil {
+		errs = append(errs, e.prefix.close())
+	}
 	if e.m != nil {
 		e.m.Close()
 	}

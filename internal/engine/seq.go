@@ -39,6 +39,8 @@ type Seq struct {
 	// idle is used by the default sequence only: true while no step runs
 	// on it, so that it can give its budget place away.
 	idle atomic.Bool
+	// reused counts the last step's tokens restored from the prefix cache.
+	reused int
 }
 
 // NewSeq starts an empty sequence. Its state is allocated when it is first
@@ -187,11 +189,21 @@ func (s *Seq) Step(ctx context.Context, tokens []int) ([]float32, error) {
 	if cap(s.logits) < V {
 		s.logits = make([]float32, V)
 	}
+	if len(s.pending)+len(tokens) >= minPrefixTokens {
+		s.reused = 0 // a prompt: count its restored tokens afresh
+		if pc := s.e.prefix; pc != nil && s.specRows == 0 {
+			return s.stepCached(ctx, pc, tokens)
+		}
+	}
 	if err := s.forward(ctx, tokens, s.logits[:V], false); err != nil {
 		return nil, err
 	}
 	return s.logits[:V], nil
 }
+
+// Reused returns how many tokens of the last prompt (a Step of two tokens
+// or more) were restored from the prefix cache instead of being computed.
+func (s *Seq) Reused() int { return s.reused }
 
 // Logits appends tokens like Step and returns the logits of every one of
 // their positions (a new slice); see k3.Session.Logits.

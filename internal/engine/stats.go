@@ -21,6 +21,10 @@ type Stats struct {
 	SpecPasses, SpecRows, SpecAccepted         int64
 	IOTime, ComputeTime, WaitTime, ForwardTime time.Duration
 	PeakRSSBytes                               int64
+	PrefixHits, PrefixMisses, PrefixTokens     int64
+	PrefixSaves, PrefixEvictions, PrefixBad    int64
+	PrefixRAMBytes, PrefixDiskBytes            int64
+	PrefixRestoreTime, PrefixSaveTime          time.Duration
 }
 
 // Stats returns the counters since Open.
@@ -50,5 +54,13 @@ func (e *Engine) Stats() Stats {
 	s.ForwardTime, s.WaitTime = ms.ForwardTime, wait
 	s.ComputeTime = ms.ForwardTime - wait
 	s.PeakRSSBytes = rss.Peak()
+	if pc := e.prefix; pc != nil {
+		s.PrefixHits, s.PrefixMisses, s.PrefixTokens = pc.hits.Load(), pc.misses.Load(), pc.reused.Load()
+		s.PrefixSaves = pc.saves.Load()
+		s.PrefixRestoreTime, s.PrefixSaveTime = time.Duration(pc.restoreNanos.Load()), time.Duration(pc.saveNanos.Load())
+		ps := pc.store.Stats()
+		s.PrefixEvictions, s.PrefixBad = ps.RAMEvictions+ps.DiskEvictions, ps.BadEntries
+		s.PrefixRAMBytes, s.PrefixDiskBytes = ps.RAMBytes, ps.DiskBytes
+	}
 	return s
 }

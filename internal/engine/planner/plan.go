@@ -61,6 +61,11 @@ type Request struct {
 	// Speculate is the most drafted tokens per speculative pass; each
 	// session then holds a copy of its KDA state and a record of its rows.
 	Speculate int
+	// PrefixRAM is the prefix cache's RAM tier: these bytes (counted in
+	// the floor), or with PrefixRAMAuto a share of the budget above the
+	// floor (an eighth; none without a budget, where nothing limits it).
+	PrefixRAM     int64
+	PrefixRAMAuto bool
 
 	// What the process holds besides the engine's own buffers, so that a
 	// budget bounds the peak resident set of the whole process:
@@ -113,6 +118,9 @@ type MemoryPlan struct {
 	CacheSlots     int
 	CacheSlotBytes int64
 
+	// PrefixRAM is the prefix cache's RAM tier (off-heap buffers).
+	PrefixRAM int64
+
 	// TrunkBytesPerPass is what one forward pass reads of the trunk.
 	TrunkBytesPerPass int64
 }
@@ -126,7 +134,7 @@ func (p *MemoryPlan) Total() int64 { return p.OffHeap() + p.Heap() + p.Executabl
 // mapped (BufferBytes). A compressed part decodes in place, in a buffer a
 // little larger than its image (Part.Room), so it needs no staging.
 func (p *MemoryPlan) OffHeap() int64 {
-	return p.PinnedBytes + BufferBytes(int64(p.RingSlots)*p.RingSlotBytes) + BufferBytes(int64(p.CacheSlots)*p.CacheSlotBytes)
+	return p.PinnedBytes + BufferBytes(int64(p.RingSlots)*p.RingSlotBytes) + BufferBytes(int64(p.CacheSlots)*p.CacheSlotBytes) + p.PrefixRAM
 }
 
 // Heap returns what the plan puts on the Go heap, runtime and collector's
@@ -203,6 +211,9 @@ func (p *MemoryPlan) String() string {
 	fmt.Fprintf(&b, "  trunk: %d of %d parts pinned (%d whole layers, %s); ring %d × %s; %s read per pass\n",
 		n, len(p.Pinned), p.PinnedLayers, gb(p.PinnedBytes), p.RingSlots, gb(p.RingSlotBytes), gb(p.TrunkBytesPerPass))
 	fmt.Fprintf(&b, "  expert cache: %d slots × %s = %s", p.CacheSlots, gb(p.CacheSlotBytes), gb(int64(p.CacheSlots)*p.CacheSlotBytes))
+	if p.PrefixRAM > 0 {
+		fmt.Fprintf(&b, "\n  prefix cache RAM tier %s", gb(p.PrefixRAM))
+	}
 	return b.String()
 }
 
@@ -247,6 +258,7 @@ const (
 	MinAutoRows         = 256
 	MaxAutoRowsResident = 1024
 	autoRowsShare       = 4 // 1/autoRowsShare of the budget above the floor
+	autoPrefixShare     = 8 // the prefix cache's RAM tier, when left to the planner
 )
 
 // Plan splits the budget: the fixed floor first (lm_head, vectors,
@@ -260,24 +272,32 @@ const (
 func Plan(w *Weights, req Request) (*MemoryPlan, error) {
 	req = req.resolved()
 	limit := req.rowLimit()
-	if req.MaxBatch > 0 {
-		return planRows(w, req, min(req.MaxBatch, limit), false)
+	auto := req.MaxBatch <= 0
+	rows := min(req.MaxBatch, limit)
+	switch {
+	case !auto:
+	case req.Budget <= 0:
+		rows = min(MaxAutoRowsResident, limit)
+	default:
+		rows = min(MinAutoRows, limit)
 	}
-	if req.Budget <= 0 {
-		return planRows(w, req, min(MaxAutoRowsResident, limit), true)
-	}
-	rows := min(MinAutoRows, limit)
-	mp, err := planRows(w, req, rows, true)
-	if err != nil || rows == limit {
+	mp, err := planRows(w, req, rows, auto)
+	if err != nil || req.Budget <= 0 || (!req.PrefixRAMAuto && (!auto || rows == limit)) {
 		return mp, err
 	}
-	// Widen the pass with a share of what the budget has above its floor.
+	// Shares of what the budget has above its floor: wider passes, the
+	// prefix cache's RAM.
 	spare := req.Budget - floorRows(w, req, rows)
-	perRow := model.ScratchBytes(w.Cfg, rows+1, model.DefaultTile, req.MaxContext) - model.ScratchBytes(w.Cfg, rows, model.DefaultTile, req.MaxContext)
-	if extra := int(spare / autoRowsShare / max(perRow, 1)); extra > 0 {
-		if wide, err := planRows(w, req, min(rows+extra, limit), true); err == nil {
-			return wide, nil
-		}
+	if auto && rows < limit {
+		perRow := model.ScratchBytes(w.Cfg, rows+1, model.DefaultTile, req.MaxContext) - model.ScratchBytes(w.Cfg, rows, model.DefaultTile, req.MaxContext)
+		rows = min(rows+int(spare/autoRowsShare/max(perRow, 1)), limit)
+	}
+	r := req
+	if req.PrefixRAMAuto {
+		r.PrefixRAM = iox.AlignDown(spare / autoPrefixShare)
+	}
+	if wide, err := planRows(w, r, rows, auto); err == nil {
+		return wide, nil
 	}
 	return mp, nil
 }
@@ -319,6 +339,7 @@ func planRows(w *Weights, req Request, rows int, auto bool) (*MemoryPlan, error)
 	parts := w.Parts
 	mp := &MemoryPlan{Budget: req.Budget, Pinned: make([]bool, len(parts)), Sessions: req.Sessions,
 		Rows: rows, Tile: min(model.DefaultTile, rows), AutoRows: auto}
+	mp.PrefixRAM = max(req.PrefixRAM, 0)
 	mp.LMHead = w.Sizes.LMHead
 	mp.Embed = w.Sizes.Embed
 	mp.Vectors = w.Sizes.Vectors
@@ -359,7 +380,7 @@ func planRows(w *Weights, req Request, rows int, auto bool) (*MemoryPlan, error)
 		mp.CacheSlots = int(totalExperts)
 		return mp, nil
 	}
-	base := mp.LMHead + mp.Vectors + mp.State + mp.KV + mp.Scratch + mp.Overhead + minCache
+	base := mp.LMHead + mp.Vectors + mp.State + mp.KV + mp.Scratch + mp.Overhead + minCache + mp.PrefixRAM
 
 	// Parts by size, largest first.
 	order := make([]int, len(parts))
