@@ -58,18 +58,18 @@ const (
 // rows of the tail [⌊p/B⌋·B, p), and, when it has them, the logits of
 // position p−1, all as little-endian float32s.
 type prefixCache struct {
-	store *prefix.Store
-	cfg   *model.Config
-	b     int   // tokens per block
-	every int   // blocks between state checkpoints
-	fixed int64 // bytes of the recurrent arrays
+	store  *prefix.Store
+	cfg    *model.Config
+	b      int   // tokens per block
+	every  int   // blocks between state checkpoints
+	fixed  int64 // bytes of the recurrent arrays
 	perPos int64 // bytes of one position's MLA cache rows
 	// perToken estimates the bytes of weights a prompt token's prefill
 	// reads, for Meta.Saves (it only ranks entries for eviction).
 	perToken int64
 
 	hits, misses, reused, restores, failed, saves atomic.Int64
-	restoreNanos, saveNanos                   atomic.Int64
+	restoreNanos, saveNanos                       atomic.Int64
 }
 
 // openPrefixCache opens the store of the engine's prefix cache.
