@@ -91,6 +91,13 @@ type Options struct {
 	// ProgressTerminal is false (one more comes at the end); 0 means 30 s.
 	ProgressEvery time.Duration
 
+	// GroupPrefixes makes the requests that share a header (the same
+	// tools and leading system or developer messages, see groupKey) wait
+	// for the first of them to finish before they start, so that a model
+	// with a prefix cache prefills the header once. Requests of different
+	// headers run concurrently as before.
+	GroupPrefixes bool
+
 	// writeLine replaces the write of each output line (the crash tests
 	// die inside one with it); nil writes to the file.
 	writeLine lineWriter

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -557,5 +558,75 @@ func TestLineReader(t *testing.T) {
 	want := []got{{"abc", false}, {strings.Repeat("b", 10), false}, {"", true}, {"", true}, {"", false}, {"last", false}}
 	if !slices.Equal(gs, want) {
 		t.Errorf("lines %v, want %v", gs, want)
+	}
+}
+
+// orderHandler records, for each request, when it started and ended on a
+// logical clock, so that a test can check which requests overlapped.
+type orderHandler struct {
+	mu         sync.Mutex
+	clock      int
+	start, end map[string]int
+}
+
+func (h *orderHandler) tick(m map[string]int, id string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.clock++
+	m[id] = h.clock
+}
+
+func (h *orderHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Prompt string `json:"prompt"`
+	}
+	body, _ := io.ReadAll(r.Body)
+	json.Unmarshal(body, &req)
+	h.tick(h.start, req.Prompt)
+	runtime.Gosched()
+	h.tick(h.end, req.Prompt)
+	fmt.Fprint(w, `{"choices":[{"text":"ok"}],"usage":{"completion_tokens":1}}`)
+}
+
+// TestGroupPrefixes checks that, with GroupPrefixes, every request of a
+// header group starts after the group's first request ended, that
+// requests without a header or of other groups are not held back by it,
+// and that every line is answered once.
+func TestGroupPrefixes(t *testing.T) {
+	dir := t.TempDir()
+	var lines []string
+	for i := range 24 {
+		sys := fmt.Sprintf(`"messages":[{"role":"system","content":"header %d"},{"role":"user","content":"q"}]`, i%3)
+		if i%4 == 3 {
+			sys = `"messages":[{"role":"user","content":"no header"}]`
+		}
+		lines = append(lines, fmt.Sprintf(`{"custom_id":"r%d","method":"POST","url":"/v1/chat/completions","body":{"prompt":"r%d",%s}}`, i, i, sys))
+	}
+	in := filepath.Join(dir, "in.jsonl")
+	if err := os.WriteFile(in, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h := &orderHandler{start: map[string]int{}, end: map[string]int{}}
+	s, err := Run(context.Background(), h, Options{Input: in, Output: filepath.Join(dir, "out.jsonl"), Concurrency: 4, GroupPrefixes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Written != 24 || len(h.start) != 24 {
+		t.Fatalf("%d written, %d served, want 24", s.Written, len(h.start))
+	}
+	leader := map[int]string{}
+	for i := range 24 {
+		if i%4 == 3 {
+			continue
+		}
+		id := fmt.Sprintf("r%d", i)
+		g := i % 3
+		if _, ok := leader[g]; !ok {
+			leader[g] = id
+			continue
+		}
+		if h.start[id] < h.end[leader[g]] {
+			t.Errorf("%s of header %d started at %d, before its group's first request %s ended at %d", id, g, h.start[id], leader[g], h.end[leader[g]])
+		}
 	}
 }

@@ -180,6 +180,8 @@ func dispatch(ctx context.Context, h http.Handler, in io.Reader, o *Options, don
 	}()
 
 	slots := make(chan struct{}, o.Concurrency)
+	ahead := make(chan struct{}, 8*o.Concurrency)
+	gates := make(map[string]chan struct{}) // a header's first request: closed when it is done
 	var wg sync.WaitGroup
 	var rerr error
 	lr := newLineReader(in, o.MaxLineBytes)
@@ -209,14 +211,45 @@ read:
 			results <- out
 			continue
 		}
+		// A request whose header an earlier request of this run shares
+		// waits for that one to finish (GroupPrefixes); it holds no slot
+		// meanwhile, and at most 8 × Concurrency requests are read ahead.
+		var wait <-chan struct{}
+		var lead chan struct{}
+		if o.GroupPrefixes {
+			if k := r.groupKey(); k != "" {
+				if g, ok := gates[k]; ok {
+					wait = g
+				} else {
+					lead = make(chan struct{})
+					gates[k] = lead
+				}
+			}
+		}
 		select {
-		case slots <- struct{}{}:
+		case ahead <- struct{}{}:
 		case <-ctx.Done():
 			break read
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer func() { <-ahead }()
+			if lead != nil {
+				defer close(lead)
+			}
+			if wait != nil {
+				select {
+				case <-wait:
+				case <-ctx.Done():
+					return
+				}
+			}
+			select {
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
 			defer func() { <-slots }()
 			out, err := serve(ctx, h, r, o.MaxResponseBytes)
 			if ctx.Err() != nil {
