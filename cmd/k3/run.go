@@ -17,6 +17,7 @@ import (
 
 	"github.com/k3go/k3"
 	"github.com/k3go/k3/chat"
+	"github.com/k3go/k3/internal/app/cli"
 	"github.com/k3go/k3/internal/testkit/testmodel"
 	"github.com/k3go/k3/tokenizer"
 )
@@ -69,7 +70,7 @@ directory.`
 
 // runOpts are the parsed flags of k3 run.
 type runOpts struct {
-	mf                   modelFlags
+	mf                   cli.ModelFlags
 	tokenizer            string
 	prompt, promptFile   string
 	chat                 bool
@@ -89,9 +90,9 @@ type runOpts struct {
 const defaultTemperature = 1
 
 func runRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fs := newFlags("run", runUsage, stderr)
+	fs := cli.NewFlags("run", runUsage, stderr)
 	var o runOpts
-	o.mf.register(fs)
+	o.mf.Register(fs)
 	fs.StringVar(&o.tokenizer, "tokenizer", "", "`directory` with tiktoken.model and tokenizer_config.json (default: the checkpoint directory)")
 	fs.StringVar(&o.prompt, "prompt", "", "prompt `text`")
 	fs.StringVar(&o.promptFile, "prompt-file", "", "read the prompt from `file` (verbatim)")
@@ -121,7 +122,7 @@ func runRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		o.gen.StopStrings = append(o.gen.StopStrings, s)
 		return nil
 	})
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	o.noThinking = !*thinking
@@ -150,21 +151,21 @@ func runRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		prompt = string(b)
 	}
 	if !interactive && prompt == "" {
-		return usagef("empty prompt")
+		return cli.Usagef("empty prompt")
 	}
 	if interactive && o.json {
-		return usagef("--json needs a prompt (--prompt, --prompt-file or stdin), not the interactive chat")
+		return cli.Usagef("--json needs a prompt (--prompt, --prompt-file or stdin), not the interactive chat")
 	}
 	if !o.chat && !interactive {
 		for _, f := range []string{"system", "thinking", "effort", "hide-reasoning"} {
 			if synthFlagSet(fs, f) {
-				return usagef("--%s needs a chat (--chat)", f)
+				return cli.Usagef("--%s needs a chat (--chat)", f)
 			}
 		}
 	}
 
 	// A long load can be interrupted; replies handle Ctrl-C themselves.
-	ctx, cancel := signalContext()
+	ctx, cancel := cli.SignalContext()
 	m, err := o.open(ctx, stderr)
 	cancel()
 	if err != nil {
@@ -188,7 +189,7 @@ func runRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	}
 	if o.stats {
 		n.print(stderr)
-		fmt.Fprintln(stderr, formatStats(m.Stats().Sub(start)))
+		fmt.Fprintln(stderr, cli.FormatStats(m.Stats().Sub(start)))
 	}
 	return nil
 }
@@ -199,38 +200,38 @@ func (o *runOpts) check(fs *flag.FlagSet) error {
 	finite := func(v float32) bool { return !math.IsNaN(float64(v)) && !math.IsInf(float64(v), 0) }
 	switch {
 	case o.prompt != "" && o.promptFile != "":
-		return usagef("give --prompt or --prompt-file, not both")
+		return cli.Usagef("give --prompt or --prompt-file, not both")
 	case synthFlagSet(fs, "prompt") && o.prompt == "":
-		return usagef("empty --prompt")
+		return cli.Usagef("empty --prompt")
 	case o.gen.Speculate < 0:
-		return usagef("--spec must not be negative")
+		return cli.Usagef("--spec must not be negative")
 	case o.gen.MaxTokens <= 0:
-		return usagef("--max-tokens must be positive")
+		return cli.Usagef("--max-tokens must be positive")
 	case !finite(s.Temperature) || s.Temperature < 0:
-		return usagef("--temperature must be a number >= 0")
+		return cli.Usagef("--temperature must be a number >= 0")
 	case s.TopK < 0:
-		return usagef("--top-k must not be negative")
+		return cli.Usagef("--top-k must not be negative")
 	case !(s.TopP >= 0 && s.TopP <= 1):
-		return usagef("--top-p must be in [0, 1]")
+		return cli.Usagef("--top-p must be in [0, 1]")
 	case !(s.MinP >= 0 && s.MinP <= 1):
-		return usagef("--min-p must be in [0, 1]")
+		return cli.Usagef("--min-p must be in [0, 1]")
 	case !finite(s.RepetitionPenalty) || s.RepetitionPenalty < 0:
-		return usagef("--repetition-penalty must be a number >= 0")
+		return cli.Usagef("--repetition-penalty must be a number >= 0")
 	case !finite(s.PresencePenalty) || !finite(s.FrequencyPenalty):
-		return usagef("--presence-penalty and --frequency-penalty must be numbers")
+		return cli.Usagef("--presence-penalty and --frequency-penalty must be numbers")
 	case o.chat && o.ignoreEOS:
-		return usagef("--ignore-eos applies to a prompt's continuation, not to a chat")
+		return cli.Usagef("--ignore-eos applies to a prompt's continuation, not to a chat")
 	case o.effort != chat.EffortLow && o.effort != chat.EffortHigh && o.effort != chat.EffortMax:
-		return usagef("--effort must be low, high or max")
+		return cli.Usagef("--effort must be low, high or max")
 	case o.noThinking && synthFlagSet(fs, "effort"):
-		return usagef("--effort needs thinking (not with --thinking=false)")
+		return cli.Usagef("--effort needs thinking (not with --thinking=false)")
 	}
 	return nil
 }
 
 // open loads the model: --model, or the quickstart checkpoint.
 func (o *runOpts) open(ctx context.Context, stderr io.Writer) (*k3.Model, error) {
-	dir := o.mf.dir
+	dir := o.mf.Dir
 	if dir == "" {
 		d, err := testmodel.Cached(ctx, stderr)
 		if err != nil {
@@ -239,7 +240,7 @@ func (o *runOpts) open(ctx context.Context, stderr io.Writer) (*k3.Model, error)
 		fmt.Fprintf(stderr, "k3 run: no --model: using the quickstart checkpoint, a tiny model with random weights (%s)\n", d)
 		dir = d
 	}
-	budget, err := o.mf.budget.bytes()
+	budget, err := o.mf.Budget.Bytes()
 	if err != nil {
 		return nil, err
 	}
@@ -253,8 +254,8 @@ func (o *runOpts) open(ctx context.Context, stderr io.Writer) (*k3.Model, error)
 	// into a new conversation before it replaces the current one. At the
 	// floor (one session, the floor k3 doctor reports) /load says the
 	// budget is too small.
-	opts := k3.Options{Threads: o.mf.threads, MaxContext: o.mf.maxContext, Speculate: o.gen.Speculate,
-		RAMBudget: budget, TrunkDir: o.mf.trunk, TokenizerDir: o.tokenizer, Sessions: 2}
+	opts := k3.Options{Threads: o.mf.Threads, MaxContext: o.mf.MaxContext, Speculate: o.gen.Speculate,
+		RAMBudget: budget, TrunkDir: o.mf.Trunk, TokenizerDir: o.tokenizer, Sessions: 2}
 	m, err := k3.OpenContext(ctx, dir, opts)
 	if errors.Is(err, k3.ErrBudget) {
 		opts.Sessions = 1
@@ -291,7 +292,7 @@ func (o *runOpts) complete(ctx context.Context, m *k3.Model, prompt string, stdo
 	tok := m.Tokenizer()
 	ids := tok.AppendEncode(nil, prompt, tokenizer.EncodeOptions{NoAddedTokens: o.noSpecial})
 	if len(ids) == 0 {
-		return usagef("empty prompt")
+		return cli.Usagef("empty prompt")
 	}
 	opts := o.gen
 	if eos, ok := tok.ID("[EOS]"); ok && !o.ignoreEOS {
@@ -301,7 +302,7 @@ func (o *runOpts) complete(ctx context.Context, m *k3.Model, prompt string, stdo
 	clipped := false
 	if len(ids)+opts.MaxTokens > maxCtx {
 		if len(ids) >= maxCtx {
-			return usagef("the prompt has %d tokens; a session holds %d (--max-context)", len(ids), maxCtx)
+			return cli.Usagef("the prompt has %d tokens; a session holds %d (--max-context)", len(ids), maxCtx)
 		}
 		opts.MaxTokens, clipped = maxCtx-len(ids), true
 	}
@@ -422,8 +423,8 @@ func (d *display) text(id int, s string) string {
 
 // maxContext is the capacity of a session.
 func (o *runOpts) maxContext() int {
-	if o.mf.maxContext > 0 {
-		return o.mf.maxContext
+	if o.mf.MaxContext > 0 {
+		return o.mf.MaxContext
 	}
 	return 4096 // k3.Options' default
 }
@@ -441,7 +442,7 @@ func (o *runOpts) newChat(m *k3.Model) (*k3.Conversation, error) {
 func (o *runOpts) chatTurn(ctx context.Context, m *k3.Model, user string, stdout, stderr io.Writer, n *tokenCount) error {
 	c, err := o.newChat(m)
 	if err != nil {
-		return usagef("%v", err)
+		return cli.Usagef("%v", err)
 	}
 	_, err = o.reply(ctx, c, user, stdout, stderr, n, nil)
 	return err
@@ -585,7 +586,7 @@ const chatHelp = `commands: /save FILE, /load FILE, /reset, /quit (or Ctrl-D); "
 func (o *runOpts) chatLoop(ctx context.Context, m *k3.Model, stdin io.Reader, stdout, stderr io.Writer, n *tokenCount) error {
 	c, err := o.newChat(m)
 	if err != nil {
-		return usagef("%v", err)
+		return cli.Usagef("%v", err)
 	}
 	tty := isTerminal(stdin)
 	if tty {
@@ -637,7 +638,7 @@ func (o *runOpts) chatLoop(ctx context.Context, m *k3.Model, stdin io.Reader, st
 				fmt.Fprintln(stderr, "conversation reset")
 			case "/save", "/load":
 				if arg == "" {
-					if err := fail(usagef("%s needs a file name", cmd)); err != nil {
+					if err := fail(cli.Usagef("%s needs a file name", cmd)); err != nil {
 						return err
 					}
 					continue
@@ -667,7 +668,7 @@ func (o *runOpts) chatLoop(ctx context.Context, m *k3.Model, stdin io.Reader, st
 				verb := map[string]string{"/save": "saved", "/load": "loaded"}[cmd]
 				fmt.Fprintf(stderr, "%s %d tokens (%s)\n", verb, c.Session().Len(), arg)
 			default:
-				if err := fail(usagef("unknown command %s (%s)", cmd, chatHelp)); err != nil {
+				if err := fail(cli.Usagef("unknown command %s (%s)", cmd, chatHelp)); err != nil {
 					return err
 				}
 			}
