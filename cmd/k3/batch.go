@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/k3go/k3/internal/app/server"
 	"io"
 	"net/http"
 	"os"
@@ -17,7 +16,9 @@ import (
 
 	"github.com/k3go/k3"
 	"github.com/k3go/k3/internal/app/batchjob"
+	"github.com/k3go/k3/internal/app/cli"
 	"github.com/k3go/k3/internal/app/progress"
+	"github.com/k3go/k3/internal/app/server"
 )
 
 // batchHandlerOptions are what k3 batch tells the API handler it sends
@@ -52,7 +53,7 @@ func newBatchHandler(m *k3.Model, o batchHandlerOptions) (http.Handler, error) {
 
 // batchConfig is a parsed k3 batch command line.
 type batchConfig struct {
-	mf                    modelFlags
+	mf                    cli.ModelFlags
 	input, output, name   string
 	shard, shards         int
 	sessions, concurrency int
@@ -63,9 +64,9 @@ type batchConfig struct {
 // parseBatch reads k3 batch's flags and fills in the defaults that depend
 // on others.
 func parseBatch(args []string, stderr io.Writer) (*batchConfig, error) {
-	fs := newFlags("batch", "--model DIR --input requests.jsonl --output results.jsonl [--shard i/N] [flags]", stderr)
+	fs := cli.NewFlags("batch", "--model DIR --input requests.jsonl --output results.jsonl [--shard i/N] [flags]", stderr)
 	c := &batchConfig{}
-	c.mf.register(fs)
+	c.mf.Register(fs)
 	fs.StringVar(&c.input, "input", "", "requests `file`: one OpenAI Batch API request per line, {\"custom_id\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\" or \"/v1/completions\",\"body\"}")
 	fs.StringVar(&c.output, "output", "", "results `file`, one line per request; rerun with the same file to resume: the custom_ids already in it are skipped")
 	shard := fs.String("shard", "0/1", "take the input lines whose 0-based index is i mod N (`i/N`), so N machines split one job")
@@ -75,7 +76,7 @@ func parseBatch(args []string, stderr io.Writer) (*batchConfig, error) {
 	fs.StringVar(&c.name, "name", "", "model id a request's \"model\" must match, if it names one (default: the checkpoint directory's name)")
 	fs.DurationVar(&c.timeout, "request-timeout", 24*time.Hour, "most time one request may take, waiting for a session included; a request past it gets its error line")
 	fs.DurationVar(&c.every, "progress-every", 30*time.Second, "period of the progress line when stderr is not a terminal")
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return nil, err
 	}
 	var err error
@@ -84,15 +85,15 @@ func parseBatch(args []string, stderr io.Writer) (*batchConfig, error) {
 	}
 	switch {
 	case c.input == "" || c.output == "":
-		return nil, usagef("--input and --output are required")
+		return nil, cli.Usagef("--input and --output are required")
 	case c.sessions < 1 || c.concurrency < 0 || c.maxBatch < 0 || c.every <= 0 || c.timeout <= 0:
-		return nil, usagef("--sessions, --request-timeout and --progress-every must be positive, --concurrency and --max-batch not negative")
+		return nil, cli.Usagef("--sessions, --request-timeout and --progress-every must be positive, --concurrency and --max-batch not negative")
 	}
 	if c.concurrency == 0 {
 		c.concurrency = c.sessions
 	}
 	if c.name == "" {
-		c.name = filepath.Base(filepath.Clean(c.mf.dir))
+		c.name = filepath.Base(filepath.Clean(c.mf.Dir))
 	}
 	if c.maxBatch == 0 {
 		c.maxBatch = max(c.sessions, 64)
@@ -109,12 +110,12 @@ func runBatch(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	// are dropped and sent again by the rerun.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	m, err := c.mf.openWith(ctx, func(o *k3.Options) { o.Sessions, o.MaxBatch = c.sessions, c.maxBatch })
+	m, err := c.mf.OpenWith(ctx, func(o *k3.Options) { o.Sessions, o.MaxBatch = c.sessions, c.maxBatch })
 	if err != nil {
 		return err
 	}
 	defer m.Close()
-	maxContext := c.mf.maxContext
+	maxContext := c.mf.MaxContext
 	if maxContext == 0 {
 		maxContext = 4096 // k3's default
 	}
@@ -130,7 +131,7 @@ func runBatch(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		printBatchSummary(stderr, c.output, sum)
 	}
 	if errors.Is(err, batchjob.ErrBadOptions) || errors.Is(err, batchjob.ErrBadInput) {
-		return usagef("%v", err)
+		return cli.Usagef("%v", err)
 	}
 	return err
 }
@@ -141,7 +142,7 @@ func parseShard(s string) (i, n int, err error) {
 	i, err1 := strconv.Atoi(a)
 	n, err2 := strconv.Atoi(b)
 	if !ok || err1 != nil || err2 != nil || n < 1 || i < 0 || i >= n {
-		return 0, 0, usagef("--shard %q: want i/N with 0 <= i < N, e.g. 0/4", s)
+		return 0, 0, cli.Usagef("--shard %q: want i/N with 0 <= i < N, e.g. 0/4", s)
 	}
 	return i, n, nil
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/k3go/k3/internal/app/cli"
 	"github.com/k3go/k3/internal/testkit/fixtures"
 )
 
@@ -136,7 +137,7 @@ func budgetFloor(t *testing.T, dir, path string) int64 {
 	code, _, stderr := runCmd(t, "generate", "--model", dir, "--batch-file", path, "--max-tokens", "20", "--budget", "1")
 	const mark = "the floor needs "
 	i := strings.Index(stderr, mark)
-	if code != exitBudget || i < 0 {
+	if code != cli.ExitBudget || i < 0 {
 		t.Logf("no floor in %q (exit %d); skipping the streamed run", stderr, code)
 		return 0
 	}
@@ -144,7 +145,7 @@ func budgetFloor(t *testing.T, dir, path string) int64 {
 	if len(f) < 2 {
 		return 0
 	}
-	n, err := parseSize(f[0] + f[1])
+	n, err := cli.ParseSize(f[0] + f[1])
 	if err != nil {
 		t.Logf("floor %q: %v", f[0]+f[1], err)
 		return 0
@@ -162,12 +163,12 @@ func TestGenerateBatchFileErrors(t *testing.T) {
 		code int
 		want string
 	}{
-		{"1,2,3\n# fine\n4,x,6\n", nil, exitUsage, "line 3: bad token id \"x\""},
-		{"1,2\n\n1,-4\n", nil, exitUsage, "line 3"},
-		{"# nothing\n\n", nil, exitUsage, "no prompts"},
-		{"1,2\n3,9999\n", nil, exitUsage, "line 2"},
-		{"1,2\n", []string{"--ids", "1"}, exitUsage, "not both"},
-		{"1,2\n", []string{"--sessions", "-1"}, exitUsage, "negative"},
+		{"1,2,3\n# fine\n4,x,6\n", nil, cli.ExitUsage, "line 3: bad token id \"x\""},
+		{"1,2\n\n1,-4\n", nil, cli.ExitUsage, "line 3"},
+		{"# nothing\n\n", nil, cli.ExitUsage, "no prompts"},
+		{"1,2\n3,9999\n", nil, cli.ExitUsage, "line 2"},
+		{"1,2\n", []string{"--ids", "1"}, cli.ExitUsage, "not both"},
+		{"1,2\n", []string{"--sessions", "-1"}, cli.ExitUsage, "negative"},
 	}
 	for _, c := range cases {
 		path := writeFile(t, c.text)
@@ -181,76 +182,14 @@ func TestGenerateBatchFileErrors(t *testing.T) {
 		}
 	}
 	code, _, stderr := runCmd(t, "generate", "--model", dir, "--batch-file", filepath.Join(t.TempDir(), "absent"))
-	if code != exitIO {
-		t.Errorf("absent file: exit %d (%s), want %d", code, stderr, exitIO)
+	if code != cli.ExitIO {
+		t.Errorf("absent file: exit %d (%s), want %d", code, stderr, cli.ExitIO)
 	}
 	// A prompt that fails while decoding (its context is full) fails the
 	// command, naming its line.
 	path := writeFile(t, "1,2\n"+joinIDs(make([]int, 30))+"\n")
 	code, _, stderr = runCmd(t, "generate", "--model", dir, "--batch-file", path, "--max-context", "32", "--max-tokens", "8")
-	if code != exitUsage || !strings.Contains(stderr, "line 2") || !strings.Contains(stderr, "MaxContext") {
+	if code != cli.ExitUsage || !strings.Contains(stderr, "line 2") || !strings.Contains(stderr, "MaxContext") {
 		t.Errorf("full context: exit %d, stderr %q", code, stderr)
-	}
-}
-
-// TestBenchBatch: k3 bench --batch 1,2 --json measures both sizes on a tiny
-// synthetic checkpoint, and --check proves every sequence equals its solo
-// run.
-func TestBenchBatch(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "tiny")
-	synthJSON(t, "--profile", "tiny", "--out", dir)
-	code, out, stderr := runCmd(t, "bench", "--model", dir, "--batch", "1,2", "--tokens", "4", "--prompt-len", "8", "--check", "--json")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, stderr)
-	}
-	var r struct {
-		Sessions int `json:"sessions"`
-		MaxBatch int `json:"max_batch"`
-		Batches  []struct {
-			Batch               int     `json:"batch"`
-			DecodeTokensPerS    float64 `json:"decode_tokens_per_s"`
-			DecodeSPerToken     float64 `json:"decode_s_per_token"`
-			BytesReadPerToken   int64   `json:"bytes_read_per_token"`
-			TrunkBytesPerToken  int64   `json:"trunk_bytes_per_token"`
-			ExpertUnionPerLayer float64 `json:"expert_union_per_layer"`
-			Passes              int64   `json:"passes"`
-			RowsPerPass         float64 `json:"rows_per_pass"`
-			PeakRSSBytes        int64   `json:"peak_rss_bytes"`
-			GeneratedTokens     int     `json:"generated_tokens"`
-			Checked             bool    `json:"checked"`
-		} `json:"batches"`
-	}
-	if err := json.Unmarshal([]byte(out), &r); err != nil {
-		t.Fatalf("output is not one JSON object: %v\n%s", err, out)
-	}
-	if len(r.Batches) != 2 || r.Sessions != 2 || r.MaxBatch != 66 {
-		t.Fatalf("%d batches, %d sessions, %d rows per pass:\n%s", len(r.Batches), r.Sessions, r.MaxBatch, out)
-	}
-	for i, b := range r.Batches {
-		if b.Batch != i+1 || b.DecodeTokensPerS <= 0 || b.DecodeSPerToken <= 0 || b.PeakRSSBytes <= 0 ||
-			b.GeneratedTokens != 4*b.Batch || !b.Checked {
-			t.Errorf("batch entry %d: %+v", i, b)
-		}
-		// Zero until the library counts passes; consistent once it does.
-		if b.BytesReadPerToken < 0 || b.TrunkBytesPerToken < 0 || b.ExpertUnionPerLayer < 0 || b.Passes < 0 ||
-			(b.Passes > 0) != (b.RowsPerPass > 0) {
-			t.Errorf("batch entry %d: %+v", i, b)
-		}
-	}
-	// The table.
-	code, out, stderr = runCmd(t, "bench", "--model", dir, "--batch", "2", "--tokens", "2", "--prompt-len", "4")
-	if code != 0 || !strings.Contains(out, "rows/pass") || strings.Count(out, "\n") != 4 {
-		t.Errorf("table: exit %d (%s):\n%s", code, stderr, out)
-	}
-	// Without --batch, the single-run bench is unchanged.
-	code, out, stderr = runCmd(t, "bench", "--model", dir, "--probe", "0", "--tokens", "2", "--prompt-len", "4", "--json")
-	if code != 0 || !strings.Contains(out, `"decode_vs_bound"`) || strings.Contains(out, `"batches"`) {
-		t.Errorf("single bench: exit %d (%s):\n%s", code, stderr, out)
-	}
-	for _, args := range [][]string{{"--batch", "1,0"}, {"--batch", "x"}, {"--check"}, {"--batch", "1", "--max-batch", "-1"}} {
-		code, _, stderr := runCmd(t, append([]string{"bench", "--model", dir}, args...)...)
-		if code != exitUsage {
-			t.Errorf("bench %v: exit %d (%s), want %d", args, code, stderr, exitUsage)
-		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/k3go/k3/internal/app/cli"
 	"github.com/k3go/k3/internal/testkit/testmodel"
 )
 
@@ -155,8 +156,8 @@ func TestBatchUsage(t *testing.T) {
 		{[]string{"--input", input, "--output", out, "--model", testmodel.Dir(t)}, "custom_id"},
 	} {
 		code, _, stderr := runCmd(t, append([]string{"batch"}, c.args...)...)
-		if code != exitUsage || !strings.Contains(stderr, c.want) {
-			t.Errorf("batch %v: exit %d: %s; want exit %d naming %s", c.args, code, stderr, exitUsage, c.want)
+		if code != cli.ExitUsage || !strings.Contains(stderr, c.want) {
+			t.Errorf("batch %v: exit %d: %s; want exit %d naming %s", c.args, code, stderr, cli.ExitUsage, c.want)
 		}
 	}
 }
@@ -201,10 +202,10 @@ func TestBatchManifest(t *testing.T) {
 		if err != nil {
 			t.Fatalf("index %d: k3 batch %q: %v", i, a, err)
 		}
-		if c.shard != i || c.shards != completions || c.mf.dir == "" {
-			t.Errorf("index %d runs shard %d/%d of model %q; want %d/%d", i, c.shard, c.shards, c.mf.dir, i, completions)
+		if c.shard != i || c.shards != completions || c.mf.Dir == "" {
+			t.Errorf("index %d runs shard %d/%d of model %q; want %d/%d", i, c.shard, c.shards, c.mf.Dir, i, completions)
 		}
-		if _, err := c.mf.budget.bytes(); err != nil {
+		if _, err := c.mf.Budget.Bytes(); err != nil {
 			t.Errorf("index %d: %v", i, err)
 		}
 		outputs[c.output] = true

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/k3go/k3/internal/app/cli"
 	"github.com/k3go/k3/internal/testkit/fixtures"
 )
 
@@ -24,11 +25,11 @@ func TestErrorMessages(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"generate", "--model", dir, "--ids", "1,99999"}, exitUsage, "k3 generate: token id out of range"},
-		{[]string{"generate", "--bogus"}, exitUsage, "k3 generate: flag provided but not defined: -bogus (k3 help generate lists the flags)"},
-		{[]string{"tokenize", "--model", t.TempDir(), "--text", "hi"}, exitUsage, "has no tokenizer"},
-		{[]string{"doctor", "--dir", filepath.Join(t.TempDir(), "missing")}, exitUsage, "k3 doctor: --dir:"},
-		{[]string{"pack", "--model", dir, "--out", packed}, exitUsage, "already exists (use --force to replace it)"},
+		{[]string{"generate", "--model", dir, "--ids", "1,99999"}, cli.ExitUsage, "k3 generate: token id out of range"},
+		{[]string{"generate", "--bogus"}, cli.ExitUsage, "k3 generate: flag provided but not defined: -bogus (k3 help generate lists the flags)"},
+		{[]string{"tokenize", "--model", t.TempDir(), "--text", "hi"}, cli.ExitUsage, "has no tokenizer"},
+		{[]string{"doctor", "--dir", filepath.Join(t.TempDir(), "missing")}, cli.ExitUsage, "k3 doctor: --dir:"},
+		{[]string{"pack", "--model", dir, "--out", packed}, cli.ExitUsage, "already exists (use --force to replace it)"},
 	}
 	for _, c := range cases {
 		code, _, stderr := runCmd(t, c.args...)
@@ -50,7 +51,7 @@ func TestErrorMessages(t *testing.T) {
 // TestHelpShowsUsage: --help still prints the flags, with exit 0.
 func TestHelpShowsUsage(t *testing.T) {
 	code, _, stderr := runCmd(t, "generate", "--help")
-	if code != exitOK || !strings.Contains(stderr, "Usage: k3 generate") || !strings.Contains(stderr, "-max-tokens") {
+	if code != cli.ExitOK || !strings.Contains(stderr, "Usage: k3 generate") || !strings.Contains(stderr, "-max-tokens") {
 		t.Fatalf("k3 generate --help: exit %d, %q", code, stderr)
 	}
 }

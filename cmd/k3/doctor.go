@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/cpu"
 
 	"github.com/k3go/k3"
+	"github.com/k3go/k3/internal/app/cli"
 	"github.com/k3go/k3/internal/engine/planner"
 	"github.com/k3go/k3/iox"
 	"github.com/k3go/k3/quant"
@@ -58,17 +59,17 @@ type doctorReport struct {
 }
 
 func runDoctor(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fs := newFlags("doctor", "[--dir DIR] [--model CHECKPOINT] [--json]", stderr)
+	fs := cli.NewFlags("doctor", "[--dir DIR] [--model CHECKPOINT] [--json]", stderr)
 	dir := fs.String("dir", ".", "`directory` on the disk to measure (a temporary file is written and removed)")
 	modelDir := fs.String("model", "", "checkpoint `directory` to plan for (its disk is measured unless --dir is given)")
 	probeSize := fs.String("probe-size", "1GiB", "size of the temporary file the disk probe reads")
 	asJSON := fs.Bool("json", false, "print one JSON object")
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
-	size, err := parseSize(*probeSize)
+	size, err := cli.ParseSize(*probeSize)
 	if err != nil || size < 1<<20 {
-		return usagef("--probe-size: want at least 1MiB")
+		return cli.Usagef("--probe-size: want at least 1MiB")
 	}
 	dirSet := false
 	fs.Visit(func(f *flag.Flag) {
@@ -82,11 +83,11 @@ func runDoctor(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	// A directory that is not there is a typo, not a finding about the
 	// machine: say so and fail, as every other command does.
 	if st, err := os.Stat(*dir); err != nil {
-		return usagef("--dir: %v", err)
+		return cli.Usagef("--dir: %v", err)
 	} else if !st.IsDir() {
-		return usagef("--dir: %s is not a directory", *dir)
+		return cli.Usagef("--dir: %s is not a directory", *dir)
 	}
-	ctx, cancel := signalContext()
+	ctx, cancel := cli.SignalContext()
 	defer cancel()
 
 	r := &doctorReport{CPU: cpuName(), Cores: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), Dir: *dir}
@@ -159,16 +160,16 @@ type doctorPlan struct {
 // presetPlans plans the checkpoint at every preset with a budget.
 func presetPlans(in *k3.Inspection) []doctorPlan {
 	var out []doctorPlan
-	for _, p := range presets {
-		if p.bytes == 0 {
+	for _, p := range cli.Presets() {
+		if p.Bytes == 0 {
 			continue
 		}
-		dp := doctorPlan{Preset: p.name, Budget: p.bytes}
-		if mp, err := in.Plan(p.bytes); err == nil {
+		dp := doctorPlan{Preset: p.Name, Budget: p.Bytes}
+		if mp, err := in.Plan(p.Bytes); err == nil {
 			dp.Fits, dp.Parts, dp.PinnedParts = true, mp.PinnedParts+mp.StreamedParts, mp.PinnedParts
 			dp.RingSlots, dp.RingSlotBytes, dp.CacheSlots = mp.RingSlots, mp.RingSlotBytes, mp.CacheSlots
 			dp.TrunkPerPass, dp.HeapLimit, dp.Planned = mp.TrunkBytesPerPass, mp.HeapLimitBytes, mp.TotalBytes
-			dp.BytesPerToken, _ = in.BytesPerToken(p.bytes)
+			dp.BytesPerToken, _ = in.BytesPerToken(p.Bytes)
 		}
 		out = append(out, dp)
 	}
@@ -196,14 +197,15 @@ func planFor(r *doctorReport, dir string) error {
 	budget := min(usable, in.FullBytes)
 	r.RecommendedBudget = budget
 	r.RecommendedPreset = "custom: --budget " + human(budget)
+	presets := cli.Presets()
 	for i := len(presets) - 1; i >= 0; i-- {
 		p := presets[i]
-		if p.bytes == 0 && in.FullBytes <= usable {
-			r.RecommendedPreset = p.name
+		if p.Bytes == 0 && in.FullBytes <= usable {
+			r.RecommendedPreset = p.Name
 			break
 		}
-		if p.bytes > 0 && p.bytes <= usable && p.bytes >= in.FloorBytes {
-			r.RecommendedPreset = p.name
+		if p.Bytes > 0 && p.Bytes <= usable && p.Bytes >= in.FloorBytes {
+			r.RecommendedPreset = p.Name
 			break
 		}
 	}

@@ -7,55 +7,14 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/k3go/k3"
+	"github.com/k3go/k3/internal/app/cli"
 )
-
-// modelFlags are the flags every command that loads a model shares.
-type modelFlags struct {
-	dir        string
-	threads    int
-	maxContext int
-	trunk      string
-	budget     budgetFlags
-}
-
-func (m *modelFlags) register(fs interface {
-	StringVar(*string, string, string, string)
-	IntVar(*int, string, int, string)
-}) {
-	m.budget.register(fs)
-	fs.StringVar(&m.trunk, "trunk", "", "packed trunk `directory` written by k3 pack (default: read the trunk from the shards)")
-	fs.StringVar(&m.dir, "model", "", "checkpoint `directory` (config.json and *.safetensors)")
-	fs.IntVar(&m.threads, "threads", 0, "kernel threads (0 = GOMAXPROCS)")
-	fs.IntVar(&m.maxContext, "max-context", 0, "positions per session (0 = 4096)")
-}
-
-func (m *modelFlags) open(ctx context.Context) (*k3.Model, error) {
-	return m.openWith(ctx, nil)
-}
-
-// openWith opens the model with the flags' options, changed by edit when
-// it is not nil (sessions, rows per pass).
-func (m *modelFlags) openWith(ctx context.Context, edit func(*k3.Options)) (*k3.Model, error) {
-	if m.dir == "" {
-		return nil, usagef("--model is required")
-	}
-	budget, err := m.budget.bytes()
-	if err != nil {
-		return nil, err
-	}
-	opts := k3.Options{Threads: m.threads, MaxContext: m.maxContext, RAMBudget: budget, TrunkDir: m.trunk}
-	if edit != nil {
-		edit(&opts)
-	}
-	return k3.OpenContext(ctx, m.dir, opts)
-}
 
 // decodeMode is how a command feeds the sequence: full re-runs a fresh
 // forward over all of it (an oracle for the incremental path).
@@ -68,7 +27,7 @@ func parseMode(s string) (decodeMode, error) {
 	case "full":
 		return decodeMode{full: true}, nil
 	}
-	return decodeMode{}, usagef("--mode must be full or incremental, not %q", s)
+	return decodeMode{}, cli.Usagef("--mode must be full or incremental, not %q", s)
 }
 
 // generateFull decodes greedily by full recompute: every token is the
@@ -95,15 +54,10 @@ func generateFull(ctx context.Context, m *k3.Model, prompt []int, maxTokens int,
 	return nil
 }
 
-// signalContext cancels on Ctrl-C.
-func signalContext() (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(context.Background(), os.Interrupt)
-}
-
 func runGenerate(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fs := newFlags("generate", "--model DIR (--ids 1,2,3 | --batch-file FILE) [flags]", stderr)
-	var mf modelFlags
-	mf.register(fs)
+	fs := cli.NewFlags("generate", "--model DIR (--ids 1,2,3 | --batch-file FILE) [flags]", stderr)
+	var mf cli.ModelFlags
+	mf.Register(fs)
 	ids := fs.String("ids", "", "prompt token `ids`, comma separated")
 	maxTokens := fs.Int("max-tokens", 16, "number of tokens to generate")
 	temperature := fs.Float64("temperature", 0, "sampling temperature (0 = greedy)")
@@ -118,11 +72,11 @@ func runGenerate(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 	batchFile := fs.String("batch-file", "", "decode many prompts together in shared passes: one comma-separated prompt of ids per `file` line (blank lines and # comments skipped); without --max-context each session holds the longest prompt plus --max-tokens")
 	sessions := fs.Int("sessions", 0, "with --batch-file: at most `N` prompts decoded at once, each holding a session's state (0 = all of them)")
 	maxBatch := fs.Int("max-batch", 0, "most token `rows` one pass over the weights carries, summed over the sessions in it (0 = max(sessions, 64) with --batch-file, else the prefill chunk)")
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	if *batchFile != "" && *ids != "" {
-		return usagef("give --ids or --batch-file, not both")
+		return cli.Usagef("give --ids or --batch-file, not both")
 	}
 	var prompt []int
 	var batch []batchPrompt
@@ -139,26 +93,26 @@ func runGenerate(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 		return err
 	}
 	if *maxTokens < 0 {
-		return usagef("--max-tokens must not be negative")
+		return cli.Usagef("--max-tokens must not be negative")
 	}
 	if *sessions < 0 || *maxBatch < 0 || *spec < 0 {
-		return usagef("--sessions, --max-batch and --spec must not be negative")
+		return cli.Usagef("--sessions, --max-batch and --spec must not be negative")
 	}
 	if *spec > 0 && md.full {
-		return usagef("--spec needs --mode incremental")
+		return cli.Usagef("--spec needs --mode incremental")
 	}
 	if md.full && (*temperature != 0 || *batchFile != "") {
-		return usagef("--mode full decodes one prompt greedily: no --temperature, no --batch-file")
+		return cli.Usagef("--mode full decodes one prompt greedily: no --temperature, no --batch-file")
 	}
 	opts := k3.GenerateOptions{MaxTokens: *maxTokens, Speculate: *spec, Sampling: k3.SamplingOptions{
 		Temperature: float32(*temperature), TopK: *topK, TopP: float32(*topP), MinP: float32(*minP), Seed: *seed}}
-	ctx, cancel := signalContext()
+	ctx, cancel := cli.SignalContext()
 	defer cancel()
 	if batch != nil {
 		return generateBatch(ctx, &mf, *batchFile, batch, batchRun{opts: opts, sessions: *sessions, maxBatch: *maxBatch,
 			json: *asJSON, stats: *stats}, stdout, stderr)
 	}
-	m, err := mf.openWith(ctx, func(o *k3.Options) { o.MaxBatch, o.Speculate = *maxBatch, *spec })
+	m, err := mf.OpenWith(ctx, func(o *k3.Options) { o.MaxBatch, o.Speculate = *maxBatch, *spec })
 	if err != nil {
 		return err
 	}
@@ -184,29 +138,29 @@ func runGenerate(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 	}
 	if *asJSON {
 		out := struct {
-			PromptIDs    []int      `json:"prompt_ids"`
-			GeneratedIDs []int      `json:"generated_ids"`
-			Stats        *statsJSON `json:"stats,omitempty"`
+			PromptIDs    []int          `json:"prompt_ids"`
+			GeneratedIDs []int          `json:"generated_ids"`
+			Stats        *cli.StatsJSON `json:"stats,omitempty"`
 		}{PromptIDs: prompt, GeneratedIDs: append([]int{}, gen...)}
 		if *stats {
-			out.Stats = toStatsJSON(m.Stats())
+			out.Stats = cli.NewStatsJSON(m.Stats())
 		}
 		return json.NewEncoder(stdout).Encode(out)
 	}
 	if *stats {
-		fmt.Fprintln(stderr, formatStats(m.Stats()))
+		fmt.Fprintln(stderr, cli.FormatStats(m.Stats()))
 	}
 	return nil
 }
 
 func runLogits(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fs := newFlags("logits", "--model DIR --ids 1,2,3 [flags]", stderr)
-	var mf modelFlags
-	mf.register(fs)
+	fs := cli.NewFlags("logits", "--model DIR --ids 1,2,3 [flags]", stderr)
+	var mf cli.ModelFlags
+	mf.Register(fs)
 	ids := fs.String("ids", "", "token `ids`, comma separated")
 	mode := fs.String("mode", "incremental", "`mode`: full (one teacher-forced forward) or incremental (one token per step, carried state)")
 	asJSON := fs.Bool("json", false, "print one JSON object")
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	tokens, err := parseIDs(*ids)
@@ -217,9 +171,9 @@ func runLogits(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := signalContext()
+	ctx, cancel := cli.SignalContext()
 	defer cancel()
-	m, err := mf.open(ctx)
+	m, err := mf.Open(ctx)
 	if err != nil {
 		return err
 	}
@@ -291,12 +245,12 @@ func readBatchFile(path string) ([]batchPrompt, error) {
 		}
 		ids, err := parseIDs(line)
 		if err != nil {
-			return nil, usagef("%s line %d: %v", path, i+1, err)
+			return nil, cli.Usagef("%s line %d: %v", path, i+1, err)
 		}
 		ps = append(ps, batchPrompt{line: i + 1, ids: ids})
 	}
 	if len(ps) == 0 {
-		return nil, usagef("%s: no prompts", path)
+		return nil, cli.Usagef("%s: no prompts", path)
 	}
 	return ps, nil
 }
@@ -314,7 +268,7 @@ type batchRun struct {
 // passes over the weights. Results come out in file order. The first
 // failing prompt fails the command (its line is named) and cancels the
 // others.
-func generateBatch(ctx context.Context, mf *modelFlags, path string, ps []batchPrompt, br batchRun, stdout, stderr io.Writer) error {
+func generateBatch(ctx context.Context, mf *cli.ModelFlags, path string, ps []batchPrompt, br batchRun, stdout, stderr io.Writer) error {
 	n := len(ps)
 	if br.sessions > 0 {
 		n = min(n, br.sessions)
@@ -329,7 +283,7 @@ func generateBatch(ctx context.Context, mf *modelFlags, path string, ps []batchP
 	for _, p := range ps {
 		longest = max(longest, len(p.ids)+br.opts.MaxTokens)
 	}
-	m, err := mf.openWith(ctx, func(o *k3.Options) {
+	m, err := mf.OpenWith(ctx, func(o *k3.Options) {
 		o.Sessions, o.MaxBatch, o.Speculate = n, rows, br.opts.Speculate
 		if o.MaxContext == 0 {
 			o.MaxContext = longest
@@ -421,7 +375,7 @@ func generateBatch(ctx context.Context, mf *modelFlags, path string, ps []batchP
 	}
 	if br.stats {
 		st := m.Stats()
-		fmt.Fprintln(stderr, formatStats(st))
+		fmt.Fprintln(stderr, cli.FormatStats(st))
 		b := toBatchStatsJSON(st)
 		fmt.Fprintf(stderr, "passes %d carrying %d rows (%.2f rows per pass), %.1f distinct experts per MoE layer per pass\n",
 			b.Passes, b.Rows, b.RowsPerPass, b.ExpertUnionPerLayer)
@@ -433,7 +387,7 @@ func generateBatch(ctx context.Context, mf *modelFlags, path string, ps []batchP
 // one plus how the prompts shared passes (zero where the library does not
 // count passes).
 type batchStatsJSON struct {
-	*statsJSON
+	*cli.StatsJSON
 	Passes              int64   `json:"passes"`
 	Rows                int64   `json:"rows"`
 	RowsPerPass         float64 `json:"rows_per_pass"`
@@ -441,7 +395,7 @@ type batchStatsJSON struct {
 }
 
 func toBatchStatsJSON(s k3.Stats) *batchStatsJSON {
-	return &batchStatsJSON{statsJSON: toStatsJSON(s), Passes: s.Passes, Rows: s.Rows,
+	return &batchStatsJSON{StatsJSON: cli.NewStatsJSON(s), Passes: s.Passes, Rows: s.Rows,
 		RowsPerPass: ratio(s.Rows, s.Passes), ExpertUnionPerLayer: ratio(s.ExpertUnion, s.MoELayerPasses)}
 }
 

@@ -11,30 +11,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"runtime/debug"
 	"strings"
-	"syscall"
 
-	"github.com/k3go/k3"
+	"github.com/k3go/k3/internal/app/bench"
+	"github.com/k3go/k3/internal/app/cli"
 	"github.com/k3go/k3/internal/platform/crash"
 )
 
 // version is the command's version; set with -ldflags "-X main.version=...".
 var version = "0.1.0-dev"
-
-// Exit codes.
-const (
-	exitOK         = 0
-	exitFailure    = 1
-	exitUsage      = 2
-	exitCheckpoint = 3
-	exitExpert     = 4
-	exitBudget     = 5
-	exitIO         = 6
-	exitInternal   = 7 // a recovered panic: never reported as a usage error (the runtime's 2)
-)
 
 type command struct {
 	name    string
@@ -55,10 +42,10 @@ func init() {
 		{"detokenize", "print the text of token ids", runDetokenize},
 		{"template", "render a conversation in K3's chat format, or parse a model's answer", runTemplate},
 		{"synth", "write a synthetic checkpoint (tiny, medium, quickstart or custom)", runSynth},
-		{"bench", "measure prefill and decode speed against the roofline, or batches of sessions (--batch)", runBench},
+		{"bench", "measure prefill and decode speed against the roofline, or batches of sessions (--batch)", bench.Run},
 		{"plan", "project bytes and s/token per budget and batch size from the memory planner (reads no weights)", runPlan},
 		{"serve", "serve the model with the OpenAI API, /health, /metrics, /tokenize (llama-server and ollama style)", runServe},
-		{"bench-serve", "measure the server end to end: aggregate tokens/s of concurrent streaming clients on loopback", runBenchServe},
+		{"bench-serve", "measure the server end to end: aggregate tokens/s of concurrent streaming clients on loopback", bench.RunServe},
 		{"doctor", "check this machine: CPU, kernels, RAM, disk bandwidth, advice for a checkpoint", runDoctor},
 	}
 }
@@ -67,19 +54,12 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
-// usageError marks errors in the command line.
-type usageError struct{ msg string }
-
-func (e *usageError) Error() string { return e.msg }
-
-func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
-
 // run runs the command line args with the given standard streams and
 // returns the exit code.
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		printHelp(stderr)
-		return exitUsage
+		return cli.ExitUsage
 	}
 	switch args[0] {
 	case "help", "-h", "-help", "--help":
@@ -87,27 +67,27 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			return run([]string{args[1], "--help"}, stdin, stdout, stderr)
 		}
 		printHelp(stdout)
-		return exitOK
+		return cli.ExitOK
 	case "version", "-version", "--version":
 		fmt.Fprintf(stdout, "k3 %s\n", version)
-		return exitOK
+		return cli.ExitOK
 	}
 	for _, c := range commands {
 		if c.name == args[0] {
 			err := runCommand(c, args[1:], stdin, stdout, stderr)
 			if err == nil {
-				return exitOK
+				return cli.ExitOK
 			}
-			if errors.Is(err, errHelp) {
-				return exitOK
+			if errors.Is(err, cli.ErrHelp) {
+				return cli.ExitOK
 			}
 			fmt.Fprintf(stderr, "k3 %s: %s\n", c.name, errorText(c.name, err))
-			return exitCode(err)
+			return cli.ExitCode(err)
 		}
 	}
 	fmt.Fprintf(stderr, "k3: unknown command %q\n", args[0])
 	printHelp(stderr)
-	return exitUsage
+	return cli.ExitUsage
 }
 
 // runCommand runs c, recovering a panic on the command's goroutine as an
@@ -133,6 +113,10 @@ func (e *internalError) Error() string {
 	return fmt.Sprintf("internal error: %v\nThis is a bug in k3; please report it with this stack:\n%s", e.panic, e.stack)
 }
 
+// Unwrap makes errors.Is(err, crash.ErrInternal) hold, as for a panic on
+// an engine goroutine, so that cli.ExitCode gives both exit code 7.
+func (e *internalError) Unwrap() error { return crash.ErrInternal }
+
 // errorText is err's message without the prefixes that repeat what the
 // command line already says: the library marks its errors "k3: " (and some
 // "k3: <command>: "), which after "k3 <command>: " would read twice.
@@ -141,26 +125,6 @@ func errorText(name string, err error) string {
 	msg = strings.TrimPrefix(msg, "k3: ")
 	msg = strings.TrimPrefix(msg, name+": ")
 	return msg
-}
-
-func exitCode(err error) int {
-	var ue *usageError
-	var ie *internalError
-	switch {
-	case errors.As(err, &ie), errors.Is(err, crash.ErrInternal):
-		return exitInternal
-	case errors.As(err, &ue), errors.Is(err, k3.ErrBadOptions), errors.Is(err, k3.ErrTokenOutOfRange), errors.Is(err, k3.ErrContextFull):
-		return exitUsage
-	case errors.Is(err, k3.ErrExpertLoad):
-		return exitExpert
-	case errors.Is(err, k3.ErrBadCheckpoint), errors.Is(err, k3.ErrBadConfig):
-		return exitCheckpoint
-	case errors.Is(err, k3.ErrBudget):
-		return exitBudget
-	case errors.Is(err, fs.ErrNotExist), errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.EIO):
-		return exitIO
-	}
-	return exitFailure
 }
 
 func printHelp(w io.Writer) {

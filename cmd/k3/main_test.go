@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/k3go/k3/internal/app/cli"
 	"github.com/k3go/k3/internal/testkit/fixtures"
 )
 
@@ -103,24 +104,28 @@ func TestExitCodes(t *testing.T) {
 		args []string
 		code int
 	}{
-		{[]string{"generate", "--model", dir, "--ids", "1,999"}, exitUsage},
-		{[]string{"generate", "--model", dir, "--ids", "x"}, exitUsage},
-		{[]string{"generate", "--model", dir}, exitUsage},
-		{[]string{"generate", "--ids", "1"}, exitUsage},
-		{[]string{"generate", "--model", dir, "--ids", "1", "--mode", "sideways"}, exitUsage},
-		{[]string{"generate", "--bogus"}, exitUsage},
-		{[]string{"logits", "--model", t.TempDir(), "--ids", "1"}, exitCheckpoint},
-		{[]string{"frobnicate"}, exitUsage},
-		{[]string{"help"}, exitOK},
-		{[]string{"generate", "--help"}, exitOK},
-		{[]string{"--version"}, exitOK},
+		{[]string{"generate", "--model", dir, "--ids", "1,999"}, cli.ExitUsage},
+		{[]string{"generate", "--model", dir, "--ids", "x"}, cli.ExitUsage},
+		{[]string{"generate", "--model", dir}, cli.ExitUsage},
+		{[]string{"generate", "--ids", "1"}, cli.ExitUsage},
+		{[]string{"generate", "--model", dir, "--ids", "1", "--mode", "sideways"}, cli.ExitUsage},
+		{[]string{"generate", "--bogus"}, cli.ExitUsage},
+		{[]string{"logits", "--model", t.TempDir(), "--ids", "1"}, cli.ExitCheckpoint},
+		{[]string{"frobnicate"}, cli.ExitUsage},
+		{[]string{"help"}, cli.ExitOK},
+		{[]string{"generate", "--help"}, cli.ExitOK},
+		// The benchmarks are wired in (internal/app/bench tests them).
+		{[]string{"bench", "--help"}, cli.ExitOK},
+		{[]string{"bench", "--model", dir, "--batch", "0"}, cli.ExitUsage},
+		{[]string{"bench-serve", "--model", dir, "--clients", "0"}, cli.ExitUsage},
+		{[]string{"--version"}, cli.ExitOK},
 	}
 	for _, c := range cases {
 		code, _, stderr := runCmd(t, c.args...)
 		if code != c.code {
 			t.Errorf("k3 %v: exit %d, want %d (%s)", c.args, code, c.code, stderr)
 		}
-		if code != exitOK && strings.Count(strings.TrimSpace(stderr), "\n") > 0 && !strings.Contains(stderr, "Usage") {
+		if code != cli.ExitOK && strings.Count(strings.TrimSpace(stderr), "\n") > 0 && !strings.Contains(stderr, "Usage") {
 			t.Errorf("k3 %v: error is not one line: %q", c.args, stderr)
 		}
 	}
@@ -152,13 +157,13 @@ func TestCrashIsNotAUsageError(t *testing.T) {
 	}})
 	defer func() { commands = commands[:len(commands)-1] }()
 	code, _, stderr := runCmd(t, "crash-for-test")
-	if code != exitInternal || !strings.Contains(stderr, "internal error") || !strings.Contains(stderr, "goroutine") {
-		t.Fatalf("exit %d, want %d with the stack: %s", code, exitInternal, stderr)
+	if code != cli.ExitInternal || !strings.Contains(stderr, "internal error") || !strings.Contains(stderr, "goroutine") {
+		t.Fatalf("exit %d, want %d with the stack: %s", code, cli.ExitInternal, stderr)
 	}
 	for _, errno := range []syscall.Errno{syscall.EACCES, syscall.EIO} {
 		err := fmt.Errorf("k3: reading config: %w", &fs.PathError{Op: "open", Path: "config.json", Err: errno})
-		if got := exitCode(err); got != exitIO {
-			t.Errorf("%v: exit %d, want %d", errno, got, exitIO)
+		if got := cli.ExitCode(err); got != cli.ExitIO {
+			t.Errorf("%v: exit %d, want %d", errno, got, cli.ExitIO)
 		}
 	}
 }

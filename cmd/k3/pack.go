@@ -9,35 +9,36 @@ import (
 	"time"
 
 	"github.com/k3go/k3"
+	"github.com/k3go/k3/internal/app/cli"
 	"github.com/k3go/k3/internal/app/progress"
 	"github.com/k3go/k3/internal/engine/trunk"
 )
 
 func runPack(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fs := newFlags("pack", "--model DIR --out TRUNKDIR", stderr)
+	fs := cli.NewFlags("pack", "--model DIR --out TRUNKDIR", stderr)
 	dir := fs.String("model", "", "checkpoint `directory`")
 	out := fs.String("out", "", "output `directory` for trunk.bin and trunk.json")
 	force := fs.Bool("force", false, "replace an existing packed trunk in --out")
 	compress := fs.Bool("compress", false, "write the trunk compressed (BF16 exponents Huffman coded, blocks decoded in parallel)")
 	dryRun := fs.Bool("dry-run", false, "with --compress: measure the ratio on a sample and this machine's decode and disk rates, write nothing")
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	if *dir == "" || (*out == "" && !*dryRun) {
-		return usagef("--model and --out are required")
+		return cli.Usagef("--model and --out are required")
 	}
 	// The library refuses too, but in its own terms (PackOptions.Force);
 	// here the fix is a flag.
 	for _, name := range []string{trunk.PackedDataFile, trunk.PackedIndexFile} {
 		if p := filepath.Join(*out, name); !*dryRun && !*force && fileExists(p) {
-			return usagef("%s already exists (use --force to replace it)", p)
+			return cli.Usagef("%s already exists (use --force to replace it)", p)
 		}
 	}
 	ctx, cancel := writerSignalContext()
 	defer cancel()
 	if *dryRun {
 		if !*compress {
-			return usagef("--dry-run measures compression: use it with --compress")
+			return cli.Usagef("--dry-run measures compression: use it with --compress")
 		}
 		return packDryRun(ctx, *dir, stdout)
 	}

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/k3go/k3"
+	"github.com/k3go/k3/internal/app/cli"
 )
 
 // planRow is one (budget, batch) cell of k3 plan.
@@ -44,7 +45,7 @@ type planReport struct {
 // it works on a header-only checkpoint (k3 synth --profile full
 // --sparse) as well as on a real one.
 func runPlan(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fs := newFlags("plan", "--model DIR [--budget 8GB,32GB,128GB] [--batch 1,4,16,64] [--gbps 6,14] [--trace FILE] [--json]", stderr)
+	fs := cli.NewFlags("plan", "--model DIR [--budget 8GB,32GB,128GB] [--batch 1,4,16,64] [--gbps 6,14] [--trace FILE] [--json]", stderr)
 	dir := fs.String("model", "", "checkpoint `directory` (only config.json and the shard headers are read)")
 	budgets := fs.String("budget", "8GB,32GB,128GB", "comma-separated RAM `budgets`")
 	batches := fs.String("batch", "1,4,16,64", "comma-separated batch `sizes` (sessions decoding together)")
@@ -52,21 +53,21 @@ func runPlan(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	maxContext := fs.Int("max-context", 4096, "positions per session")
 	trace := fs.String("trace", "", "expert trace `file` (int32 layer, expert pairs, top-k per layer per token, as fixtures/expert_trace.bin) to measure the union of B tokens instead of assuming uniform routing")
 	asJSON := fs.Bool("json", false, "print one JSON object")
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	if *dir == "" {
-		return usagef("--model is required")
+		return cli.Usagef("--model is required")
 	}
 	var bs []int64
 	for _, s := range strings.Split(*budgets, ",") {
-		n, err := parseSize(s)
+		n, err := cli.ParseSize(s)
 		if err != nil || n <= 0 {
-			return usagef("--budget: bad size %q", s)
+			return cli.Usagef("--budget: bad size %q", s)
 		}
 		bs = append(bs, n)
 	}
-	ns, err := parseBatchSizes(*batches)
+	ns, err := cli.ParseBatchSizes(*batches)
 	if err != nil {
 		return err
 	}
@@ -74,7 +75,7 @@ func runPlan(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	for _, s := range strings.Split(*gbps, ",") {
 		var v float64
 		if _, err := fmt.Sscanf(strings.TrimSpace(s), "%g", &v); err != nil || v <= 0 {
-			return usagef("--gbps: bad bandwidth %q", s)
+			return cli.Usagef("--gbps: bad bandwidth %q", s)
 		}
 		bw = append(bw, v)
 	}

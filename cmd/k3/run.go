@@ -12,11 +12,11 @@ import (
 	"os"
 	"os/signal"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/k3go/k3"
 	"github.com/k3go/k3/chat"
+	"github.com/k3go/k3/internal/app/cli"
 	"github.com/k3go/k3/internal/testkit/testmodel"
 	"github.com/k3go/k3/tokenizer"
 )
@@ -69,7 +69,7 @@ directory.`
 
 // runOpts are the parsed flags of k3 run.
 type runOpts struct {
-	mf                   modelFlags
+	mf                   cli.ModelFlags
 	tokenizer            string
 	prompt, promptFile   string
 	chat                 bool
@@ -89,9 +89,9 @@ type runOpts struct {
 const defaultTemperature = 1
 
 func runRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fs := newFlags("run", runUsage, stderr)
+	fs := cli.NewFlags("run", runUsage, stderr)
 	var o runOpts
-	o.mf.register(fs)
+	o.mf.Register(fs)
 	fs.StringVar(&o.tokenizer, "tokenizer", "", "`directory` with tiktoken.model and tokenizer_config.json (default: the checkpoint directory)")
 	fs.StringVar(&o.prompt, "prompt", "", "prompt `text`")
 	fs.StringVar(&o.promptFile, "prompt-file", "", "read the prompt from `file` (verbatim)")
@@ -121,7 +121,7 @@ func runRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		o.gen.StopStrings = append(o.gen.StopStrings, s)
 		return nil
 	})
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	o.noThinking = !*thinking
@@ -150,21 +150,21 @@ func runRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		prompt = string(b)
 	}
 	if !interactive && prompt == "" {
-		return usagef("empty prompt")
+		return cli.Usagef("empty prompt")
 	}
 	if interactive && o.json {
-		return usagef("--json needs a prompt (--prompt, --prompt-file or stdin), not the interactive chat")
+		return cli.Usagef("--json needs a prompt (--prompt, --prompt-file or stdin), not the interactive chat")
 	}
 	if !o.chat && !interactive {
 		for _, f := range []string{"system", "thinking", "effort", "hide-reasoning"} {
 			if synthFlagSet(fs, f) {
-				return usagef("--%s needs a chat (--chat)", f)
+				return cli.Usagef("--%s needs a chat (--chat)", f)
 			}
 		}
 	}
 
 	// A long load can be interrupted; replies handle Ctrl-C themselves.
-	ctx, cancel := signalContext()
+	ctx, cancel := cli.SignalContext()
 	m, err := o.open(ctx, stderr)
 	cancel()
 	if err != nil {
@@ -188,7 +188,7 @@ func runRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	}
 	if o.stats {
 		n.print(stderr)
-		fmt.Fprintln(stderr, formatStats(m.Stats().Sub(start)))
+		fmt.Fprintln(stderr, cli.FormatStats(m.Stats().Sub(start)))
 	}
 	return nil
 }
@@ -199,38 +199,38 @@ func (o *runOpts) check(fs *flag.FlagSet) error {
 	finite := func(v float32) bool { return !math.IsNaN(float64(v)) && !math.IsInf(float64(v), 0) }
 	switch {
 	case o.prompt != "" && o.promptFile != "":
-		return usagef("give --prompt or --prompt-file, not both")
+		return cli.Usagef("give --prompt or --prompt-file, not both")
 	case synthFlagSet(fs, "prompt") && o.prompt == "":
-		return usagef("empty --prompt")
+		return cli.Usagef("empty --prompt")
 	case o.gen.Speculate < 0:
-		return usagef("--spec must not be negative")
+		return cli.Usagef("--spec must not be negative")
 	case o.gen.MaxTokens <= 0:
-		return usagef("--max-tokens must be positive")
+		return cli.Usagef("--max-tokens must be positive")
 	case !finite(s.Temperature) || s.Temperature < 0:
-		return usagef("--temperature must be a number >= 0")
+		return cli.Usagef("--temperature must be a number >= 0")
 	case s.TopK < 0:
-		return usagef("--top-k must not be negative")
+		return cli.Usagef("--top-k must not be negative")
 	case !(s.TopP >= 0 && s.TopP <= 1):
-		return usagef("--top-p must be in [0, 1]")
+		return cli.Usagef("--top-p must be in [0, 1]")
 	case !(s.MinP >= 0 && s.MinP <= 1):
-		return usagef("--min-p must be in [0, 1]")
+		return cli.Usagef("--min-p must be in [0, 1]")
 	case !finite(s.RepetitionPenalty) || s.RepetitionPenalty < 0:
-		return usagef("--repetition-penalty must be a number >= 0")
+		return cli.Usagef("--repetition-penalty must be a number >= 0")
 	case !finite(s.PresencePenalty) || !finite(s.FrequencyPenalty):
-		return usagef("--presence-penalty and --frequency-penalty must be numbers")
+		return cli.Usagef("--presence-penalty and --frequency-penalty must be numbers")
 	case o.chat && o.ignoreEOS:
-		return usagef("--ignore-eos applies to a prompt's continuation, not to a chat")
+		return cli.Usagef("--ignore-eos applies to a prompt's continuation, not to a chat")
 	case o.effort != chat.EffortLow && o.effort != chat.EffortHigh && o.effort != chat.EffortMax:
-		return usagef("--effort must be low, high or max")
+		return cli.Usagef("--effort must be low, high or max")
 	case o.noThinking && synthFlagSet(fs, "effort"):
-		return usagef("--effort needs thinking (not with --thinking=false)")
+		return cli.Usagef("--effort needs thinking (not with --thinking=false)")
 	}
 	return nil
 }
 
 // open loads the model: --model, or the quickstart checkpoint.
 func (o *runOpts) open(ctx context.Context, stderr io.Writer) (*k3.Model, error) {
-	dir := o.mf.dir
+	dir := o.mf.Dir
 	if dir == "" {
 		d, err := testmodel.Cached(ctx, stderr)
 		if err != nil {
@@ -239,7 +239,7 @@ func (o *runOpts) open(ctx context.Context, stderr io.Writer) (*k3.Model, error)
 		fmt.Fprintf(stderr, "k3 run: no --model: using the quickstart checkpoint, a tiny model with random weights (%s)\n", d)
 		dir = d
 	}
-	budget, err := o.mf.budget.bytes()
+	budget, err := o.mf.Budget.Bytes()
 	if err != nil {
 		return nil, err
 	}
@@ -253,8 +253,8 @@ func (o *runOpts) open(ctx context.Context, stderr io.Writer) (*k3.Model, error)
 	// into a new conversation before it replaces the current one. At the
 	// floor (one session, the floor k3 doctor reports) /load says the
 	// budget is too small.
-	opts := k3.Options{Threads: o.mf.threads, MaxContext: o.mf.maxContext, Speculate: o.gen.Speculate,
-		RAMBudget: budget, TrunkDir: o.mf.trunk, TokenizerDir: o.tokenizer, Sessions: 2}
+	opts := k3.Options{Threads: o.mf.Threads, MaxContext: o.mf.MaxContext, Speculate: o.gen.Speculate,
+		RAMBudget: budget, TrunkDir: o.mf.Trunk, TokenizerDir: o.tokenizer, Sessions: 2}
 	m, err := k3.OpenContext(ctx, dir, opts)
 	if errors.Is(err, k3.ErrBudget) {
 		opts.Sessions = 1
@@ -291,7 +291,7 @@ func (o *runOpts) complete(ctx context.Context, m *k3.Model, prompt string, stdo
 	tok := m.Tokenizer()
 	ids := tok.AppendEncode(nil, prompt, tokenizer.EncodeOptions{NoAddedTokens: o.noSpecial})
 	if len(ids) == 0 {
-		return usagef("empty prompt")
+		return cli.Usagef("empty prompt")
 	}
 	opts := o.gen
 	if eos, ok := tok.ID("[EOS]"); ok && !o.ignoreEOS {
@@ -301,7 +301,7 @@ func (o *runOpts) complete(ctx context.Context, m *k3.Model, prompt string, stdo
 	clipped := false
 	if len(ids)+opts.MaxTokens > maxCtx {
 		if len(ids) >= maxCtx {
-			return usagef("the prompt has %d tokens; a session holds %d (--max-context)", len(ids), maxCtx)
+			return cli.Usagef("the prompt has %d tokens; a session holds %d (--max-context)", len(ids), maxCtx)
 		}
 		opts.MaxTokens, clipped = maxCtx-len(ids), true
 	}
@@ -422,352 +422,14 @@ func (d *display) text(id int, s string) string {
 
 // maxContext is the capacity of a session.
 func (o *runOpts) maxContext() int {
-	if o.mf.maxContext > 0 {
-		return o.mf.maxContext
+	if o.mf.MaxContext > 0 {
+		return o.mf.MaxContext
 	}
 	return 4096 // k3.Options' default
 }
 
-// newChat starts a conversation with the chat flags.
-func (o *runOpts) newChat(m *k3.Model) (*k3.Conversation, error) {
-	co := chat.Options{NoThinking: o.noThinking}
-	if !o.noThinking {
-		co.ThinkingEffort = o.effort
-	}
-	return m.NewChat(k3.ChatOptions{System: o.system, Options: co})
-}
-
-// chatTurn sends one user message and prints the reply.
-func (o *runOpts) chatTurn(ctx context.Context, m *k3.Model, user string, stdout, stderr io.Writer, n *tokenCount) error {
-	c, err := o.newChat(m)
-	if err != nil {
-		return usagef("%v", err)
-	}
-	_, err = o.reply(ctx, c, user, stdout, stderr, n, nil)
-	return err
-}
-
-// reply streams the reply to user: the answer to stdout, the reasoning to
-// stderr (dimmed on a terminal, or not at all with --hide-reasoning). The
-// first Ctrl-C stops it at the next token, keeping the conversation; a
-// second abandons it, which leaves the conversation unusable (broken
-// reports it). A close of quit (the end of a terminal's input) stops it
-// like the first Ctrl-C. With --json nothing streams: one object is
-// printed at the end.
-func (o *runOpts) reply(ctx context.Context, c *k3.Conversation, user string, stdout, stderr io.Writer, n *tokenCount, quit <-chan struct{}) (broken bool, err error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var stop atomic.Bool
-	sig := make(chan os.Signal, 2)
-	signal.Notify(sig, os.Interrupt)
-	defer signal.Stop(sig)
-	done := make(chan struct{})
-	defer close(done)
-	go func() {
-		for {
-			select {
-			case <-sig:
-				if stop.Swap(true) {
-					cancel()
-				}
-			case <-quit:
-				stop.Store(true)
-				quit = nil
-			case <-done:
-				return
-			}
-		}
-	}()
-	before := c.Session().Len()
-	w := bufio.NewWriter(stdout)
-	defer w.Flush()
-	r := &reasoningWriter{w: stderr, dim: isTerminal(stderr), hide: o.hideReasoning}
-	defer r.end()
-	show := o.show
-	var text, reasoning strings.Builder
-	t0 := time.Now()
-	gen := 0
-	msg := []chat.Message{{Role: chat.RoleUser, Content: user}}
-	for d, err := range c.Stream(ctx, msg, o.gen) {
-		if err != nil {
-			r.end()
-			if !o.json {
-				w.WriteString("\n")
-				w.Flush()
-			}
-			if ctx.Err() != nil {
-				return true, errInterrupted
-			}
-			if errors.Is(err, k3.ErrContextFull) {
-				return false, fmt.Errorf("the conversation fills the context (%d positions, --max-context); /reset starts a new one: %w", o.maxContext(), err)
-			}
-			return false, err
-		}
-		if d.Token.Index >= 0 {
-			gen++
-		}
-		if o.json {
-			reasoning.WriteString(d.Reasoning)
-			text.WriteString(d.Content)
-			continue
-		}
-		r.write(show.text(d.Token.ID, d.Reasoning))
-		if content := show.text(d.Token.ID, d.Content); content != "" {
-			r.end()
-			w.WriteString(content)
-		}
-		if d.ToolCall != nil {
-			fmt.Fprintf(w, "\n[tool call %s %s]\n", d.ToolCall.Function.Name, d.ToolCall.Function.Arguments)
-		}
-		if err := w.Flush(); err != nil {
-			return false, err
-		}
-		if stop.Load() {
-			break
-		}
-	}
-	r.end()
-	n.elapsed += time.Since(t0)
-	n.generated += gen
-	prompt := c.Session().Len() - before - gen
-	n.prompt += prompt
-	if o.json {
-		reason := "stop"
-		if gen >= o.gen.MaxTokens {
-			reason = "max_tokens"
-		}
-		return false, writeRunJSON(stdout, runJSON{Text: text.String(), Reasoning: reasoning.String(), PromptTokens: prompt, GeneratedTokens: gen, StopReason: reason})
-	}
-	w.WriteString("\n")
-	return false, w.Flush()
-}
-
-// reasoningWriter streams a reply's reasoning to w, dimmed on a terminal;
-// end closes it with a newline once some was written.
-type reasoningWriter struct {
-	w          io.Writer
-	dim, hide  bool
-	open, done bool
-}
-
-func (r *reasoningWriter) write(s string) {
-	if s == "" || r.hide || r.done {
-		return
-	}
-	if !r.open {
-		r.open = true
-		if r.dim {
-			io.WriteString(r.w, "\x1b[2m")
-		} else {
-			io.WriteString(r.w, "thinking: ")
-		}
-	}
-	io.WriteString(r.w, s)
-}
-
-func (r *reasoningWriter) end() {
-	if !r.open || r.done {
-		return
-	}
-	r.done = true
-	if r.dim {
-		io.WriteString(r.w, "\x1b[0m")
-	}
-	io.WriteString(r.w, "\n")
-}
-
+// errInterrupted ends a reply, a continuation or the chat at Ctrl-C.
 var errInterrupted = errors.New("interrupted")
-
-const chatHelp = `commands: /save FILE, /load FILE, /reset, /quit (or Ctrl-D); "//text" sends "/text"`
-
-// chatLoop reads user messages from stdin, one per line. On a terminal,
-// errors are reported and the chat goes on; from a pipe they end it.
-func (o *runOpts) chatLoop(ctx context.Context, m *k3.Model, stdin io.Reader, stdout, stderr io.Writer, n *tokenCount) error {
-	c, err := o.newChat(m)
-	if err != nil {
-		return usagef("%v", err)
-	}
-	tty := isTerminal(stdin)
-	if tty {
-		fmt.Fprintf(stderr, "chat: type a message and press Enter; %s\n", chatHelp)
-	}
-	fail := func(err error) error {
-		if !tty {
-			return err
-		}
-		fmt.Fprintf(stderr, "error: %v\n", err)
-		return nil
-	}
-	in := readLines(stdin)
-	defer in.stop()
-	// The end of a terminal's input (Ctrl-D) also stops a reply; the end
-	// of a pipe only ends the chat once the replies to its lines are out.
-	var quit <-chan struct{}
-	if tty {
-		quit = in.eof
-	}
-	for {
-		if tty {
-			fmt.Fprint(stderr, "> ")
-		}
-		line, ok, err := in.next(stderr)
-		if err != nil || !ok {
-			if tty {
-				fmt.Fprintln(stderr)
-			}
-			return err
-		}
-		line = strings.TrimRight(line, "\r")
-		if strings.TrimSpace(line) == "" {
-			continue
-		}
-		if strings.HasPrefix(line, "/") && !strings.HasPrefix(line, "//") {
-			cmd, arg, _ := strings.Cut(strings.TrimSpace(line), " ")
-			arg = strings.TrimSpace(arg)
-			switch cmd {
-			case "/quit", "/exit":
-				return nil
-			case "/help":
-				fmt.Fprintln(stderr, chatHelp)
-			case "/reset":
-				c.Close()
-				if c, err = o.newChat(m); err != nil {
-					return err
-				}
-				fmt.Fprintln(stderr, "conversation reset")
-			case "/save", "/load":
-				if arg == "" {
-					if err := fail(usagef("%s needs a file name", cmd)); err != nil {
-						return err
-					}
-					continue
-				}
-				var err error
-				if cmd == "/save" {
-					err = c.SaveFile(arg)
-				} else {
-					// Into a new conversation, so that a failed load
-					// leaves the current one as it was.
-					var nc *k3.Conversation
-					if nc, err = o.newChat(m); err == nil {
-						if err = nc.LoadFile(arg); err == nil {
-							c.Close()
-							c = nc
-						} else {
-							nc.Close()
-						}
-					}
-				}
-				if err != nil {
-					if err := fail(err); err != nil {
-						return err
-					}
-					continue
-				}
-				verb := map[string]string{"/save": "saved", "/load": "loaded"}[cmd]
-				fmt.Fprintf(stderr, "%s %d tokens (%s)\n", verb, c.Session().Len(), arg)
-			default:
-				if err := fail(usagef("unknown command %s (%s)", cmd, chatHelp)); err != nil {
-					return err
-				}
-			}
-			continue
-		}
-		if strings.HasPrefix(line, "//") {
-			line = line[1:]
-		}
-		broken, err := o.reply(ctx, c, line, stdout, stderr, n, quit)
-		if quit != nil && in.ended() {
-			fmt.Fprintln(stderr, "end of input: the chat ends")
-			return nil
-		}
-		if err != nil {
-			if broken {
-				fmt.Fprintln(stderr, "reply abandoned; the conversation restarts")
-				c.Close()
-				if c, err = o.newChat(m); err != nil {
-					return err
-				}
-				continue
-			}
-			if err := fail(err); err != nil {
-				return err
-			}
-		}
-	}
-}
-
-// lineReader reads the chat's input lines in a goroutine, so that the chat
-// can wait for a line and a Ctrl-C at once, and see the end of a
-// terminal's input while a reply streams.
-type lineReader struct {
-	lines chan string
-	eof   chan struct{} // closed once input has ended; err is then set
-	done  chan struct{} // closed by stop: the reader goroutine returns
-	err   error
-}
-
-func readLines(r io.Reader) *lineReader {
-	lr := &lineReader{lines: make(chan string), eof: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(lr.eof)
-		sc := bufio.NewScanner(r)
-		sc.Buffer(make([]byte, 64<<10), 64<<20)
-		for sc.Scan() {
-			select {
-			case lr.lines <- sc.Text():
-			case <-lr.done:
-				return
-			}
-		}
-		lr.err = sc.Err()
-	}()
-	return lr
-}
-
-func (lr *lineReader) stop() { close(lr.done) }
-
-// ended reports whether the input has ended.
-func (lr *lineReader) ended() bool {
-	select {
-	case <-lr.eof:
-		return true
-	default:
-		return false
-	}
-}
-
-// next waits for a line; ok is false at the end of input. A Ctrl-C while
-// it waits says how to leave, and a second one in a row leaves with
-// errInterrupted.
-func (lr *lineReader) next(stderr io.Writer) (line string, ok bool, err error) {
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, os.Interrupt)
-	defer signal.Stop(sig)
-	interrupted := false
-	for {
-		select {
-		case line := <-lr.lines:
-			return line, true, nil
-		case <-lr.eof:
-			// A line sent just before the end is still there.
-			select {
-			case line := <-lr.lines:
-				return line, true, nil
-			default:
-			}
-			return "", false, lr.err
-		case <-sig:
-			if interrupted {
-				fmt.Fprintln(stderr)
-				return "", false, errInterrupted // main says "k3 run: interrupted"
-
-			}
-			interrupted = true
-			fmt.Fprint(stderr, "\n(Ctrl-C again, /quit or Ctrl-D to leave)\n> ")
-		}
-	}
-}
 
 // isTerminal reports whether r is a terminal.
 func isTerminal(r any) bool {

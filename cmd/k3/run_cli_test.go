@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/k3go/k3/internal/app/cli"
 	"github.com/k3go/k3/internal/testkit/testmodel"
 )
 
@@ -51,8 +52,8 @@ func TestRunJSON(t *testing.T) {
 	}
 
 	withStdin(t, "")
-	if code, _, stderr := runCmd(t, "run", "--model", dir, "--chat", "--json"); code != exitUsage {
-		t.Errorf("--json in the interactive chat: exit %d (%s), want %d", code, stderr, exitUsage)
+	if code, _, stderr := runCmd(t, "run", "--model", dir, "--chat", "--json"); code != cli.ExitUsage {
+		t.Errorf("--json in the interactive chat: exit %d (%s), want %d", code, stderr, cli.ExitUsage)
 	}
 	code, out, stderr = runCmd(t, "run", "--model", dir, "--chat", "--prompt", "Hi", "--max-tokens", "6", "--json")
 	if code != 0 || json.Unmarshal([]byte(out), &r) != nil || r.GeneratedTokens == 0 {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/k3go/k3"
 	"github.com/k3go/k3/chat"
+	"github.com/k3go/k3/internal/app/cli"
 	"github.com/k3go/k3/internal/app/synth"
 	"github.com/k3go/k3/internal/testkit/testmodel"
 )
@@ -144,11 +145,11 @@ func TestRunChat(t *testing.T) {
 	}
 	// From a pipe, a failing command ends the chat with its exit code.
 	withStdin(t, "/load "+filepath.Join(t.TempDir(), "absent")+"\nhello\n")
-	if code, out, _ := runCmd(t, "run", "--model", dir, "--chat"); code != exitIO || out != "" {
+	if code, out, _ := runCmd(t, "run", "--model", dir, "--chat"); code != cli.ExitIO || out != "" {
 		t.Errorf("/load of a missing file: exit %d, %q", code, out)
 	}
 	withStdin(t, "/frobnicate\n")
-	if code, _, _ := runCmd(t, "run", "--model", dir, "--chat"); code != exitUsage {
+	if code, _, _ := runCmd(t, "run", "--model", dir, "--chat"); code != cli.ExitUsage {
 		t.Errorf("unknown command: exit %d", code)
 	}
 }
@@ -240,29 +241,29 @@ func TestRunErrors(t *testing.T) {
 		args []string
 		code int
 	}{
-		{[]string{"--bogus"}, exitUsage},
-		{[]string{"extra"}, exitUsage},
-		{[]string{"--prompt", "a", "--prompt-file", "f"}, exitUsage},
-		{[]string{"--prompt", ""}, exitUsage},
-		{[]string{"--prompt", "a", "--max-tokens", "0"}, exitUsage},
-		{[]string{"--prompt", "a", "--temperature", "-1"}, exitUsage},
-		{[]string{"--prompt", "a", "--temperature", "NaN"}, exitUsage},
-		{[]string{"--prompt", "a", "--top-p", "1.5"}, exitUsage},
-		{[]string{"--prompt", "a", "--min-p", "-0.1"}, exitUsage},
-		{[]string{"--prompt", "a", "--top-k", "-1"}, exitUsage},
-		{[]string{"--prompt", "a", "--stop", ""}, exitUsage},
-		{[]string{"--prompt", "a", "--system", "s"}, exitUsage},
-		{[]string{"--chat", "--ignore-eos"}, exitUsage},
-		{[]string{"--prompt", "a", "--thinking=false"}, exitUsage}, // not a chat
-		{[]string{"--chat", "--prompt", "a", "--effort", "huge"}, exitUsage},
-		{[]string{"--chat", "--prompt", "a", "--thinking=false", "--effort", "low"}, exitUsage},
-		{[]string{"--prompt", "a", "--budget", "lots"}, exitUsage},
-		{[]string{}, exitUsage},                                                  // empty prompt on stdin
-		{[]string{"--prompt", "one two three", "--max-context", "2"}, exitUsage}, // prompt longer than the context
-		{[]string{"--prompt-file", filepath.Join(noTok, "absent")}, exitIO},
-		{[]string{"--model", noTok, "--prompt", "a"}, exitUsage}, // no tokenizer
-		{[]string{"--model", t.TempDir(), "--prompt", "a"}, exitCheckpoint},
-		{[]string{"--help"}, exitOK},
+		{[]string{"--bogus"}, cli.ExitUsage},
+		{[]string{"extra"}, cli.ExitUsage},
+		{[]string{"--prompt", "a", "--prompt-file", "f"}, cli.ExitUsage},
+		{[]string{"--prompt", ""}, cli.ExitUsage},
+		{[]string{"--prompt", "a", "--max-tokens", "0"}, cli.ExitUsage},
+		{[]string{"--prompt", "a", "--temperature", "-1"}, cli.ExitUsage},
+		{[]string{"--prompt", "a", "--temperature", "NaN"}, cli.ExitUsage},
+		{[]string{"--prompt", "a", "--top-p", "1.5"}, cli.ExitUsage},
+		{[]string{"--prompt", "a", "--min-p", "-0.1"}, cli.ExitUsage},
+		{[]string{"--prompt", "a", "--top-k", "-1"}, cli.ExitUsage},
+		{[]string{"--prompt", "a", "--stop", ""}, cli.ExitUsage},
+		{[]string{"--prompt", "a", "--system", "s"}, cli.ExitUsage},
+		{[]string{"--chat", "--ignore-eos"}, cli.ExitUsage},
+		{[]string{"--prompt", "a", "--thinking=false"}, cli.ExitUsage}, // not a chat
+		{[]string{"--chat", "--prompt", "a", "--effort", "huge"}, cli.ExitUsage},
+		{[]string{"--chat", "--prompt", "a", "--thinking=false", "--effort", "low"}, cli.ExitUsage},
+		{[]string{"--prompt", "a", "--budget", "lots"}, cli.ExitUsage},
+		{[]string{}, cli.ExitUsage},                                                  // empty prompt on stdin
+		{[]string{"--prompt", "one two three", "--max-context", "2"}, cli.ExitUsage}, // prompt longer than the context
+		{[]string{"--prompt-file", filepath.Join(noTok, "absent")}, cli.ExitIO},
+		{[]string{"--model", noTok, "--prompt", "a"}, cli.ExitUsage}, // no tokenizer
+		{[]string{"--model", t.TempDir(), "--prompt", "a"}, cli.ExitCheckpoint},
+		{[]string{"--help"}, cli.ExitOK},
 	} {
 		args := append([]string{"run"}, c.args...)
 		if !strings.Contains(strings.Join(c.args, " "), "--model") {
@@ -275,7 +276,7 @@ func TestRunErrors(t *testing.T) {
 		// Flag syntax errors come with the usage (the flag package's way);
 		// every other error is one line.
 		flagErr := len(c.args) > 0 && (c.args[0] == "--bogus" || slices.Contains(c.args, "--stop"))
-		if code != exitOK && !flagErr && (out != "" || strings.Count(stderr, "\n") != 1) {
+		if code != cli.ExitOK && !flagErr && (out != "" || strings.Count(stderr, "\n") != 1) {
 			t.Errorf("%v: stdout %q, stderr %q: want one line of error", c.args, out, stderr)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/k3go/k3"
+	"github.com/k3go/k3/internal/app/cli"
 	"github.com/k3go/k3/internal/app/server"
 )
 
@@ -33,7 +34,7 @@ finish within --shutdown-timeout, then cancels them, and exits 0.`
 
 // serveOpts are the parsed flags of k3 serve.
 type serveOpts struct {
-	mf              modelFlags
+	mf              cli.ModelFlags
 	tokenizer       string
 	addr, name      string
 	maxBatch        int
@@ -48,9 +49,9 @@ type serveOpts struct {
 }
 
 func runServe(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fs := newFlags("serve", serveUsage, stderr)
+	fs := cli.NewFlags("serve", serveUsage, stderr)
 	var o serveOpts
-	o.mf.register(fs)
+	o.mf.Register(fs)
 	fs.StringVar(&o.tokenizer, "tokenizer", "", "`directory` with tiktoken.model and tokenizer_config.json (default: the checkpoint directory)")
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "listen `address` (host:port)")
 	fs.StringVar(&o.name, "name", "", "model id in the API (default: the checkpoint directory's name)")
@@ -65,31 +66,31 @@ func runServe(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs.DurationVar(&o.request, "request-timeout", 10*time.Minute, "most time one request may take, queueing included")
 	fs.DurationVar(&o.body, "body-timeout", 30*time.Second, "most time to read a request body once its turn comes")
 	fs.StringVar(&o.maxBody, "max-body", "8MiB", "largest request body, e.g. 8MiB")
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
-	maxBody, err := parseSize(o.maxBody)
+	maxBody, err := cli.ParseSize(o.maxBody)
 	switch {
 	case err != nil:
-		return usagef("--max-body: %v", err)
+		return cli.Usagef("--max-body: %v", err)
 	case maxBody <= 0:
-		return usagef("--max-body must be positive")
-	case o.mf.dir == "":
-		return usagef("--model is required")
+		return cli.Usagef("--max-body must be positive")
+	case o.mf.Dir == "":
+		return cli.Usagef("--model is required")
 	case o.sessions <= 0:
-		return usagef("--sessions must be positive")
+		return cli.Usagef("--sessions must be positive")
 	case o.queue < 0:
-		return usagef("--queue must not be negative")
+		return cli.Usagef("--queue must not be negative")
 	case o.maxBatch < 0:
-		return usagef("--max-batch must not be negative")
+		return cli.Usagef("--max-batch must not be negative")
 	case o.spec < 0:
-		return usagef("--spec must not be negative")
+		return cli.Usagef("--spec must not be negative")
 	case o.shutdown < 0 || o.request <= 0 || o.body <= 0:
-		return usagef("--shutdown-timeout must not be negative; --request-timeout and --body-timeout must be positive")
+		return cli.Usagef("--shutdown-timeout must not be negative; --request-timeout and --body-timeout must be positive")
 	case o.logFormat != "text" && o.logFormat != "json":
-		return usagef("--log-format must be text or json")
+		return cli.Usagef("--log-format must be text or json")
 	}
-	if _, err := o.mf.budget.bytes(); err != nil {
+	if _, err := o.mf.Budget.Bytes(); err != nil {
 		return err
 	}
 	var log *slog.Logger
@@ -99,7 +100,7 @@ func runServe(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		log = slog.New(slog.NewTextHandler(stderr, nil))
 	}
 	if o.name == "" {
-		o.name = filepath.Base(filepath.Clean(o.mf.dir))
+		o.name = filepath.Base(filepath.Clean(o.mf.Dir))
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -127,9 +128,9 @@ func runServe(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
-	log.Info("listening", "addr", ln.Addr().String(), "model", o.mf.dir)
+	log.Info("listening", "addr", ln.Addr().String(), "model", o.mf.Dir)
 
-	m, err := o.mf.openWith(ctx, func(k *k3.Options) {
+	m, err := o.mf.OpenWith(ctx, func(k *k3.Options) {
 		k.Sessions, k.MaxBatch, k.Speculate, k.TokenizerDir = o.sessions, o.maxBatch, o.spec, o.tokenizer
 	})
 	if err != nil {
@@ -143,9 +144,9 @@ func runServe(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	defer m.Close()
 	if m.Tokenizer() == nil {
 		hs.Close()
-		return usagef("%s has no tokenizer; give --tokenizer DIR", o.mf.dir)
+		return cli.Usagef("%s has no tokenizer; give --tokenizer DIR", o.mf.Dir)
 	}
-	srv, err := server.New(m, server.Options{Name: o.name, MaxContext: o.mf.maxContext, Sessions: o.sessions, Queue: o.queue,
+	srv, err := server.New(m, server.Options{Name: o.name, MaxContext: o.mf.MaxContext, Sessions: o.sessions, Queue: o.queue,
 		MaxBodyBytes: maxBody, BodyTimeout: o.body, RequestTimeout: o.request, APIKey: o.apiKey, CORSOrigin: o.cors,
 		Speculate: o.spec, Logger: log})
 	if err != nil {

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,11 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/k3go/k3/internal/app/cli"
 	"github.com/k3go/k3/internal/testkit/testmodel"
 )
 
 func TestServeHelpAndUsage(t *testing.T) {
-	if code, _, stderr := runCmd(t, "serve", "--help"); code != exitOK || !strings.Contains(stderr, "Usage: k3 serve --model DIR") {
+	if code, _, stderr := runCmd(t, "serve", "--help"); code != cli.ExitOK || !strings.Contains(stderr, "Usage: k3 serve --model DIR") {
 		t.Errorf("k3 serve --help: exit %d, %q", code, stderr)
 	}
 	for _, args := range [][]string{
@@ -29,11 +29,11 @@ func TestServeHelpAndUsage(t *testing.T) {
 		{"serve", "--model", "x", "--log-format", "xml"},
 		{"serve", "--model", "x", "--max-body", "0"},
 	} {
-		if code, _, stderr := runCmd(t, args...); code != exitUsage || stderr == "" {
-			t.Errorf("%q: exit %d, %q; want %d and a message", args, code, stderr, exitUsage)
+		if code, _, stderr := runCmd(t, args...); code != cli.ExitUsage || stderr == "" {
+			t.Errorf("%q: exit %d, %q; want %d and a message", args, code, stderr, cli.ExitUsage)
 		}
 	}
-	if code, out, _ := runCmd(t, "help"); code != exitOK || !strings.Contains(out, "serve") {
+	if code, out, _ := runCmd(t, "help"); code != cli.ExitOK || !strings.Contains(out, "serve") {
 		t.Errorf("k3 help lacks serve: %q", out)
 	}
 }
@@ -137,32 +137,5 @@ func TestServeSIGTERM(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), `"msg":"request"`) {
 		t.Errorf("no JSON access log:\n%s", stderr.String())
-	}
-}
-
-// TestBenchServe: k3 bench-serve measures every level on loopback and
-// reports the tokens each client asked for.
-func TestBenchServe(t *testing.T) {
-	code, out, stderr := runCmd(t, "bench-serve", "--model", testmodel.Dir(t), "--clients", "1,3", "--tokens", "4", "--json")
-	if code != exitOK {
-		t.Fatalf("exit %d: %s", code, stderr)
-	}
-	var res benchServeResult
-	if err := json.Unmarshal([]byte(out), &res); err != nil {
-		t.Fatalf("not JSON: %v\n%s", err, out)
-	}
-	if len(res.Levels) != 2 || res.Sessions != 3 {
-		t.Fatalf("result %+v", res)
-	}
-	for i, lv := range res.Levels {
-		if lv.GeneratedTokens != 4*lv.Clients || lv.TokensPerS <= 0 || lv.Passes == 0 {
-			t.Errorf("level %d: %+v", i, lv)
-		}
-	}
-	if res.Levels[0].RatioToFirst != 1 || res.Levels[1].RatioToFirst <= 0 {
-		t.Errorf("ratios %v, %v", res.Levels[0].RatioToFirst, res.Levels[1].RatioToFirst)
-	}
-	if code, _, _ := runCmd(t, "bench-serve", "--model", "x", "--clients", "0"); code != exitUsage {
-		t.Errorf("--clients 0: exit %d", code)
 	}
 }

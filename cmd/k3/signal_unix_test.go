@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/k3go/k3/internal/app/cli"
 	"github.com/k3go/k3/internal/testkit/fixtures"
 	"github.com/k3go/k3/iox"
 )
@@ -62,8 +63,8 @@ func TestSynthSignals(t *testing.T) {
 	waitForPartial(t, out)
 	cmd.Process.Signal(syscall.SIGTERM)
 	err := cmd.Wait()
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != exitFailure {
-		t.Fatalf("after SIGTERM: %v, want exit code %d", err, exitFailure)
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != cli.ExitFailure {
+		t.Fatalf("after SIGTERM: %v, want exit code %d", err, cli.ExitFailure)
 	}
 	if _, err := os.Stat(out); !os.IsNotExist(err) {
 		ents, _ := os.ReadDir(out)
@@ -74,7 +75,7 @@ func TestSynthSignals(t *testing.T) {
 	waitForPartial(t, out)
 	cmd.Process.Kill()
 	cmd.Wait()
-	if code, _, stderr := runCmd(t, "synth", "--out", out, "--profile", "tiny"); code != exitOK {
+	if code, _, stderr := runCmd(t, "synth", "--out", out, "--profile", "tiny"); code != cli.ExitOK {
 		t.Fatalf("after a killed run: exit %d: %s", code, stderr)
 	}
 	ents, _ := os.ReadDir(out)
@@ -98,14 +99,14 @@ func TestPackStaleTemporary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if code, _, stderr := runCmd(t, "pack", "--model", src, "--out", out); code != exitUsage || !strings.Contains(stderr, "another k3 pack") {
-		t.Fatalf("while another pack runs: exit %d (%s), want %d", code, stderr, exitUsage)
+	if code, _, stderr := runCmd(t, "pack", "--model", src, "--out", out); code != cli.ExitUsage || !strings.Contains(stderr, "another k3 pack") {
+		t.Fatalf("while another pack runs: exit %d (%s), want %d", code, stderr, cli.ExitUsage)
 	}
 	if _, err := os.Stat(stale); err != nil {
 		t.Fatal("a running pack's temporary file was removed")
 	}
 	unlock()
-	if code, _, stderr := runCmd(t, "pack", "--model", src, "--out", out); code != exitOK {
+	if code, _, stderr := runCmd(t, "pack", "--model", src, "--out", out); code != cli.ExitOK {
 		t.Fatalf("after a killed pack: exit %d: %s", code, stderr)
 	}
 	if _, err := os.Stat(filepath.Join(out, "trunk.bin")); err != nil {

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/k3go/k3/internal/app/cli"
 	"github.com/k3go/k3/internal/app/synth"
 )
 
@@ -45,7 +46,7 @@ offsets after the ranks; and generation_config.json, whose eos_token_id is
 <|end_of_msg|>. Chat (k3 run, the server) works on it.`
 
 func runSynth(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fs := newFlags("synth", synthUsage, stderr)
+	fs := cli.NewFlags("synth", synthUsage, stderr)
 	out := fs.String("out", "", "output `directory` (must not exist or be empty)")
 	profile := fs.String("profile", "", "`name`: tiny, medium, quickstart, full or custom")
 	base := fs.String("base", "tiny", "`profile` that custom starts from: tiny, medium or quickstart")
@@ -65,27 +66,27 @@ func runSynth(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	sparse := fs.Bool("sparse", false, "write the headers only, the tensor data as holes (no disk space; for k3 plan, k3 doctor and Inspect, e.g. --profile full)")
 	buffered := fs.Bool("buffered", false, "write through the page cache instead of O_DIRECT")
 	asJSON := fs.Bool("json", false, "print the summary as one JSON object")
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	if *profile == "" {
-		return usagef("--profile is required (tiny, medium, quickstart or custom)")
+		return cli.Usagef("--profile is required (tiny, medium, quickstart or custom)")
 	}
 	if *withTokenizer && *tokenizer != "" {
-		return usagef("give --with-tokenizer or --tokenizer, not both")
+		return cli.Usagef("give --with-tokenizer or --tokenizer, not both")
 	}
 	if *out == "" && !*dryRun {
-		return usagef("--out is required")
+		return cli.Usagef("--out is required")
 	}
 	name := *profile
 	if name == "custom" {
 		name = *base
 	} else if synthFlagSet(fs, "base") {
-		return usagef("--base applies to --profile custom only")
+		return cli.Usagef("--base applies to --profile custom only")
 	}
 	p, err := synth.ByName(name)
 	if err != nil {
-		return usagef("%v", err)
+		return cli.Usagef("%v", err)
 	}
 	overrides := false
 	for _, o := range []struct {
@@ -106,7 +107,7 @@ func runSynth(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 			continue
 		}
 		if o.v <= 0 {
-			return usagef("--%s must be positive", o.flag)
+			return cli.Usagef("--%s must be positive", o.flag)
 		}
 		o.set(o.v)
 		overrides = true
@@ -116,16 +117,16 @@ func runSynth(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		p.Tokenizer = true
 	}
 	if p.Tokenizer && *tokenizer != "" {
-		return usagef("profile %s has a generated tokenizer; --tokenizer does not apply", name)
+		return cli.Usagef("profile %s has a generated tokenizer; --tokenizer does not apply", name)
 	}
 	if p.Tokenizer && (p.Config.Vocab < synth.MinTokenizerVocab || p.Config.Vocab > synth.MaxTokenizerVocab) {
-		return usagef("a generated tokenizer needs a vocabulary of %d to %d tokens, not %d (use --vocab)", synth.MinTokenizerVocab, synth.MaxTokenizerVocab, p.Config.Vocab)
+		return cli.Usagef("a generated tokenizer needs a vocabulary of %d to %d tokens, not %d (use --vocab)", synth.MinTokenizerVocab, synth.MaxTokenizerVocab, p.Config.Vocab)
 	}
 	if overrides || *profile == "custom" {
 		p.Name = "custom"
 	}
 	if err := p.Validate(); err != nil {
-		return usagef("%s", strings.TrimPrefix(err.Error(), "synth: "))
+		return cli.Usagef("%s", strings.TrimPrefix(err.Error(), "synth: "))
 	}
 	var size int64 // zero: the profile's
 	if *shardSize != "" {
@@ -137,7 +138,7 @@ func runSynth(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if *dryRun {
 		L, err := synth.PlanLayout(p, size)
 		if err != nil {
-			return usagef("%s", strings.TrimPrefix(err.Error(), "synth: "))
+			return cli.Usagef("%s", strings.TrimPrefix(err.Error(), "synth: "))
 		}
 		fmt.Fprintf(stdout, "profile %s (seed %d): %d layers, %d experts/layer (top %d), vocab %d, hidden %d\n",
 			p.Name, p.Seed, p.Config.Layers, p.Config.Experts, p.Config.TopK, p.Config.Vocab, p.Config.Hidden)
@@ -232,7 +233,7 @@ func synthParseSize(s string) (int64, error) {
 		"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}[unit]
 	v, err := strconv.ParseFloat(num, 64)
 	if err != nil || mult == 0 || v <= 0 || math.IsInf(v*mult, 0) || v*mult > 1<<60 {
-		return 0, usagef("bad size %q (examples: 4GiB, 512MB, 1048576)", s)
+		return 0, cli.Usagef("bad size %q (examples: 4GiB, 512MB, 1048576)", s)
 	}
 	return int64(v * mult), nil
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/k3go/k3/internal/app/cli"
 	"github.com/k3go/k3/model"
 )
 
@@ -123,28 +124,28 @@ func TestSynthErrors(t *testing.T) {
 		args []string
 		code int
 	}{
-		{[]string{"synth", "--out", out()}, exitUsage},
-		{[]string{"synth", "--profile", "huge", "--out", out()}, exitUsage},
-		{[]string{"synth", "--profile", "tiny"}, exitUsage},
-		{[]string{"synth", "--profile", "tiny", "--out", out(), "--topk", "9"}, exitUsage},
-		{[]string{"synth", "--profile", "tiny", "--out", out(), "--layers", "1"}, exitUsage},
-		{[]string{"synth", "--profile", "tiny", "--out", out(), "--layers", "0"}, exitUsage},
-		{[]string{"synth", "--profile", "tiny", "--out", out(), "--moe-intermediate", "40"}, exitUsage},
-		{[]string{"synth", "--profile", "tiny", "--out", out(), "--shard-size", "lots"}, exitUsage},
-		{[]string{"synth", "--profile", "tiny", "--out", out(), "--base", "medium"}, exitUsage},
-		{[]string{"synth", "--profile", "custom", "--base", "huge", "--out", out()}, exitUsage},
-		{[]string{"synth", "--profile", "tiny", "--out", out(), "extra"}, exitUsage},
-		{[]string{"synth", "--profile", "tiny", "--out", full}, exitFailure},
-		{[]string{"synth", "--profile", "tiny", "--out", out(), "--tokenizer", t.TempDir()}, exitIO},
-		{[]string{"synth", "--profile", "medium", "--dry-run"}, exitOK},
-		{[]string{"synth", "--help"}, exitOK},
+		{[]string{"synth", "--out", out()}, cli.ExitUsage},
+		{[]string{"synth", "--profile", "huge", "--out", out()}, cli.ExitUsage},
+		{[]string{"synth", "--profile", "tiny"}, cli.ExitUsage},
+		{[]string{"synth", "--profile", "tiny", "--out", out(), "--topk", "9"}, cli.ExitUsage},
+		{[]string{"synth", "--profile", "tiny", "--out", out(), "--layers", "1"}, cli.ExitUsage},
+		{[]string{"synth", "--profile", "tiny", "--out", out(), "--layers", "0"}, cli.ExitUsage},
+		{[]string{"synth", "--profile", "tiny", "--out", out(), "--moe-intermediate", "40"}, cli.ExitUsage},
+		{[]string{"synth", "--profile", "tiny", "--out", out(), "--shard-size", "lots"}, cli.ExitUsage},
+		{[]string{"synth", "--profile", "tiny", "--out", out(), "--base", "medium"}, cli.ExitUsage},
+		{[]string{"synth", "--profile", "custom", "--base", "huge", "--out", out()}, cli.ExitUsage},
+		{[]string{"synth", "--profile", "tiny", "--out", out(), "extra"}, cli.ExitUsage},
+		{[]string{"synth", "--profile", "tiny", "--out", full}, cli.ExitFailure},
+		{[]string{"synth", "--profile", "tiny", "--out", out(), "--tokenizer", t.TempDir()}, cli.ExitIO},
+		{[]string{"synth", "--profile", "medium", "--dry-run"}, cli.ExitOK},
+		{[]string{"synth", "--help"}, cli.ExitOK},
 	}
 	for _, c := range cases {
 		code, _, stderr := runCmd(t, c.args...)
 		if code != c.code {
 			t.Errorf("k3 %v: exit %d, want %d (%s)", c.args, code, c.code, stderr)
 		}
-		if code != exitOK && strings.Count(strings.TrimSpace(stderr), "\n") > 0 && !strings.Contains(stderr, "Usage") {
+		if code != cli.ExitOK && strings.Count(strings.TrimSpace(stderr), "\n") > 0 && !strings.Contains(stderr, "Usage") {
 			t.Errorf("k3 %v: error is not one line: %q", c.args, stderr)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/k3go/k3/internal/app/cli"
 	"github.com/k3go/k3/tokenizer"
 )
 
@@ -34,8 +35,8 @@ func TestSynthWithTokenizer(t *testing.T) {
 		{"synth", "--profile", "tiny", "--vocab", "300", "--with-tokenizer", "--tokenizer", src, "--out", t.TempDir()}, // one or the other
 		{"synth", "--profile", "quickstart", "--tokenizer", src, "--out", filepath.Join(t.TempDir(), "x")},             // quickstart has its own
 	} {
-		if code, _, _ := runCmd(t, args...); code != exitUsage {
-			t.Errorf("%v: exit %d, want %d", args, code, exitUsage)
+		if code, _, _ := runCmd(t, args...); code != cli.ExitUsage {
+			t.Errorf("%v: exit %d, want %d", args, code, cli.ExitUsage)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/k3go/k3/chat"
+	"github.com/k3go/k3/internal/app/cli"
 )
 
 const templateUsage = `--tokenizer DIR [--input FILE] [--json] [--defaults]
@@ -31,7 +32,7 @@ answer to a prompt without thinking (it starts in the response channel).
 --tokenizer defaults to --model.`
 
 func runTemplate(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fs := newFlags("template", templateUsage, stderr)
+	fs := cli.NewFlags("template", templateUsage, stderr)
 	var tf tokenizerFlags
 	tf.register(fs)
 	input := fs.String("input", "", "read the conversation (or with --parse the ids) from `FILE` (default: stdin)")
@@ -40,21 +41,21 @@ func runTemplate(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 	parseMode := fs.Bool("parse", false, "parse a model's answer instead of rendering")
 	idsFlag := fs.String("ids", "", "with --parse, the answer's token `ids`, comma separated")
 	thinking := fs.Bool("thinking", true, "with --parse, the answer starts in the think channel")
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	idsSet := synthFlagSet(fs, "ids")
 	if !*parseMode {
 		for _, f := range []string{"ids", "thinking"} {
 			if synthFlagSet(fs, f) {
-				return usagef("--%s needs --parse", f)
+				return cli.Usagef("--%s needs --parse", f)
 			}
 		}
 	} else if *defaults {
-		return usagef("--defaults is for rendering, not --parse")
+		return cli.Usagef("--defaults is for rendering, not --parse")
 	}
 	if idsSet && *input != "" {
-		return usagef("give --ids or --input, not both")
+		return cli.Usagef("give --ids or --input, not both")
 	}
 	tok, err := tf.load()
 	if err != nil {
@@ -73,7 +74,7 @@ func runTemplate(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 		}
 		for k, id := range ids {
 			if _, ok := tok.TokenBytes(id); !ok {
-				return usagef("id %d at index %d is not in the tokenizer", id, k)
+				return cli.Usagef("id %d at index %d is not in the tokenizer", id, k)
 			}
 		}
 		m, err := chat.Parse(tok, ids, *thinking)
@@ -88,7 +89,7 @@ func runTemplate(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 	}
 	var req chat.Request
 	if err := json.Unmarshal(raw, &req); err != nil {
-		return usagef("input is not a conversation {\"messages\", \"tools\", \"kwargs\"}: %v", err)
+		return cli.Usagef("input is not a conversation {\"messages\", \"tools\", \"kwargs\"}: %v", err)
 	}
 	opts := req.Options
 	if *defaults {
@@ -125,7 +126,7 @@ func runTemplate(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 func chatError(err error) error {
 	msg := strings.TrimPrefix(err.Error(), "chat: ")
 	if errors.Is(err, chat.ErrFormat) {
-		return usagef("%s", msg)
+		return cli.Usagef("%s", msg)
 	}
 	return errors.New(msg)
 }

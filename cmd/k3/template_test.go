@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/k3go/k3/chat"
+	"github.com/k3go/k3/internal/app/cli"
 	"github.com/k3go/k3/internal/testkit/fixtures"
 	"github.com/k3go/k3/tokenizer"
 )
@@ -112,15 +113,15 @@ func TestTemplateErrors(t *testing.T) {
 		code  int
 		msg   string
 	}{
-		{"not json", []string{"template", "--tokenizer", tokDir}, exitUsage, "input is not a conversation"},
-		{`{"messages":[{"role":"robot","content":"x"}]}`, []string{"template", "--tokenizer", tokDir}, exitUsage, `role "robot"`},
-		{`{"messages":[{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":"[1]"}}]}]}`, []string{"template", "--tokenizer", tokDir}, exitUsage, "not an object"},
-		{`{"messages":[],"kwargs":{"thinking_effort":"huge"}}`, []string{"template", "--tokenizer", tokDir}, exitUsage, "thinking effort"},
-		{"", []string{"template", "--tokenizer", tokDir, "--ids", "1"}, exitUsage, "--ids needs --parse"},
-		{"", []string{"template", "--parse", "--tokenizer", tokDir, "--ids", "1,x"}, exitUsage, "bad token id"},
-		{"", []string{"template", "--parse", "--tokenizer", tokDir, "--ids", "99999999"}, exitUsage, "not in the tokenizer"},
-		{"", []string{"template", "--input", "x"}, exitUsage, "--tokenizer"},
-		{"", []string{"template", "--tokenizer", tokDir, "--input", filepath.Join(t.TempDir(), "none")}, exitIO, "no such file"},
+		{"not json", []string{"template", "--tokenizer", tokDir}, cli.ExitUsage, "input is not a conversation"},
+		{`{"messages":[{"role":"robot","content":"x"}]}`, []string{"template", "--tokenizer", tokDir}, cli.ExitUsage, `role "robot"`},
+		{`{"messages":[{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":"[1]"}}]}]}`, []string{"template", "--tokenizer", tokDir}, cli.ExitUsage, "not an object"},
+		{`{"messages":[],"kwargs":{"thinking_effort":"huge"}}`, []string{"template", "--tokenizer", tokDir}, cli.ExitUsage, "thinking effort"},
+		{"", []string{"template", "--tokenizer", tokDir, "--ids", "1"}, cli.ExitUsage, "--ids needs --parse"},
+		{"", []string{"template", "--parse", "--tokenizer", tokDir, "--ids", "1,x"}, cli.ExitUsage, "bad token id"},
+		{"", []string{"template", "--parse", "--tokenizer", tokDir, "--ids", "99999999"}, cli.ExitUsage, "not in the tokenizer"},
+		{"", []string{"template", "--input", "x"}, cli.ExitUsage, "--tokenizer"},
+		{"", []string{"template", "--tokenizer", tokDir, "--input", filepath.Join(t.TempDir(), "none")}, cli.ExitIO, "no such file"},
 	} {
 		withStdin(t, c.stdin)
 		code, out, stderr := runCmd(t, c.args...)

@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/k3go/k3"
+	"github.com/k3go/k3/internal/app/cli"
 	"github.com/k3go/k3/tokenizer"
 )
 
@@ -49,7 +50,7 @@ func (t *tokenizerFlags) load() (*tokenizer.Tokenizer, error) {
 		dir = t.model
 	}
 	if dir == "" {
-		return nil, usagef("--tokenizer (or --model) is required")
+		return nil, cli.Usagef("--tokenizer (or --model) is required")
 	}
 	tok, err := tokenizer.Load(dir)
 	if err != nil {
@@ -68,7 +69,7 @@ func (t *tokenizerFlags) load() (*tokenizer.Tokenizer, error) {
 // errNoTokenizer is the usage error for a directory without tokenizer
 // files: the fix is a flag, so it says which.
 func errNoTokenizer(dir string) error {
-	return usagef("%s has no tokenizer (%s and %s); give --tokenizer DIR", dir, tokenizer.ModelFile, tokenizer.ConfigFile)
+	return cli.Usagef("%s has no tokenizer (%s and %s); give --tokenizer DIR", dir, tokenizer.ModelFile, tokenizer.ConfigFile)
 }
 
 // badTokenizer marks malformed tokenizer files for the exit code (3, bad
@@ -91,19 +92,19 @@ func readInput(file string, stdin io.Reader) ([]byte, error) {
 }
 
 func runTokenize(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fs := newFlags("tokenize", tokenizeUsage, stderr)
+	fs := cli.NewFlags("tokenize", tokenizeUsage, stderr)
 	var tf tokenizerFlags
 	tf.register(fs)
 	file := fs.String("file", "", "read the text from `F` (default: stdin)")
 	text := fs.String("text", "", "the `text` to tokenize")
 	asJSON := fs.Bool("json", false, `print {"ids":[...]}`)
 	noSpecial := fs.Bool("no-special", false, "treat added-token strings such as <|im_end|> as plain text")
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	textSet := synthFlagSet(fs, "text")
 	if textSet && *file != "" {
-		return usagef("give --file or --text, not both")
+		return cli.Usagef("give --file or --text, not both")
 	}
 	tok, err := tf.load()
 	if err != nil {
@@ -136,18 +137,18 @@ func runTokenize(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 }
 
 func runDetokenize(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fs := newFlags("detokenize", detokenizeUsage, stderr)
+	fs := cli.NewFlags("detokenize", detokenizeUsage, stderr)
 	var tf tokenizerFlags
 	tf.register(fs)
 	idsFlag := fs.String("ids", "", "token `ids`, comma separated")
 	file := fs.String("file", "", "read the ids from `F` (default: stdin)")
 	asJSON := fs.Bool("json", false, `print {"text":"..."}`)
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	idsSet := synthFlagSet(fs, "ids")
 	if idsSet && *file != "" {
-		return usagef("give --ids or --file, not both")
+		return cli.Usagef("give --ids or --file, not both")
 	}
 	tok, err := tf.load()
 	if err != nil {
@@ -166,7 +167,7 @@ func runDetokenize(args []string, stdin io.Reader, stdout, stderr io.Writer) err
 	text, err := tok.Decode(ids)
 	if err != nil {
 		if errors.Is(err, tokenizer.ErrUnknownID) {
-			return usagef("%s", strings.TrimPrefix(err.Error(), "tokenizer: "))
+			return cli.Usagef("%s", strings.TrimPrefix(err.Error(), "tokenizer: "))
 		}
 		return err
 	}
@@ -194,19 +195,19 @@ func parseIDList(b []byte) ([]int, error) {
 			IDs *[]int `json:"ids"`
 		}
 		if err := json.Unmarshal(t, &v); err != nil || v.IDs == nil {
-			return nil, usagef("input is not a JSON object with \"ids\": a list of token ids")
+			return nil, cli.Usagef("input is not a JSON object with \"ids\": a list of token ids")
 		}
 		ids = *v.IDs
 	case '[':
 		if err := json.Unmarshal(t, &ids); err != nil {
-			return nil, usagef("input is not a JSON array of token ids")
+			return nil, cli.Usagef("input is not a JSON array of token ids")
 		}
 	default:
 		return parseIDs(string(t))
 	}
 	for _, id := range ids {
 		if id < 0 {
-			return nil, usagef("bad token id %d", id)
+			return nil, cli.Usagef("bad token id %d", id)
 		}
 	}
 	return ids, nil

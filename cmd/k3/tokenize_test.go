@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/k3go/k3/internal/app/cli"
 	"github.com/k3go/k3/internal/app/synth"
 	"github.com/k3go/k3/internal/testkit/fixtures"
 	"github.com/k3go/k3/internal/testkit/testmodel"
@@ -177,25 +178,25 @@ func TestTokenizeErrors(t *testing.T) {
 		args []string
 		code int
 	}{
-		{[]string{"tokenize", "--text", "x"}, exitUsage},                                         // no tokenizer
-		{[]string{"tokenize", "--tokenizer", dir, "--text", "x", "--file", "f"}, exitUsage},      // two inputs
-		{[]string{"tokenize", "--tokenizer", dir, "--bogus"}, exitUsage},                         // unknown flag
-		{[]string{"tokenize", "--tokenizer", dir, "extra"}, exitUsage},                           // argument
-		{[]string{"tokenize", "--tokenizer", t.TempDir(), "--text", "x"}, exitUsage},             // no files: say which flag
-		{[]string{"tokenize", "--tokenizer", bad, "--text", "x"}, exitCheckpoint},                // malformed files
-		{[]string{"tokenize", "--tokenizer", dir, "--file", filepath.Join(bad, "none")}, exitIO}, // no input file
-		{[]string{"detokenize", "--tokenizer", dir, "--ids", "1,x"}, exitUsage},                  // bad id
-		{[]string{"detokenize", "--tokenizer", dir, "--ids", "1,99999999"}, exitUsage},           // unknown id
-		{[]string{"detokenize", "--tokenizer", dir, "--ids", "1", "--file", "f"}, exitUsage},     // two inputs
-		{[]string{"detokenize", "--ids", "1"}, exitUsage},                                        // no tokenizer
-		{[]string{"tokenize", "--help"}, exitOK},
-		{[]string{"detokenize", "--help"}, exitOK},
+		{[]string{"tokenize", "--text", "x"}, cli.ExitUsage},                                         // no tokenizer
+		{[]string{"tokenize", "--tokenizer", dir, "--text", "x", "--file", "f"}, cli.ExitUsage},      // two inputs
+		{[]string{"tokenize", "--tokenizer", dir, "--bogus"}, cli.ExitUsage},                         // unknown flag
+		{[]string{"tokenize", "--tokenizer", dir, "extra"}, cli.ExitUsage},                           // argument
+		{[]string{"tokenize", "--tokenizer", t.TempDir(), "--text", "x"}, cli.ExitUsage},             // no files: say which flag
+		{[]string{"tokenize", "--tokenizer", bad, "--text", "x"}, cli.ExitCheckpoint},                // malformed files
+		{[]string{"tokenize", "--tokenizer", dir, "--file", filepath.Join(bad, "none")}, cli.ExitIO}, // no input file
+		{[]string{"detokenize", "--tokenizer", dir, "--ids", "1,x"}, cli.ExitUsage},                  // bad id
+		{[]string{"detokenize", "--tokenizer", dir, "--ids", "1,99999999"}, cli.ExitUsage},           // unknown id
+		{[]string{"detokenize", "--tokenizer", dir, "--ids", "1", "--file", "f"}, cli.ExitUsage},     // two inputs
+		{[]string{"detokenize", "--ids", "1"}, cli.ExitUsage},                                        // no tokenizer
+		{[]string{"tokenize", "--help"}, cli.ExitOK},
+		{[]string{"detokenize", "--help"}, cli.ExitOK},
 	} {
 		code, out, stderr := runCmd(t, c.args...)
 		if code != c.code {
 			t.Errorf("%v: exit %d, want %d (%s)", c.args, code, c.code, stderr)
 		}
-		if code != exitOK && (out != "" || strings.Count(stderr, "\n") != 1) {
+		if code != cli.ExitOK && (out != "" || strings.Count(stderr, "\n") != 1) {
 			t.Errorf("%v: stdout %q, stderr %q: want one line of error", c.args, out, stderr)
 		}
 	}

@@ -25,7 +25,11 @@ var Table = []Layer{
 	{2, "the network: routed experts, the model's math", []string{"expert", "model"}},
 	{3, "the engine: planner, trunk, state files, scheduler, sequences", []string{"internal/engine"}},
 	{4, "the public API", []string{""}},
-	{5, "applications: server, batch jobs, synthetic checkpoints, progress", []string{"internal/app"}},
+	{5, "applications: server, batch jobs, synthetic checkpoints, progress, benchmarks, the command's shared flags", []string{"internal/app"}},
+	// benchdata imports only the standard library, and k3 bench
+	// (internal/app/bench) measures the kernels' rates on its data, so it
+	// ranks with the applications, below the rest of the test support.
+	{5, "benchmark inputs, which k3 bench measures the kernels with", []string{"internal/testkit/benchdata"}},
 	{6, "test support: fixtures, oracles, test models, benchmark data", []string{"internal/testkit"}},
 	{7, "commands and examples", []string{"cmd", "examples"}},
 	// The layering test itself sits beside the table it checks.

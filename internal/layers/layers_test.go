@@ -136,6 +136,7 @@ func TestOf(t *testing.T) {
 	for path, want := range map[string]int{
 		Module: 4, Module + "/model": 2, Module + "/internal/engine/trunk": 3, Module + "/internal/platform/kernel/gemm": 0,
 		Module + "/cmd/k3": 7, Module + "/iox/ioxtest": 1, Module + "/internal/app/server": 5,
+		Module + "/internal/testkit/benchdata": 5, Module + "/internal/testkit/fixtures": 6,
 	} {
 		if l, ok := Of(path); !ok || l.Rank != want {
 			t.Errorf("Of(%s) = %d %v, want %d", path, l.Rank, ok, want)

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bufio"
@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/k3go/k3"
+	"github.com/k3go/k3/internal/app/cli"
 	"github.com/k3go/k3/internal/app/server"
 )
 
@@ -55,10 +56,12 @@ type benchServeResult struct {
 	Levels      []serveLevel `json:"levels"`
 }
 
-func runBenchServe(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fs := newFlags("bench-serve", benchServeUsage, stderr)
-	var mf modelFlags
-	mf.register(fs)
+// RunServe is k3 bench-serve: args are its flags (k3 help bench-serve
+// lists them). stdin is not read.
+func RunServe(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := cli.NewFlags("bench-serve", benchServeUsage, stderr)
+	var mf cli.ModelFlags
+	mf.Register(fs)
 	tokDir := fs.String("tokenizer", "", "`directory` with tiktoken.model and tokenizer_config.json (default: the checkpoint directory)")
 	clients := fs.String("clients", "1,8", "client counts to measure, comma separated; the first is the baseline")
 	tokens := fs.Int("tokens", 6, "tokens per request")
@@ -67,28 +70,28 @@ func runBenchServe(args []string, stdin io.Reader, stdout, stderr io.Writer) err
 	maxBatch := fs.Int("max-batch", 0, "most token rows per pass (0 = the prefill chunk)")
 	seed := fs.Uint64("seed", 1, "seed of the random prompts")
 	asJSON := fs.Bool("json", false, "print one JSON object")
-	if err := parse(fs, args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
-	levels, err := parseBatchSizes(*clients)
+	levels, err := cli.ParseBatchSizes(*clients)
 	if err != nil {
-		return usagef("--clients: bad client counts %q (want positive counts, e.g. 1,8)", *clients)
+		return cli.Usagef("--clients: bad client counts %q (want positive counts, e.g. 1,8)", *clients)
 	}
 	switch {
 	case *tokens < 1 || *promptLen < 1 || *requests < 1:
-		return usagef("--tokens, --prompt-len and --requests must be positive")
+		return cli.Usagef("--tokens, --prompt-len and --requests must be positive")
 	case *maxBatch < 0:
-		return usagef("--max-batch must not be negative")
+		return cli.Usagef("--max-batch must not be negative")
 	}
 	most := 0
 	for _, c := range levels {
 		most = max(most, c)
 	}
-	if mf.maxContext == 0 {
-		mf.maxContext = *promptLen + *tokens + 8
+	if mf.MaxContext == 0 {
+		mf.MaxContext = *promptLen + *tokens + 8
 	}
 	start := time.Now()
-	m, err := mf.openWith(context.Background(), func(o *k3.Options) {
+	m, err := mf.OpenWith(context.Background(), func(o *k3.Options) {
 		o.Sessions, o.MaxBatch, o.TokenizerDir = most, *maxBatch, *tokDir
 	})
 	if err != nil {
@@ -97,9 +100,9 @@ func runBenchServe(args []string, stdin io.Reader, stdout, stderr io.Writer) err
 	defer m.Close()
 	load := time.Since(start)
 	if m.Tokenizer() == nil {
-		return usagef("%s has no tokenizer; give --tokenizer DIR", mf.dir)
+		return cli.Usagef("%s has no tokenizer; give --tokenizer DIR", mf.Dir)
 	}
-	srv, err := server.New(m, server.Options{Name: "bench", MaxContext: mf.maxContext, Sessions: most, Queue: most * *requests})
+	srv, err := server.New(m, server.Options{Name: "bench", MaxContext: mf.MaxContext, Sessions: most, Queue: most * *requests})
 	if err != nil {
 		return err
 	}
@@ -113,7 +116,7 @@ func runBenchServe(args []string, stdin io.Reader, stdout, stderr io.Writer) err
 	url := "http://" + ln.Addr().String() + "/v1/completions"
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: most}}
 
-	res := benchServeResult{Model: filepath.Base(filepath.Clean(mf.dir)), BudgetBytes: m.Stats().BudgetBytes, LoadSeconds: load.Seconds(),
+	res := benchServeResult{Model: filepath.Base(filepath.Clean(mf.Dir)), BudgetBytes: m.Stats().BudgetBytes, LoadSeconds: load.Seconds(),
 		PromptLen: *promptLen, Tokens: *tokens, Sessions: most}
 	rng := rand.New(rand.NewPCG(*seed, 0x5e7e))
 	V := m.Config().Vocab

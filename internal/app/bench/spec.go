@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"encoding/json"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/k3go/k3"
+	"github.com/k3go/k3/internal/app/cli"
 )
 
 // specRow is one decoding run of k3 bench --spec: plain (k = 0) or
@@ -50,11 +51,11 @@ type benchSpecRun struct {
 // the same process, and reports s/token, passes, accepted drafts and bytes
 // per generated token next to plain decoding; every run must give the
 // plain run's tokens.
-func benchSpec(mf *modelFlags, br benchSpecRun, stdout, stderr io.Writer) error {
-	ctx, cancel := signalContext()
+func benchSpec(mf *cli.ModelFlags, br benchSpecRun, stdout, stderr io.Writer) error {
+	ctx, cancel := cli.SignalContext()
 	defer cancel()
 	maxK := slices.Max(br.ks)
-	m, err := mf.openWith(ctx, func(o *k3.Options) {
+	m, err := mf.OpenWith(ctx, func(o *k3.Options) {
 		o.Speculate = maxK
 		o.MaxContext = max(o.MaxContext, br.promptLen+br.tokens+maxK+2)
 	})
@@ -139,7 +140,7 @@ func benchSpec(mf *modelFlags, br benchSpecRun, stdout, stderr io.Writer) error 
 			Drafter string    `json:"drafter"`
 			Prompt  int       `json:"prompt_len"`
 			Spec    []specRow `json:"spec"`
-		}{mf.dir, br.drafter, br.promptLen, rows})
+		}{mf.Dir, br.drafter, br.promptLen, rows})
 	}
 	fmt.Fprintf(stdout, "%4s %8s %12s %9s %10s %12s %14s %6s\n", "k", "tokens", "s/token", "vs plain", "passes/tok", "accepted/pass", "GB read/token", "exact")
 	for _, r := range rows {

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -9,12 +9,11 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/k3go/k3"
+	"github.com/k3go/k3/internal/app/cli"
 	"github.com/k3go/k3/quant"
 	"github.com/k3go/k3/tensor"
 )
@@ -69,19 +68,6 @@ type benchBatchResult struct {
 	Batches      []batchResult `json:"batches"`
 }
 
-// parseBatchSizes reads --batch: positive sizes, comma separated.
-func parseBatchSizes(s string) ([]int, error) {
-	var bs []int
-	for _, f := range strings.Split(s, ",") {
-		b, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || b < 1 {
-			return nil, usagef("--batch: bad batch size %q (want positive sizes, e.g. 1,4,8,16)", f)
-		}
-		bs = append(bs, b)
-	}
-	return bs, nil
-}
-
 // benchPrompt is the prompt of sequence i: random ids from the seed and i.
 // Sequence 0 has the prompt of the single-run bench.
 func benchPrompt(seed uint64, i, n, vocab int) []int {
@@ -95,10 +81,10 @@ func benchPrompt(seed uint64, i, n, vocab int) []int {
 
 // benchBatches opens the model once, with room for the largest batch, and
 // measures every batch size in turn.
-func benchBatches(mf *modelFlags, br benchBatchRun, stdout, stderr io.Writer) error {
-	ctx, cancel := signalContext()
+func benchBatches(mf *cli.ModelFlags, br benchBatchRun, stdout, stderr io.Writer) error {
+	ctx, cancel := cli.SignalContext()
 	defer cancel()
-	budget, err := mf.budget.bytes()
+	budget, err := mf.Budget.Bytes()
 	if err != nil {
 		return err
 	}
@@ -107,24 +93,24 @@ func benchBatches(mf *modelFlags, br benchBatchRun, stdout, stderr io.Writer) er
 	if rows == 0 {
 		rows = maxB + 64
 	}
-	r := &benchBatchResult{Model: mf.dir, BudgetBytes: budget, PromptLen: br.promptLen, DecodeTokens: br.tokens,
-		Kernels: tensor.Implementation() + "/" + quant.Implementation(), Sessions: maxB, MaxBatch: rows, Threads: mf.threads}
+	r := &benchBatchResult{Model: mf.Dir, BudgetBytes: budget, PromptLen: br.promptLen, DecodeTokens: br.tokens,
+		Kernels: tensor.Implementation() + "/" + quant.Implementation(), Sessions: maxB, MaxBatch: rows, Threads: mf.Threads}
 	if r.Threads == 0 {
 		r.Threads = defaultThreads()
 	}
 	if br.cold {
-		shards, err := filepath.Glob(filepath.Join(mf.dir, "*.safetensors"))
+		shards, err := filepath.Glob(filepath.Join(mf.Dir, "*.safetensors"))
 		if err != nil || len(shards) == 0 {
-			return fmt.Errorf("%s: %w: no *.safetensors files", mf.dir, k3.ErrBadCheckpoint)
+			return fmt.Errorf("%s: %w: no *.safetensors files", mf.Dir, k3.ErrBadCheckpoint)
 		}
-		if mf.trunk != "" {
-			shards = append(shards, filepath.Join(mf.trunk, "trunk.bin"))
+		if mf.Trunk != "" {
+			shards = append(shards, filepath.Join(mf.Trunk, "trunk.bin"))
 		}
 		r.Cold = dropCaches(shards)
 	}
 	start := time.Now()
-	m, err := mf.openWith(ctx, func(o *k3.Options) {
-		o.MaxContext = max(mf.maxContext, br.promptLen+br.tokens+1)
+	m, err := mf.OpenWith(ctx, func(o *k3.Options) {
+		o.MaxContext = max(mf.MaxContext, br.promptLen+br.tokens+1)
 		o.Sessions, o.MaxBatch = maxB, rows
 	})
 	if err != nil {
@@ -291,4 +277,12 @@ func printBenchBatches(w io.Writer, r *benchBatchResult) {
 	if len(r.Batches) > 0 && r.Batches[len(r.Batches)-1].Checked {
 		fmt.Fprintln(w, "check: every sequence generated the same tokens as alone")
 	}
+}
+
+// ratio is a/b, or 0 when b is 0.
+func ratio(a, b int64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
 }

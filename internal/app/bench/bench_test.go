@@ -1,11 +1,14 @@
-package main
+package bench
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/k3go/k3"
 )
 
 // TestBenchProbeSmallCheckpoint: a checkpoint whose files are all smaller
@@ -13,8 +16,7 @@ import (
 // --probe 0 leaves the device and the I/O roofline out instead of printing
 // zeros.
 func TestBenchProbeSmallCheckpoint(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "tiny")
-	synthJSON(t, "--profile", "tiny", "--out", dir)
+	dir := tiny(t)
 	before, _ := os.ReadDir(dir)
 
 	code, out, stderr := runCmd(t, "bench", "--model", dir, "--probe", "32MiB", "--tokens", "2", "--prompt-len", "4", "--json")
@@ -52,12 +54,11 @@ func TestBenchProbeSmallCheckpoint(t *testing.T) {
 // the second in reverse order, and prints each trunk's median and its
 // ratio within the rounds; --rounds without two trunks is a usage error.
 func TestBenchRounds(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "tiny")
-	synthJSON(t, "--profile", "tiny", "--out", dir)
+	dir := tiny(t)
 	plain, packed := filepath.Join(t.TempDir(), "plain"), filepath.Join(t.TempDir(), "packed")
-	for _, args := range [][]string{{"pack", "--model", dir, "--out", plain}, {"pack", "--compress", "--model", dir, "--out", packed}} {
-		if code, _, stderr := runCmd(t, args...); code != 0 {
-			t.Fatalf("%v: exit %d: %s", args, code, stderr)
+	for out, compress := range map[string]bool{plain: false, packed: true} {
+		if err := k3.Pack(context.Background(), dir, out, k3.PackOptions{Compress: compress}); err != nil {
+			t.Fatalf("packing %s: %v", out, err)
 		}
 	}
 	code, out, stderr := runCmd(t, "bench", "--model", dir, "--trunk", plain+","+packed, "--rounds", "2", "--probe", "0", "--tokens", "2", "--prompt-len", "4")

@@ -1,0 +1,357 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/k3go/k3"
+	"github.com/k3go/k3/chat"
+	"github.com/k3go/k3/internal/app/cli"
+)
+
+// newChat starts a conversation with the chat flags.
+func (o *runOpts) newChat(m *k3.Model) (*k3.Conversation, error) {
+	co := chat.Options{NoThinking: o.noThinking}
+	if !o.noThinking {
+		co.ThinkingEffort = o.effort
+	}
+	return m.NewChat(k3.ChatOptions{System: o.system, Options: co})
+}
+
+// chatTurn sends one user message and prints the reply.
+func (o *runOpts) chatTurn(ctx context.Context, m *k3.Model, user string, stdout, stderr io.Writer, n *tokenCount) error {
+	c, err := o.newChat(m)
+	if err != nil {
+		return cli.Usagef("%v", err)
+	}
+	_, err = o.reply(ctx, c, user, stdout, stderr, n, nil)
+	return err
+}
+
+// reply streams the reply to user: the answer to stdout, the reasoning to
+// stderr (dimmed on a terminal, or not at all with --hide-reasoning). The
+// first Ctrl-C stops it at the next token, keeping the conversation; a
+// second abandons it, which leaves the conversation unusable (broken
+// reports it). A close of quit (the end of a terminal's input) stops it
+// like the first Ctrl-C. With --json nothing streams: one object is
+// printed at the end.
+func (o *runOpts) reply(ctx context.Context, c *k3.Conversation, user string, stdout, stderr io.Writer, n *tokenCount, quit <-chan struct{}) (broken bool, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var stop atomic.Bool
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, os.Interrupt)
+	defer signal.Stop(sig)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			select {
+			case <-sig:
+				if stop.Swap(true) {
+					cancel()
+				}
+			case <-quit:
+				stop.Store(true)
+				quit = nil
+			case <-done:
+				return
+			}
+		}
+	}()
+	before := c.Session().Len()
+	w := bufio.NewWriter(stdout)
+	defer w.Flush()
+	r := &reasoningWriter{w: stderr, dim: isTerminal(stderr), hide: o.hideReasoning}
+	defer r.end()
+	show := o.show
+	var text, reasoning strings.Builder
+	t0 := time.Now()
+	gen := 0
+	msg := []chat.Message{{Role: chat.RoleUser, Content: user}}
+	for d, err := range c.Stream(ctx, msg, o.gen) {
+		if err != nil {
+			r.end()
+			if !o.json {
+				w.WriteString("\n")
+				w.Flush()
+			}
+			if ctx.Err() != nil {
+				return true, errInterrupted
+			}
+			if errors.Is(err, k3.ErrContextFull) {
+				return false, fmt.Errorf("the conversation fills the context (%d positions, --max-context); /reset starts a new one: %w", o.maxContext(), err)
+			}
+			return false, err
+		}
+		if d.Token.Index >= 0 {
+			gen++
+		}
+		if o.json {
+			reasoning.WriteString(d.Reasoning)
+			text.WriteString(d.Content)
+			continue
+		}
+		r.write(show.text(d.Token.ID, d.Reasoning))
+		if content := show.text(d.Token.ID, d.Content); content != "" {
+			r.end()
+			w.WriteString(content)
+		}
+		if d.ToolCall != nil {
+			fmt.Fprintf(w, "\n[tool call %s %s]\n", d.ToolCall.Function.Name, d.ToolCall.Function.Arguments)
+		}
+		if err := w.Flush(); err != nil {
+			return false, err
+		}
+		if stop.Load() {
+			break
+		}
+	}
+	r.end()
+	n.elapsed += time.Since(t0)
+	n.generated += gen
+	prompt := c.Session().Len() - before - gen
+	n.prompt += prompt
+	if o.json {
+		reason := "stop"
+		if gen >= o.gen.MaxTokens {
+			reason = "max_tokens"
+		}
+		return false, writeRunJSON(stdout, runJSON{Text: text.String(), Reasoning: reasoning.String(), PromptTokens: prompt, GeneratedTokens: gen, StopReason: reason})
+	}
+	w.WriteString("\n")
+	return false, w.Flush()
+}
+
+// reasoningWriter streams a reply's reasoning to w, dimmed on a terminal;
+// end closes it with a newline once some was written.
+type reasoningWriter struct {
+	w          io.Writer
+	dim, hide  bool
+	open, done bool
+}
+
+func (r *reasoningWriter) write(s string) {
+	if s == "" || r.hide || r.done {
+		return
+	}
+	if !r.open {
+		r.open = true
+		if r.dim {
+			io.WriteString(r.w, "\x1b[2m")
+		} else {
+			io.WriteString(r.w, "thinking: ")
+		}
+	}
+	io.WriteString(r.w, s)
+}
+
+func (r *reasoningWriter) end() {
+	if !r.open || r.done {
+		return
+	}
+	r.done = true
+	if r.dim {
+		io.WriteString(r.w, "\x1b[0m")
+	}
+	io.WriteString(r.w, "\n")
+}
+
+const chatHelp = `commands: /save FILE, /load FILE, /reset, /quit (or Ctrl-D); "//text" sends "/text"`
+
+// chatLoop reads user messages from stdin, one per line. On a terminal,
+// errors are reported and the chat goes on; from a pipe they end it.
+func (o *runOpts) chatLoop(ctx context.Context, m *k3.Model, stdin io.Reader, stdout, stderr io.Writer, n *tokenCount) error {
+	c, err := o.newChat(m)
+	if err != nil {
+		return cli.Usagef("%v", err)
+	}
+	tty := isTerminal(stdin)
+	if tty {
+		fmt.Fprintf(stderr, "chat: type a message and press Enter; %s\n", chatHelp)
+	}
+	fail := func(err error) error {
+		if !tty {
+			return err
+		}
+		fmt.Fprintf(stderr, "error: %v\n", err)
+		return nil
+	}
+	in := readLines(stdin)
+	defer in.stop()
+	// The end of a terminal's input (Ctrl-D) also stops a reply; the end
+	// of a pipe only ends the chat once the replies to its lines are out.
+	var quit <-chan struct{}
+	if tty {
+		quit = in.eof
+	}
+	for {
+		if tty {
+			fmt.Fprint(stderr, "> ")
+		}
+		line, ok, err := in.next(stderr)
+		if err != nil || !ok {
+			if tty {
+				fmt.Fprintln(stderr)
+			}
+			return err
+		}
+		line = strings.TrimRight(line, "\r")
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		if strings.HasPrefix(line, "/") && !strings.HasPrefix(line, "//") {
+			cmd, arg, _ := strings.Cut(strings.TrimSpace(line), " ")
+			arg = strings.TrimSpace(arg)
+			switch cmd {
+			case "/quit", "/exit":
+				return nil
+			case "/help":
+				fmt.Fprintln(stderr, chatHelp)
+			case "/reset":
+				c.Close()
+				if c, err = o.newChat(m); err != nil {
+					return err
+				}
+				fmt.Fprintln(stderr, "conversation reset")
+			case "/save", "/load":
+				if arg == "" {
+					if err := fail(cli.Usagef("%s needs a file name", cmd)); err != nil {
+						return err
+					}
+					continue
+				}
+				var err error
+				if cmd == "/save" {
+					err = c.SaveFile(arg)
+				} else {
+					// Into a new conversation, so that a failed load
+					// leaves the current one as it was.
+					var nc *k3.Conversation
+					if nc, err = o.newChat(m); err == nil {
+						if err = nc.LoadFile(arg); err == nil {
+							c.Close()
+							c = nc
+						} else {
+							nc.Close()
+						}
+					}
+				}
+				if err != nil {
+					if err := fail(err); err != nil {
+						return err
+					}
+					continue
+				}
+				verb := map[string]string{"/save": "saved", "/load": "loaded"}[cmd]
+				fmt.Fprintf(stderr, "%s %d tokens (%s)\n", verb, c.Session().Len(), arg)
+			default:
+				if err := fail(cli.Usagef("unknown command %s (%s)", cmd, chatHelp)); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		if strings.HasPrefix(line, "//") {
+			line = line[1:]
+		}
+		broken, err := o.reply(ctx, c, line, stdout, stderr, n, quit)
+		if quit != nil && in.ended() {
+			fmt.Fprintln(stderr, "end of input: the chat ends")
+			return nil
+		}
+		if err != nil {
+			if broken {
+				fmt.Fprintln(stderr, "reply abandoned; the conversation restarts")
+				c.Close()
+				if c, err = o.newChat(m); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := fail(err); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// lineReader reads the chat's input lines in a goroutine, so that the chat
+// can wait for a line and a Ctrl-C at once, and see the end of a
+// terminal's input while a reply streams.
+type lineReader struct {
+	lines chan string
+	eof   chan struct{} // closed once input has ended; err is then set
+	done  chan struct{} // closed by stop: the reader goroutine returns
+	err   error
+}
+
+func readLines(r io.Reader) *lineReader {
+	lr := &lineReader{lines: make(chan string), eof: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(lr.eof)
+		sc := bufio.NewScanner(r)
+		sc.Buffer(make([]byte, 64<<10), 64<<20)
+		for sc.Scan() {
+			select {
+			case lr.lines <- sc.Text():
+			case <-lr.done:
+				return
+			}
+		}
+		lr.err = sc.Err()
+	}()
+	return lr
+}
+
+func (lr *lineReader) stop() { close(lr.done) }
+
+// ended reports whether the input has ended.
+func (lr *lineReader) ended() bool {
+	select {
+	case <-lr.eof:
+		return true
+	default:
+		return false
+	}
+}
+
+// next waits for a line; ok is false at the end of input. A Ctrl-C while
+// it waits says how to leave, and a second one in a row leaves with
+// errInterrupted.
+func (lr *lineReader) next(stderr io.Writer) (line string, ok bool, err error) {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt)
+	defer signal.Stop(sig)
+	interrupted := false
+	for {
+		select {
+		case line := <-lr.lines:
+			return line, true, nil
+		case <-lr.eof:
+			// A line sent just before the end is still there.
+			select {
+			case line := <-lr.lines:
+				return line, true, nil
+			default:
+			}
+			return "", false, lr.err
+		case <-sig:
+			if interrupted {
+				fmt.Fprintln(stderr)
+				return "", false, errInterrupted // main says "k3 run: interrupted"
+
+			}
+			interrupted = true
+			fmt.Fprint(stderr, "\n(Ctrl-C again, /quit or Ctrl-D to leave)\n> ")
+		}
+	}
+}

@@ -1,0 +1,219 @@
+// Package bench is the k3 command's benchmarks: k3 bench measures one
+// model's load, prefill and decode speed against the roofline (the bytes
+// it reads over the device's measured bandwidth, the work at the kernels'
+// measured rates), packed trunks side by side over rounds (--trunk A,B
+// --rounds N), batches of sessions decoding together (--batch) and
+// speculative decoding (--spec); k3 bench-serve measures the HTTP server
+// end to end with concurrent streaming clients on loopback.
+//
+// Run and RunServe are the two subcommands, with the command's signature:
+// they print to stdout and stderr and return an error whose exit code is
+// cli.ExitCode's.
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+	"runtime/pprof"
+	"slices"
+	"strings"
+
+	"github.com/k3go/k3"
+	"github.com/k3go/k3/internal/app/cli"
+)
+
+// Run is k3 bench: args are its flags (k3 help bench lists them). stdin
+// is not read.
+func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := cli.NewFlags("bench", "--model DIR [--budget SIZE | --preset NAME] [--tokens N] [--prompt-len P] [--cold] [--batch 1,4,8,16 [--check]] [--json]", stderr)
+	var mf cli.ModelFlags
+	mf.Register(fs)
+	tokens := fs.Int("tokens", 8, "tokens to decode")
+	promptLen := fs.Int("prompt-len", 16, "prompt tokens to prefill")
+	cold := fs.Bool("cold", false, "start from a cold page cache (drops the checkpoint's cached pages where the OS allows)")
+	probeBytes := fs.String("probe", "2GiB", "bytes read with O_DIRECT to measure the device bandwidth: random 16 MiB reads of the checkpoint, or of a temporary file this size written beside it when its files are smaller (0 skips it, and the I/O roofline is left out)")
+	seed := fs.Uint64("seed", 1, "seed of the random prompt")
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	batchSizes := fs.String("batch", "", "batch `sizes`, e.g. 1,4,8,16: decode that many sessions at once for each and print a table of aggregate speed, bytes per token and passes (skips the device probe and roofline)")
+	check := fs.Bool("check", false, "with --batch: fail unless every sequence of every batch generates the same tokens as when it runs alone")
+	maxBatch := fs.Int("max-batch", 0, "with --batch: most token `rows` per pass (0 = the largest batch plus 64, one prefill chunk)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to `file` (go tool pprof)")
+	specKs := fs.String("spec", "", "speculative decoding: draft lengths `k`, e.g. 1,2,4,8; decodes plainly, then with each k, in one process, and reports s/token, passes and bytes per token and accepted drafts per pass next to plain decoding (skips the device probe and roofline)")
+	rounds := fs.Int("rounds", 1, "with --trunk A,B: bench the trunks this many `rounds`, in reverse order every other round (A B, B A, ...), and report each trunk's median and its ratio to the first trunk within each round, so that a machine's drift cancels")
+	compression := fs.String("compression", "on", "with a compressed --trunk: on (decode it), off (read the shards) or auto (the engine measures and decides)")
+	drafter := fs.String("drafter", "ngram", "with --spec: ngram (prompt lookup, on a prompt that repeats itself) or ceiling (drafts the plain run's own tokens: every draft right)")
+	if err := cli.Parse(fs, args); err != nil {
+		return err
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	if mf.Dir == "" {
+		return cli.Usagef("--model is required")
+	}
+	if *tokens < 1 || *promptLen < 1 {
+		return cli.Usagef("--tokens and --prompt-len must be at least 1")
+	}
+	if *specKs != "" {
+		ks, err := cli.ParseBatchSizes(*specKs)
+		if err != nil {
+			return cli.Usagef("--spec: want positive draft lengths, e.g. 1,2,4,8")
+		}
+		if *drafter != "ngram" && *drafter != "ceiling" {
+			return cli.Usagef("--drafter must be ngram or ceiling, not %q", *drafter)
+		}
+		if *batchSizes != "" {
+			return cli.Usagef("give --spec or --batch, not both")
+		}
+		return benchSpec(&mf, benchSpecRun{ks: ks, drafter: *drafter, tokens: *tokens, promptLen: *promptLen, seed: *seed, json: *asJSON}, stdout, stderr)
+	}
+	if *batchSizes != "" {
+		bs, err := cli.ParseBatchSizes(*batchSizes)
+		if err != nil {
+			return err
+		}
+		if *maxBatch < 0 {
+			return cli.Usagef("--max-batch must not be negative")
+		}
+		if *cold {
+			fmt.Fprintln(stderr, "bench: --cold applies before the first batch only")
+		}
+		return benchBatches(&mf, benchBatchRun{sizes: bs, tokens: *tokens, promptLen: *promptLen, seed: *seed,
+			check: *check, maxBatch: *maxBatch, cold: *cold, json: *asJSON}, stdout, stderr)
+	}
+	if *check || *maxBatch != 0 {
+		return cli.Usagef("--check and --max-batch apply to --batch only")
+	}
+	pb, err := cli.ParseSize(*probeBytes)
+	if err != nil {
+		return cli.Usagef("--probe: %v", err)
+	}
+	ctx, cancel := cli.SignalContext()
+	defer cancel()
+	budget, err := mf.Budget.Bytes()
+	if err != nil {
+		return err
+	}
+	comp, ok := map[string]k3.Compression{"on": k3.CompressionOn, "off": k3.CompressionOff, "auto": k3.CompressionAuto}[*compression]
+	if !ok {
+		return cli.Usagef("--compression must be on, off or auto, not %q", *compression)
+	}
+	// --trunk A,B benches each packed trunk in turn in this process (the
+	// device probe once), then compares them: an uncompressed and a
+	// compressed pack side by side.
+	trunks := []string{mf.Trunk}
+	if strings.Contains(mf.Trunk, ",") {
+		trunks = strings.Split(mf.Trunk, ",")
+	}
+	if *rounds < 1 || (*rounds > 1 && len(trunks) < 2) {
+		return cli.Usagef("--rounds needs at least 1, and more than 1 only with two or more --trunk directories")
+	}
+	var results []*benchResult
+	byRound := make([][]*benchResult, *rounds) // in trunks' order
+	var device float64
+	for round := range *rounds {
+		byRound[round] = make([]*benchResult, len(trunks))
+		for k := range trunks {
+			i := k
+			if round%2 == 1 {
+				i = len(trunks) - 1 - k
+			}
+			tr := trunks[i]
+			run := benchRun{tokens: *tokens, promptLen: *promptLen, seed: *seed, cold: *cold, probe: pb, device: device, compression: comp}
+			if len(trunks) > 1 {
+				fmt.Fprintf(stderr, "bench: round %d of %d, trunk %d of %d: %s\n", round+1, *rounds, i+1, len(trunks), tr)
+			}
+			if len(results) > 0 {
+				resetPeakRSS()
+			}
+			r, err := benchOne(ctx, &mf, tr, budget, run, stderr)
+			if err != nil {
+				return err
+			}
+			device = r.DeviceGBps
+			results = append(results, r)
+			byRound[round][i] = r
+		}
+	}
+	if *asJSON {
+		if len(results) == 1 {
+			return json.NewEncoder(stdout).Encode(results[0])
+		}
+		return json.NewEncoder(stdout).Encode(results)
+	}
+	for _, r := range results {
+		printBench(stdout, r)
+	}
+	if len(results) > 1 {
+		printTrunkComparison(stdout, results)
+	}
+	if *rounds > 1 {
+		printRoundSummary(stdout, byRound)
+	}
+	return nil
+}
+
+// printTrunkComparison sets every run against the first (the baseline,
+// e.g. the uncompressed pack).
+func printTrunkComparison(w io.Writer, rs []*benchResult) {
+	base := rs[0]
+	fmt.Fprintf(w, "\ntrunk comparison against %s (same process, same prompt):\n", base.Trunk)
+	fmt.Fprintf(w, "  %-40s %10s %8s %10s %8s %12s %14s\n", "trunk", "s/token", "ratio", "read/token", "ratio", "decode/token", "decode GB/s/core")
+	for _, r := range rs {
+		fmt.Fprintf(w, "  %-40s %10.3f %7.3f× %10s %7.3f× %11.3fs %14.2f\n", r.Trunk, r.DecodeSPerToken, r.DecodeSPerToken/base.DecodeSPerToken,
+			human(r.BytesReadPerToken), float64(r.BytesReadPerToken)/float64(max(base.BytesReadPerToken, 1)), r.DecodeCoreSPerToken, r.DecodeGBpsPerCore)
+	}
+}
+
+// printRoundSummary gives each trunk's median s/token over the rounds and
+// its ratio to the first trunk measured in the same round (median, and
+// the range over rounds): a drift of the machine between rounds moves
+// both members of a round's pair alike.
+func printRoundSummary(w io.Writer, byRound [][]*benchResult) {
+	fmt.Fprintf(w, "\nover %d rounds (ratios against %s within each round):\n", len(byRound), byRound[0][0].Trunk)
+	fmt.Fprintf(w, "  %-40s %14s %14s %16s %16s\n", "trunk", "median s/token", "median ratio", "ratio range", "read/token ratio")
+	for i := range byRound[0] {
+		var ts, ratios, bytes []float64
+		for _, rs := range byRound {
+			ts = append(ts, rs[i].DecodeSPerToken)
+			ratios = append(ratios, rs[i].DecodeSPerToken/rs[0].DecodeSPerToken)
+			bytes = append(bytes, float64(rs[i].BytesReadPerToken)/float64(max(rs[0].BytesReadPerToken, 1)))
+		}
+		lo, hi := slices.Min(ratios), slices.Max(ratios)
+		read := "–" // nothing read: everything resident
+		if byRound[0][0].BytesReadPerToken > 0 {
+			read = fmt.Sprintf("%.3f×", median(bytes))
+		}
+		fmt.Fprintf(w, "  %-40s %14.3f %13.3f× %7.3f–%.3f× %16s\n", byRound[0][i].Trunk, median(ts), median(ratios), lo, hi, read)
+	}
+}
+
+// median returns the middle of xs (the mean of the two middle values for
+// an even count).
+func median(xs []float64) float64 {
+	s := slices.Sorted(slices.Values(xs))
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// resetPeakRSS returns the previous run's memory to the OS and resets the
+// kernel's peak RSS (VmHWM, by writing 5 to /proc/self/clear_refs where
+// Linux allows it), so that each run's peak RSS is its own.
+func resetPeakRSS() {
+	debug.FreeOSMemory()
+	os.WriteFile("/proc/self/clear_refs", []byte("5"), 0)
+}

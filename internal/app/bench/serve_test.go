@@ -1,0 +1,36 @@
+package bench
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/k3go/k3/internal/app/cli"
+	"github.com/k3go/k3/internal/testkit/testmodel"
+)
+
+// TestBenchServe: k3 bench-serve measures every level on loopback and
+// reports the tokens each client asked for.
+func TestBenchServe(t *testing.T) {
+	code, out, stderr := runCmd(t, "bench-serve", "--model", testmodel.Dir(t), "--clients", "1,3", "--tokens", "4", "--json")
+	if code != cli.ExitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var res benchServeResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	if len(res.Levels) != 2 || res.Sessions != 3 {
+		t.Fatalf("result %+v", res)
+	}
+	for i, lv := range res.Levels {
+		if lv.GeneratedTokens != 4*lv.Clients || lv.TokensPerS <= 0 || lv.Passes == 0 {
+			t.Errorf("level %d: %+v", i, lv)
+		}
+	}
+	if res.Levels[0].RatioToFirst != 1 || res.Levels[1].RatioToFirst <= 0 {
+		t.Errorf("ratios %v, %v", res.Levels[0].RatioToFirst, res.Levels[1].RatioToFirst)
+	}
+	if code, _, _ := runCmd(t, "bench-serve", "--model", "x", "--clients", "0"); code != cli.ExitUsage {
+		t.Errorf("--clients 0: exit %d", code)
+	}
+}

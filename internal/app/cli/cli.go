@@ -1,0 +1,70 @@
+// Package cli holds what the k3 command's subcommands share: flag sets
+// that report errors instead of exiting, usage errors and the exit code of
+// every error, the flags that open a model (--model, --budget, --preset,
+// ...), byte sizes and lists on the command line, and Ctrl-C contexts.
+//
+// A subcommand is a function of its arguments and standard streams that
+// returns an error; the command (cmd/k3) prints the error and exits with
+// ExitCode of it.
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"syscall"
+
+	"github.com/k3go/k3"
+	"github.com/k3go/k3/internal/platform/crash"
+)
+
+// Exit codes of the k3 command.
+const (
+	ExitOK         = 0
+	ExitFailure    = 1 // any error not named below
+	ExitUsage      = 2 // a wrong command line, or options the library refuses
+	ExitCheckpoint = 3 // a bad checkpoint or config
+	ExitExpert     = 4 // an expert failed to load (the output is invalid)
+	ExitBudget     = 5 // the RAM budget cannot hold the model
+	ExitIO         = 6 // a missing or unreadable file, an I/O error
+	ExitInternal   = 7 // a recovered panic: never reported as a usage error (the runtime's 2)
+)
+
+// ErrHelp reports that --help was asked for and the usage printed: the
+// command exits 0.
+var ErrHelp = errors.New("help shown")
+
+// UsageError is an error in the command line; it exits ExitUsage.
+type UsageError struct{ msg string }
+
+func (e *UsageError) Error() string { return e.msg }
+
+// Usagef returns a *UsageError with a formatted message.
+func Usagef(format string, args ...any) error {
+	return &UsageError{fmt.Sprintf(format, args...)}
+}
+
+// ExitCode is the exit code for err, which a subcommand returned: nil and
+// ErrHelp exit 0, a recovered panic (anything wrapping crash.ErrInternal) exits 7, a usage
+// error or options the library refuses 2, and the library's sentinel
+// errors and I/O errors their own codes; anything else exits 1.
+func ExitCode(err error) int {
+	var ue *UsageError
+	switch {
+	case err == nil, errors.Is(err, ErrHelp):
+		return ExitOK
+	case errors.Is(err, crash.ErrInternal):
+		return ExitInternal
+	case errors.As(err, &ue), errors.Is(err, k3.ErrBadOptions), errors.Is(err, k3.ErrTokenOutOfRange), errors.Is(err, k3.ErrContextFull):
+		return ExitUsage
+	case errors.Is(err, k3.ErrExpertLoad):
+		return ExitExpert
+	case errors.Is(err, k3.ErrBadCheckpoint), errors.Is(err, k3.ErrBadConfig):
+		return ExitCheckpoint
+	case errors.Is(err, k3.ErrBudget):
+		return ExitBudget
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.EIO):
+		return ExitIO
+	}
+	return ExitFailure
+}

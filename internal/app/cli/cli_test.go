@@ -1,0 +1,169 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/k3go/k3"
+	"github.com/k3go/k3/internal/platform/crash"
+)
+
+func TestParseSize(t *testing.T) {
+	for s, want := range map[string]int64{
+		"8GB": 8e9, "12GiB": 12 << 30, "1.5 GiB": 3 << 29, "64kib": 64 << 10, "512": 512, "2K": 2000,
+		" 3 MB ": 3e6, "1t": 1e12, "0": 0, "100B": 100,
+	} {
+		if got, err := ParseSize(s); err != nil || got != want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", s, got, err, want)
+		}
+	}
+	for _, s := range []string{"", "GB", "-1GB", "12XB", "1e400", "10000000TB", "1.2.3GB"} {
+		if n, err := ParseSize(s); err == nil {
+			t.Errorf("ParseSize(%q) = %d, want an error", s, n)
+		}
+	}
+}
+
+func TestBudgetFlags(t *testing.T) {
+	bytesOf := func(args ...string) (int64, error) {
+		var b BudgetFlags
+		fs := NewFlags("x", "", &bytes.Buffer{})
+		b.Register(fs)
+		if err := Parse(fs, args); err != nil {
+			return 0, err
+		}
+		return b.Bytes()
+	}
+	for _, c := range []struct {
+		args []string
+		want int64
+	}{
+		{nil, 0},
+		{[]string{"--budget", "8GB"}, 8e9},
+		{[]string{"--budget", "12GiB"}, 12 << 30},
+		{[]string{"--preset", "laptop"}, 8e9},
+		{[]string{"--preset", "server"}, 128e9},
+		{[]string{"--preset", "max"}, 0},
+	} {
+		if got, err := bytesOf(c.args...); err != nil || got != c.want {
+			t.Errorf("%v: %d, %v; want %d", c.args, got, err, c.want)
+		}
+	}
+	for _, args := range [][]string{
+		{"--budget", "1GB", "--preset", "max"}, {"--preset", "nope"}, {"--budget", "0"}, {"--budget", "lots"},
+	} {
+		if _, err := bytesOf(args...); ExitCode(err) != ExitUsage {
+			t.Errorf("%v: %v, want a usage error", args, err)
+		}
+	}
+	names := []string{}
+	for _, p := range Presets() {
+		names = append(names, p.Name)
+	}
+	if !slices.Equal(names, []string{"laptop", "desktop", "workstation", "server", "max"}) {
+		t.Errorf("presets %v", names)
+	}
+}
+
+// TestParse: --help prints the usage and the flags and is ErrHelp; a wrong
+// flag or a stray argument is a one-line usage error with nothing printed.
+func TestParse(t *testing.T) {
+	newSet := func(stderr *bytes.Buffer) *flag.FlagSet {
+		fs := NewFlags("frob", "--n N", stderr)
+		fs.Int("n", 1, "how many")
+		return fs
+	}
+	var stderr bytes.Buffer
+	if err := Parse(newSet(&stderr), []string{"--help"}); !errors.Is(err, ErrHelp) || ExitCode(err) != ExitOK {
+		t.Errorf("--help: %v", err)
+	}
+	if out := stderr.String(); !strings.HasPrefix(out, "Usage: k3 frob --n N\n\nFlags:\n") || !strings.Contains(out, "how many") {
+		t.Errorf("--help printed %q", out)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--bogus"}, "flag provided but not defined: -bogus (k3 help frob lists the flags)"},
+		{[]string{"--n", "x"}, "k3 help frob lists the flags"},
+		{[]string{"--n", "2", "extra"}, `unexpected argument "extra"`},
+	} {
+		stderr.Reset()
+		err := Parse(newSet(&stderr), c.args)
+		var ue *UsageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v, want a usage error with %q", c.args, err, c.want)
+		}
+		if stderr.Len() != 0 {
+			t.Errorf("%v printed %q", c.args, stderr.String())
+		}
+	}
+	fs := newSet(&stderr)
+	if err := Parse(fs, []string{"--n", "3"}); err != nil || fs.Lookup("n").Value.String() != "3" {
+		t.Errorf("--n 3: %v", err)
+	}
+}
+
+func TestParseBatchSizes(t *testing.T) {
+	if got, err := ParseBatchSizes("1,4, 8"); err != nil || !slices.Equal(got, []int{1, 4, 8}) {
+		t.Errorf("1,4, 8: %v, %v", got, err)
+	}
+	for _, s := range []string{"", "1,0", "x", "1,,2", "-1"} {
+		if got, err := ParseBatchSizes(s); ExitCode(err) != ExitUsage || !strings.Contains(fmt.Sprint(err), "--batch") {
+			t.Errorf("%q: %v, %v; want a usage error naming --batch", s, got, err)
+		}
+	}
+}
+
+func TestExitCode(t *testing.T) {
+	wrap := func(err error) error { return fmt.Errorf("k3: doing it: %w", err) }
+	for _, c := range []struct {
+		err  error
+		want int
+	}{
+		{nil, ExitOK},
+		{ErrHelp, ExitOK},
+		{errors.New("boom"), ExitFailure},
+		{Usagef("bad %s", "flag"), ExitUsage},
+		{wrap(Usagef("bad")), ExitUsage},
+		{wrap(k3.ErrBadOptions), ExitUsage},
+		{wrap(k3.ErrTokenOutOfRange), ExitUsage},
+		{wrap(k3.ErrContextFull), ExitUsage},
+		{wrap(k3.ErrBadCheckpoint), ExitCheckpoint},
+		{wrap(k3.ErrBadConfig), ExitCheckpoint},
+		{wrap(k3.ErrExpertLoad), ExitExpert},
+		{wrap(k3.ErrBudget), ExitBudget},
+		{wrap(&fs.PathError{Op: "open", Path: "x", Err: fs.ErrNotExist}), ExitIO},
+		{wrap(&fs.PathError{Op: "open", Path: "x", Err: syscall.EACCES}), ExitIO},
+		{wrap(syscall.EIO), ExitIO},
+		{wrap(crash.ErrInternal), ExitInternal},
+		// A panic whose value is a usage error is still a bug, not a usage error.
+		{fmt.Errorf("%w: %w", crash.ErrInternal, Usagef("x")), ExitInternal},
+	} {
+		if got := ExitCode(c.err); got != c.want {
+			t.Errorf("ExitCode(%v) = %d, want %d", c.err, got, c.want)
+		}
+	}
+}
+
+// TestOpenWithChecksFlags: without --model, or with a bad budget, OpenWith
+// is a usage error before it reads anything.
+func TestOpenWithChecksFlags(t *testing.T) {
+	for _, m := range []ModelFlags{{}, {Dir: t.TempDir(), Budget: BudgetFlags{Preset: "nope"}}} {
+		if _, err := m.OpenWith(context.Background(), func(*k3.Options) { t.Error("edit called") }); ExitCode(err) != ExitUsage {
+			t.Errorf("%+v: %v, want a usage error", m, err)
+		}
+	}
+	m := ModelFlags{Dir: t.TempDir()}
+	if _, err := m.Open(context.Background()); ExitCode(err) != ExitCheckpoint {
+		t.Errorf("an empty directory: %v, want a bad checkpoint", err)
+	}
+}

@@ -1,0 +1,152 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/k3go/k3"
+)
+
+// ModelFlags are the flags every subcommand that loads a model shares:
+// --model, --threads, --max-context, --trunk, and the budget's.
+type ModelFlags struct {
+	Dir        string // --model: the checkpoint directory
+	Threads    int    // --threads: kernel threads, 0 for GOMAXPROCS
+	MaxContext int    // --max-context: positions per session, 0 for the library's default
+	Trunk      string // --trunk: a packed trunk directory, or "" to read the shards
+	Budget     BudgetFlags
+}
+
+// Register defines the flags on fs.
+func (m *ModelFlags) Register(fs *flag.FlagSet) {
+	m.Budget.Register(fs)
+	fs.StringVar(&m.Trunk, "trunk", "", "packed trunk `directory` written by k3 pack (default: read the trunk from the shards)")
+	fs.StringVar(&m.Dir, "model", "", "checkpoint `directory` (config.json and *.safetensors)")
+	fs.IntVar(&m.Threads, "threads", 0, "kernel threads (0 = GOMAXPROCS)")
+	fs.IntVar(&m.MaxContext, "max-context", 0, "positions per session (0 = 4096)")
+}
+
+// Open opens the model with the flags' options.
+func (m *ModelFlags) Open(ctx context.Context) (*k3.Model, error) {
+	return m.OpenWith(ctx, nil)
+}
+
+// OpenWith opens the model with the flags' options, changed by edit when
+// it is not nil (sessions, rows per pass). Without --model it is a usage
+// error.
+func (m *ModelFlags) OpenWith(ctx context.Context, edit func(*k3.Options)) (*k3.Model, error) {
+	if m.Dir == "" {
+		return nil, Usagef("--model is required")
+	}
+	budget, err := m.Budget.Bytes()
+	if err != nil {
+		return nil, err
+	}
+	opts := k3.Options{Threads: m.Threads, MaxContext: m.MaxContext, RAMBudget: budget, TrunkDir: m.Trunk}
+	if edit != nil {
+		edit(&opts)
+	}
+	return k3.OpenContext(ctx, m.Dir, opts)
+}
+
+// A Preset is a named RAM budget (--preset).
+type Preset struct {
+	Name  string
+	Bytes int64 // 0: no limit, everything resident
+	Note  string
+}
+
+// presets are the named budgets, smallest first; "max" keeps everything
+// resident.
+var presets = []Preset{
+	{"laptop", 8e9, "8 GB: the floor plus a streaming trunk"},
+	{"desktop", 32e9, "32 GB"},
+	{"workstation", 64e9, "64 GB"},
+	{"server", 128e9, "128 GB: most of the trunk pinned"},
+	{"max", 0, "everything resident (no limit)"},
+}
+
+// Presets returns the named budgets, smallest first, "max" (no limit)
+// last.
+func Presets() []Preset { return slices.Clone(presets) }
+
+// BudgetFlags are --budget and --preset.
+type BudgetFlags struct {
+	Budget string // --budget: a size, e.g. 8GB
+	Preset string // --preset: a preset's name
+}
+
+// Register defines the flags on fs.
+func (b *BudgetFlags) Register(fs *flag.FlagSet) {
+	names := make([]string, len(presets))
+	for i, p := range presets {
+		names[i] = p.Name
+	}
+	fs.StringVar(&b.Budget, "budget", "", "hard RAM `limit` for the engine, e.g. 8GB or 12GiB (default: no limit)")
+	fs.StringVar(&b.Preset, "preset", "", "named budget: "+strings.Join(names, ", "))
+}
+
+// Bytes is the budget the flags give: 0 for no limit (neither flag, or
+// --preset max). Both flags at once, an unknown preset, a bad size and a
+// zero --budget are usage errors.
+func (b *BudgetFlags) Bytes() (int64, error) {
+	if b.Budget != "" && b.Preset != "" {
+		return 0, Usagef("give --budget or --preset, not both")
+	}
+	if b.Preset != "" {
+		for _, p := range presets {
+			if p.Name == b.Preset {
+				return p.Bytes, nil
+			}
+		}
+		return 0, Usagef("unknown preset %q", b.Preset)
+	}
+	if b.Budget == "" {
+		return 0, nil
+	}
+	n, err := ParseSize(b.Budget)
+	if err != nil {
+		return 0, Usagef("--budget: %v", err)
+	}
+	if n == 0 {
+		return 0, Usagef("--budget must be positive (use --preset max for no limit)")
+	}
+	return n, nil
+}
+
+// ParseSize reads a byte count: a number with an optional unit, B, KB, MB,
+// GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024); K, M, G,
+// T alone mean the decimal units. Case does not matter.
+func ParseSize(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	i := len(t)
+	for i > 0 && (t[i-1] < '0' || t[i-1] > '9') && t[i-1] != '.' {
+		i--
+	}
+	num, unit := t[:i], strings.ToUpper(strings.TrimSpace(t[i:]))
+	v, err := strconv.ParseFloat(num, 64)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("bad size %q", s)
+	}
+	mult := map[string]float64{"": 1, "B": 1, "K": 1e3, "KB": 1e3, "M": 1e6, "MB": 1e6, "G": 1e9, "GB": 1e9, "T": 1e12, "TB": 1e12,
+		"KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "TIB": 1 << 40}[unit]
+	if mult == 0 {
+		return 0, fmt.Errorf("bad size unit in %q (use B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)", s)
+	}
+	if v*mult > 1<<62 {
+		return 0, fmt.Errorf("size %q too large", s)
+	}
+	return int64(v * mult), nil
+}
+
+// SignalContext returns a context that Ctrl-C (SIGINT) cancels; cancel
+// restores the default handling.
+func SignalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt)
+}

@@ -1,0 +1,60 @@
+package cli
+
+import (
+	"fmt"
+
+	"github.com/k3go/k3"
+)
+
+// StatsJSON is the "stats" object of the --json output of k3 generate
+// (and of its --batch-file, with more fields): k3.Stats in seconds and
+// GB/s.
+type StatsJSON struct {
+	BudgetBytes     int64   `json:"budget_bytes"`
+	PlannedBytes    int64   `json:"planned_bytes"`
+	BytesRead       int64   `json:"bytes_read"`
+	TrunkBytesRead  int64   `json:"trunk_bytes_read"`
+	ExpertBytesRead int64   `json:"expert_bytes_read"`
+	CacheHits       int64   `json:"cache_hits"`
+	CacheMisses     int64   `json:"cache_misses"`
+	PinnedLayers    int     `json:"pinned_layers"`
+	StreamedParts   int     `json:"streamed_parts"`
+	PeakRSSBytes    int64   `json:"peak_rss_bytes"`
+	IOSeconds       float64 `json:"io_seconds"`
+	ComputeSeconds  float64 `json:"compute_seconds"`
+	WaitSeconds     float64 `json:"wait_seconds"`
+	ForwardSeconds  float64 `json:"forward_seconds"`
+	ReadGBps        float64 `json:"read_gbps"`
+	Passes          int64   `json:"passes"`
+	SpecPasses      int64   `json:"spec_passes,omitempty"`
+	SpecRows        int64   `json:"spec_rows,omitempty"`
+	SpecAccepted    int64   `json:"spec_accepted,omitempty"`
+}
+
+// NewStatsJSON converts s.
+func NewStatsJSON(s k3.Stats) *StatsJSON {
+	return &StatsJSON{
+		BudgetBytes: s.BudgetBytes, PlannedBytes: s.PlannedBytes, BytesRead: s.BytesRead,
+		TrunkBytesRead: s.TrunkBytesRead, ExpertBytesRead: s.ExpertBytesRead,
+		CacheHits: s.CacheHits, CacheMisses: s.CacheMisses, PinnedLayers: s.PinnedLayers, StreamedParts: s.StreamedParts,
+		PeakRSSBytes: s.PeakRSSBytes, IOSeconds: s.IOTime.Seconds(), ComputeSeconds: s.ComputeTime.Seconds(),
+		WaitSeconds: s.WaitTime.Seconds(), ForwardSeconds: s.ForwardTime.Seconds(), ReadGBps: s.ReadGBps(),
+		Passes: s.Passes, SpecPasses: s.SpecPasses, SpecRows: s.SpecRows, SpecAccepted: s.SpecAccepted,
+	}
+}
+
+// FormatStats is s as the three lines --stats prints on stderr: the
+// budget and plan, the bytes read and the cache, the time split.
+func FormatStats(s k3.Stats) string {
+	gb := func(n int64) float64 { return float64(n) / 1e9 }
+	budget := "unlimited"
+	if s.BudgetBytes > 0 {
+		budget = fmt.Sprintf("%.2f GB", gb(s.BudgetBytes))
+	}
+	return fmt.Sprintf("budget %s (planned %.2f GB), %d layers pinned, %d parts streamed\n"+
+		"read %.3f GB (trunk %.3f, experts %.3f) at %.2f GB/s; cache %d hits, %d misses\n"+
+		"forward %.3f s: compute %.3f s, waiting for weights %.3f s; I/O busy %.3f s; peak RSS %.2f GB",
+		budget, gb(s.PlannedBytes), s.PinnedLayers, s.StreamedParts,
+		gb(s.BytesRead), gb(s.TrunkBytesRead), gb(s.ExpertBytesRead), s.ReadGBps(), s.CacheHits, s.CacheMisses,
+		s.ForwardTime.Seconds(), s.ComputeTime.Seconds(), s.WaitTime.Seconds(), s.IOTime.Seconds(), gb(s.PeakRSSBytes))
+}
