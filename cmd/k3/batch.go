@@ -66,13 +66,14 @@ type batchConfig struct {
 func parseBatch(args []string, stderr io.Writer) (*batchConfig, error) {
 	fs := cli.NewFlags("batch", "--model DIR --input requests.jsonl --output results.jsonl [--shard i/N] [flags]", stderr)
 	c := &batchConfig{}
+	c.mf.PrefixByDefault = true
 	c.mf.Register(fs)
 	fs.StringVar(&c.input, "input", "", "requests `file`: one OpenAI Batch API request per line, {\"custom_id\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\" or \"/v1/completions\",\"body\"}")
 	fs.StringVar(&c.output, "output", "", "results `file`, one line per request; rerun with the same file to resume: the custom_ids already in it are skipped")
 	shard := fs.String("shard", "0/1", "take the input lines whose 0-based index is i mod N (`i/N`), so N machines split one job")
 	fs.IntVar(&c.sessions, "sessions", 4, "generations at once, each holding a session's state; their steps share passes over the weights")
 	fs.IntVar(&c.concurrency, "concurrency", 0, "requests in flight at once (0 = --sessions); more than --sessions wait for a session")
-	fs.IntVar(&c.maxBatch, "max-batch", 0, "most token `rows` one pass over the weights carries, summed over the sessions in it (0 = max(sessions, 64))")
+	fs.IntVar(&c.maxBatch, "max-batch", 0, "most token `rows` one pass over the weights carries, summed over the sessions in it (0 = the planner's: sized to the budget)")
 	fs.StringVar(&c.name, "name", "", "model id a request's \"model\" must match, if it names one (default: the checkpoint directory's name)")
 	fs.DurationVar(&c.timeout, "request-timeout", 24*time.Hour, "most time one request may take, waiting for a session included; a request past it gets its error line")
 	fs.DurationVar(&c.every, "progress-every", 30*time.Second, "period of the progress line when stderr is not a terminal")
@@ -94,9 +95,6 @@ func parseBatch(args []string, stderr io.Writer) (*batchConfig, error) {
 	}
 	if c.name == "" {
 		c.name = filepath.Base(filepath.Clean(c.mf.Dir))
-	}
-	if c.maxBatch == 0 {
-		c.maxBatch = max(c.sessions, 64)
 	}
 	return c, nil
 }
@@ -126,7 +124,8 @@ func runBatch(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	}
 	f, isFile := stderr.(*os.File)
 	sum, err := batchjob.Run(ctx, h, batchjob.Options{Input: c.input, Output: c.output, Shard: c.shard, Shards: c.shards,
-		Concurrency: c.concurrency, Progress: stderr, ProgressTerminal: isFile && progress.IsTerminal(f), ProgressEvery: c.every})
+		Concurrency: c.concurrency, Progress: stderr, ProgressTerminal: isFile && progress.IsTerminal(f), ProgressEvery: c.every,
+		GroupPrefixes: prefixOn(&c.mf)})
 	if sum.Selected > 0 {
 		printBatchSummary(stderr, c.output, sum)
 	}
@@ -157,4 +156,10 @@ func printBatchSummary(w io.Writer, output string, s batchjob.Summary) {
 	fmt.Fprintf(w, "k3 batch: %d of %d requests done (%d this run, %d failed, %d from before), %d tokens in %s (%.1f tok/s)\n",
 		s.Skipped+s.Written, s.Selected, s.Written, s.Failed, s.Skipped, s.CompletionTokens, s.Elapsed.Round(time.Millisecond),
 		float64(s.CompletionTokens)/max(s.Elapsed.Seconds(), 1e-9))
+}
+
+// prefixOn reports whether the model was opened with its prefix cache.
+func prefixOn(mf *cli.ModelFlags) bool {
+	o, err := mf.Prefix.Options()
+	return err == nil && o != nil
 }

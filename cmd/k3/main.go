@@ -17,6 +17,7 @@ import (
 
 	"github.com/k3go/k3/internal/app/bench"
 	"github.com/k3go/k3/internal/app/cli"
+	"github.com/k3go/k3/internal/app/plan"
 	"github.com/k3go/k3/internal/platform/crash"
 )
 
@@ -43,7 +44,7 @@ func init() {
 		{"template", "render a conversation in K3's chat format, or parse a model's answer", runTemplate},
 		{"synth", "write a synthetic checkpoint (tiny, medium, quickstart or custom)", runSynth},
 		{"bench", "measure prefill and decode speed against the roofline, or batches of sessions (--batch)", bench.Run},
-		{"plan", "project bytes and s/token per budget and batch size from the memory planner (reads no weights)", runPlan},
+		{"plan", "project bytes and s/token per budget and batch size, and the prefill of long prompts cold and cached, from the memory planner (reads no weights)", plan.Run},
 		{"serve", "serve the model with the OpenAI API, /health, /metrics, /tokenize (llama-server and ollama style)", runServe},
 		{"bench-serve", "measure the server end to end: aggregate tokens/s of concurrent streaming clients on loopback", bench.RunServe},
 		{"doctor", "check this machine: CPU, kernels, RAM, disk bandwidth, advice for a checkpoint", runDoctor},

@@ -51,11 +51,12 @@ type serveOpts struct {
 func runServe(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := cli.NewFlags("serve", serveUsage, stderr)
 	var o serveOpts
+	o.mf.PrefixByDefault = true
 	o.mf.Register(fs)
 	fs.StringVar(&o.tokenizer, "tokenizer", "", "`directory` with tiktoken.model and tokenizer_config.json (default: the checkpoint directory)")
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "listen `address` (host:port)")
 	fs.StringVar(&o.name, "name", "", "model id in the API (default: the checkpoint directory's name)")
-	fs.IntVar(&o.maxBatch, "max-batch", 0, "most token rows one pass over the weights carries, all sequences together (0 = the prefill chunk, 64)")
+	fs.IntVar(&o.maxBatch, "max-batch", 0, "most token rows one pass over the weights carries, all sequences together (0 = the planner's: sized to the budget)")
 	fs.IntVar(&o.sessions, "sessions", 4, "sequences that generate at once (a request with n choices runs n); the budget reserves state for each")
 	fs.IntVar(&o.queue, "queue", 0, "requests that wait beyond the running ones before 429 (0 = 4 × --sessions)")
 	fs.StringVar(&o.apiKey, "api-key", "", "require \"Authorization: Bearer `KEY`\" on every request but /health (default: none)")

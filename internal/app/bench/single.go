@@ -28,18 +28,23 @@ type benchResult struct {
 	Cold        string `json:"cold,omitempty"`
 	Trunk       string `json:"trunk,omitempty"`
 
-	LoadSeconds        float64 `json:"load_seconds"`
-	PromptLen          int     `json:"prompt_len"`
-	PrefillSeconds     float64 `json:"prefill_seconds"`
-	PrefillTokensPerS  float64 `json:"prefill_tokens_per_s"`
-	DecodeTokens       int     `json:"decode_tokens"`
-	DecodeSPerToken    float64 `json:"decode_s_per_token"`
-	DecodeTokensPerS   float64 `json:"decode_tokens_per_s"`
-	BytesReadPerToken  int64   `json:"bytes_read_per_token"`
-	TrunkBytesPerToken int64   `json:"trunk_bytes_per_token"`
-	ExpertBytesPerTok  int64   `json:"expert_bytes_per_token"`
-	ReadGBps           float64 `json:"read_gbps"`
-	DeviceGBps         float64 `json:"device_gbps,omitempty"`
+	LoadSeconds       float64 `json:"load_seconds"`
+	PromptLen         int     `json:"prompt_len"`
+	PrefillSeconds    float64 `json:"prefill_seconds"`
+	PrefillTokensPerS float64 `json:"prefill_tokens_per_s"`
+	// The prefill's passes, their rows, and the bytes it read per prompt
+	// token (trunk and experts, the first token's decode included).
+	PrefillPasses        int64   `json:"prefill_passes"`
+	PrefillRowsPerPass   int     `json:"prefill_rows_per_pass"`
+	PrefillBytesPerToken int64   `json:"prefill_bytes_per_prompt_token"`
+	DecodeTokens         int     `json:"decode_tokens"`
+	DecodeSPerToken      float64 `json:"decode_s_per_token"`
+	DecodeTokensPerS     float64 `json:"decode_tokens_per_s"`
+	BytesReadPerToken    int64   `json:"bytes_read_per_token"`
+	TrunkBytesPerToken   int64   `json:"trunk_bytes_per_token"`
+	ExpertBytesPerTok    int64   `json:"expert_bytes_per_token"`
+	ReadGBps             float64 `json:"read_gbps"`
+	DeviceGBps           float64 `json:"device_gbps,omitempty"`
 	// DeviceNote says how the device was measured, or why it was not
 	// (then DeviceGBps and the I/O roofline are absent, not zero).
 	DeviceNote      string  `json:"device_note,omitempty"`
@@ -165,6 +170,7 @@ func benchOne(ctx context.Context, mf *cli.ModelFlags, trunk string, budget int6
 	var st1 k3.Stats
 	var decodeStart time.Time
 	n := 0
+	st0 := m.Stats()
 	start = time.Now()
 	for _, err := range m.Generate(ctx, prompt, k3.GenerateOptions{MaxTokens: *tokens + 1}) {
 		if err != nil {
@@ -176,6 +182,12 @@ func benchOne(ctx context.Context, mf *cli.ModelFlags, trunk string, budget int6
 			fmt.Fprintf(stderr, "bench: prefill %d tokens in %.2f s; decoding %d tokens...\n", *promptLen, r.PrefillSeconds, *tokens)
 			st1 = m.Stats()
 			decodeStart = time.Now()
+			p := st1.Sub(st0)
+			r.PrefillPasses = p.Passes
+			if p.Passes > 0 {
+				r.PrefillRowsPerPass = int(p.Rows / p.Passes)
+			}
+			r.PrefillBytesPerToken = p.BytesRead / int64(*promptLen)
 		}
 		n++
 	}
@@ -231,7 +243,8 @@ func printBench(w io.Writer, r *benchResult) {
 		fmt.Fprintf(w, "cold start: %s\n", r.Cold)
 	}
 	fmt.Fprintf(w, "load            %8.2f s\n", r.LoadSeconds)
-	fmt.Fprintf(w, "prefill         %8.2f tokens/s (%d tokens in %.2f s)\n", r.PrefillTokensPerS, r.PromptLen, r.PrefillSeconds)
+	fmt.Fprintf(w, "prefill         %8.2f tokens/s (%d tokens in %.2f s, %d passes of %d rows, %.1f MB read per prompt token)\n", r.PrefillTokensPerS, r.PromptLen, r.PrefillSeconds,
+		r.PrefillPasses, r.PrefillRowsPerPass, float64(r.PrefillBytesPerToken)/1e6)
 	fmt.Fprintf(w, "decode          %8.3f s/token (%.2f tokens/s over %d tokens)\n", r.DecodeSPerToken, r.DecodeTokensPerS, r.DecodeTokens)
 	device := fmt.Sprintf("device %.2f GB/s", r.DeviceGBps)
 	if r.DeviceGBps <= 0 {

@@ -14,22 +14,81 @@ import (
 )
 
 // ModelFlags are the flags every subcommand that loads a model shares:
-// --model, --threads, --max-context, --trunk, and the budget's.
+// --model, --threads, --max-context, --trunk, --prefill-chunk, the budget's
+// and the prefix cache's.
 type ModelFlags struct {
-	Dir        string // --model: the checkpoint directory
-	Threads    int    // --threads: kernel threads, 0 for GOMAXPROCS
-	MaxContext int    // --max-context: positions per session, 0 for the library's default
-	Trunk      string // --trunk: a packed trunk directory, or "" to read the shards
-	Budget     BudgetFlags
+	Dir          string // --model: the checkpoint directory
+	Threads      int    // --threads: kernel threads, 0 for GOMAXPROCS
+	MaxContext   int    // --max-context: positions per session, 0 for the library's default
+	Trunk        string // --trunk: a packed trunk directory, or "" to read the shards
+	PrefillChunk int    // --prefill-chunk: most prompt tokens of a session per pass, 0 for the planner's rows
+	Budget       BudgetFlags
+	Prefix       PrefixFlags
+	// PrefixByDefault, set before Register, turns the prefix cache on
+	// unless --no-prefix-cache (k3 serve, k3 batch); otherwise it is off
+	// unless --prefix-cache.
+	PrefixByDefault bool
 }
 
 // Register defines the flags on fs.
 func (m *ModelFlags) Register(fs *flag.FlagSet) {
 	m.Budget.Register(fs)
+	m.Prefix.register(fs, m.PrefixByDefault)
 	fs.StringVar(&m.Trunk, "trunk", "", "packed trunk `directory` written by k3 pack (default: read the trunk from the shards)")
 	fs.StringVar(&m.Dir, "model", "", "checkpoint `directory` (config.json and *.safetensors)")
 	fs.IntVar(&m.Threads, "threads", 0, "kernel threads (0 = GOMAXPROCS)")
 	fs.IntVar(&m.MaxContext, "max-context", 0, "positions per session (0 = 4096)")
+	fs.IntVar(&m.PrefillChunk, "prefill-chunk", 0, "most prompt `tokens` of one session per pass over the weights (0 = as many as the pass holds: the planner sizes passes to the budget)")
+}
+
+// PrefixFlags are the prefix cache's flags.
+type PrefixFlags struct {
+	on, off     bool
+	byDefault   bool
+	RAM, Disk   string // sizes; "" for the library's defaults
+	Dir         string
+	BlockTokens int
+}
+
+func (p *PrefixFlags) register(fs *flag.FlagSet, byDefault bool) {
+	p.byDefault = byDefault
+	if byDefault {
+		fs.BoolVar(&p.off, "no-prefix-cache", false, "turn the prefix cache off (it is on: a prompt that shares a prefix with an earlier one is prefilled only from where they differ)")
+	} else {
+		fs.BoolVar(&p.on, "prefix-cache", false, "turn the prefix cache on: a prompt that shares a prefix with an earlier one (in this run or an earlier one) is prefilled only from where they differ")
+	}
+	fs.StringVar(&p.RAM, "prefix-cache-ram", "", "the prefix cache's RAM `size`, inside the budget (default: an eighth of the budget above its floor; 0 = none)")
+	fs.StringVar(&p.Disk, "prefix-cache-disk", "", "the prefix cache's disk `size` (default 32GiB; 0 = none)")
+	fs.StringVar(&p.Dir, "prefix-cache-dir", "", "the prefix cache's `directory` (default: k3/prefix in the user's cache directory)")
+	fs.IntVar(&p.BlockTokens, "prefix-cache-block", 0, "the prefix cache's block of `tokens` (default 256)")
+}
+
+// Options returns the prefix cache's options, nil when it is off.
+func (p *PrefixFlags) Options() (*k3.PrefixCacheOptions, error) {
+	if p.off || !(p.on || p.byDefault) {
+		return nil, nil
+	}
+	o := &k3.PrefixCacheOptions{Dir: p.Dir, BlockTokens: p.BlockTokens}
+	for _, f := range []struct {
+		name, v string
+		dst     *int64
+	}{{"--prefix-cache-ram", p.RAM, &o.RAMBytes}, {"--prefix-cache-disk", p.Disk, &o.DiskBytes}} {
+		if f.v == "" {
+			continue
+		}
+		n, err := ParseSize(f.v)
+		if err != nil {
+			return nil, Usagef("%s: %v", f.name, err)
+		}
+		*f.dst = n
+		if n == 0 {
+			*f.dst = -1 // none
+		}
+	}
+	if p.BlockTokens < 0 {
+		return nil, Usagef("--prefix-cache-block must not be negative")
+	}
+	return o, nil
 }
 
 // Open opens the model with the flags' options.
@@ -48,7 +107,15 @@ func (m *ModelFlags) OpenWith(ctx context.Context, edit func(*k3.Options)) (*k3.
 	if err != nil {
 		return nil, err
 	}
-	opts := k3.Options{Threads: m.Threads, MaxContext: m.MaxContext, RAMBudget: budget, TrunkDir: m.Trunk}
+	if m.PrefillChunk < 0 {
+		return nil, Usagef("--prefill-chunk must not be negative")
+	}
+	prefix, err := m.Prefix.Options()
+	if err != nil {
+		return nil, err
+	}
+	opts := k3.Options{Threads: m.Threads, MaxContext: m.MaxContext, RAMBudget: budget, TrunkDir: m.Trunk,
+		PrefillChunk: m.PrefillChunk, PrefixCache: prefix}
 	if edit != nil {
 		edit(&opts)
 	}

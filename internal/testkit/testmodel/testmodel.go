@@ -69,7 +69,25 @@ func Dir(tb TB) string {
 // checkpoint written by Path or Dir, and exits with the tests' status. Call
 // it from TestMain.
 func Main(m interface{ Run() int }) {
+	// The user's cache directory (os.UserCacheDir: the quickstart
+	// checkpoint, the prefix cache k3 serve and k3 batch keep by default)
+	// is a temporary one for the tests and the commands they run, so that
+	// a test run neither reads nor leaves anything there.
+	// The go command's build cache stays where it was (a test that
+	// builds the command must not rebuild the world).
+	if os.Getenv("GOCACHE") == "" {
+		if dir, err := os.UserCacheDir(); err == nil {
+			os.Setenv("GOCACHE", filepath.Join(dir, "go-build"))
+		}
+	}
+	cache, err := os.MkdirTemp("", "k3-test-cache-")
+	if err == nil {
+		os.Setenv("XDG_CACHE_HOME", cache)
+	}
 	code := m.Run()
+	if cache != "" {
+		os.RemoveAll(cache)
+	}
 	fixtures.Report()
 	if tempDir != "" {
 		os.RemoveAll(tempDir)

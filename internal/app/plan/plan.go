@@ -1,4 +1,9 @@
-package main
+// Package plan is "k3 plan": a projection, from the memory planner and a
+// model of the expert union, of what decoding and prefilling cost at given
+// budgets and disk bandwidths. It reads no weights, so it works on a
+// header-only checkpoint (k3 synth --profile full --sparse) as well as on a
+// real one.
+package plan
 
 import (
 	"encoding/binary"
@@ -12,6 +17,7 @@ import (
 
 	"github.com/k3go/k3"
 	"github.com/k3go/k3/internal/app/cli"
+	"github.com/k3go/k3/internal/engine/planner"
 )
 
 // planRow is one (budget, batch) cell of k3 plan.
@@ -32,25 +38,56 @@ type planRow struct {
 	TokensPerSecond []float64 `json:"aggregate_tokens_per_s"`
 }
 
-type planReport struct {
-	Model      string    `json:"model"`
-	Projection string    `json:"projection"`
-	GBps       []float64 `json:"gbps"`
-	UnionModel string    `json:"union_model"`
-	Rows       []planRow `json:"rows"`
+// prefillRow is one (budget, prompt length) cell of the prefill
+// projection: a prompt prefilled in passes of the planner's rows, cold, or
+// with all but its last CachedTail tokens in the prefix cache's disk tier.
+type prefillRow struct {
+	Budget       int64 `json:"budget_bytes"`
+	PromptTokens int   `json:"prompt_tokens"`
+	Fits         bool  `json:"fits"`
+	// Rows is the planner's rows per pass (its choice for the budget), and
+	// Passes the passes a cold prefill takes.
+	Rows   int `json:"rows_per_pass"`
+	Passes int `json:"passes"`
+	// ColdBytes is what a cold prefill reads: every pass's streamed trunk
+	// and the union of the experts its rows chose, less the cache's hits.
+	ColdBytes           int64     `json:"cold_bytes"`
+	BytesPerPromptToken int64     `json:"bytes_per_prompt_token"`
+	ColdSeconds         []float64 `json:"cold_seconds"`
+	// CachedBytes is a prefill whose prefix is restored: the cached
+	// positions' MLA cache rows and one recurrent state read from the
+	// disk tier, then the last CachedTail tokens prefilled.
+	CachedTail    int       `json:"cached_tail"`
+	CachedBytes   int64     `json:"cached_bytes"`
+	CachedSeconds []float64 `json:"cached_seconds"`
+	Chunk64Bytes  int64     `json:"chunk64_bytes"`
 }
 
-// runPlan projects what batching buys at given budgets from the engine's
-// memory planner and a model of the expert union: no weights are read, so
-// it works on a header-only checkpoint (k3 synth --profile full
-// --sparse) as well as on a real one.
-func runPlan(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+type planReport struct {
+	Model      string       `json:"model"`
+	Projection string       `json:"projection"`
+	GBps       []float64    `json:"gbps"`
+	UnionModel string       `json:"union_model"`
+	Rows       []planRow    `json:"rows"`
+	Prefill    []prefillRow `json:"prefill"`
+}
+
+// cachedTail is the new part of a prompt whose prefix is cached in the
+// projection: an agent's next turn (a tool result and a message).
+const cachedTail = 512
+
+// Run is "k3 plan" with args (the subcommand's flags): it projects what
+// batching buys at given budgets, and what prefilling prompts costs cold
+// and with a cached prefix, from the engine's memory planner and a model
+// of the expert union.
+func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := cli.NewFlags("plan", "--model DIR [--budget 8GB,32GB,128GB] [--batch 1,4,16,64] [--gbps 6,14] [--trace FILE] [--json]", stderr)
 	dir := fs.String("model", "", "checkpoint `directory` (only config.json and the shard headers are read)")
 	budgets := fs.String("budget", "8GB,32GB,128GB", "comma-separated RAM `budgets`")
 	batches := fs.String("batch", "1,4,16,64", "comma-separated batch `sizes` (sessions decoding together)")
 	gbps := fs.String("gbps", "6,14", "comma-separated disk `bandwidths` in GB/s")
 	maxContext := fs.Int("max-context", 4096, "positions per session")
+	prompts := fs.String("prompts", "1000,10000,100000", "comma-separated prompt `lengths` for the prefill projection (0 skips it)")
 	trace := fs.String("trace", "", "expert trace `file` (int32 layer, expert pairs, top-k per layer per token, as fixtures/expert_trace.bin) to measure the union of B tokens instead of assuming uniform routing")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	if err := cli.Parse(fs, args); err != nil {
@@ -70,6 +107,12 @@ func runPlan(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	ns, err := cli.ParseBatchSizes(*batches)
 	if err != nil {
 		return err
+	}
+	var ps []int
+	if *prompts != "0" {
+		if ps, err = cli.ParseBatchSizes(*prompts); err != nil {
+			return cli.Usagef("--prompts: want positive lengths, e.g. 1000,10000,100000")
+		}
 	}
 	var bw []float64
 	for _, s := range strings.Split(*gbps, ",") {
@@ -101,7 +144,7 @@ func runPlan(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	for _, budget := range bs {
 		for _, b := range ns {
 			row := planRow{Budget: budget, Batch: b}
-			mp, err := in.PlanSessions(budget, b, max(b, 64))
+			mp, err := in.PlanSessions(budget, b, 0) // the rows Open chooses
 			if err == nil {
 				row.Fits = true
 				row.TrunkBytesPerPass = mp.TrunkBytesPerPass
@@ -123,6 +166,15 @@ func runPlan(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 			rep.Rows = append(rep.Rows, row)
 		}
 	}
+	for _, budget := range bs {
+		for _, n := range ps {
+			row, err := prefill(*dir, budget, n, union, bw)
+			if err != nil {
+				return err
+			}
+			rep.Prefill = append(rep.Prefill, row)
+		}
+	}
 	if *asJSON {
 		return json.NewEncoder(stdout).Encode(rep)
 	}
@@ -135,15 +187,35 @@ func runPlan(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fmt.Fprintln(stdout)
 	for _, r := range rep.Rows {
 		if !r.Fits {
-			fmt.Fprintf(stdout, "%10s %6d   does not fit: %d sessions' state exceeds the budget\n", human(r.Budget), r.Batch, r.Batch)
+			fmt.Fprintf(stdout, "%10s %6d   does not fit: %d sessions' state exceeds the budget\n", planner.Human(r.Budget), r.Batch, r.Batch)
 			continue
 		}
-		fmt.Fprintf(stdout, "%10s %6d %10.1f %7.1f%% %12.1f %12.1f", human(r.Budget), r.Batch, r.ExpertUnion, 100*r.ExpertHitRate,
+		fmt.Fprintf(stdout, "%10s %6d %10.1f %7.1f%% %12.1f %12.1f", planner.Human(r.Budget), r.Batch, r.ExpertUnion, 100*r.ExpertHitRate,
 			float64(r.BytesPerPass)/1e9, float64(r.BytesPerToken)/1e9)
 		for _, s := range r.SPerToken {
 			fmt.Fprintf(stdout, " %14.2f", s)
 		}
 		fmt.Fprintln(stdout)
+	}
+	if len(rep.Prefill) > 0 {
+		fmt.Fprintf(stdout, "\nprefill: passes of the planner's rows; cached = all but the last %d tokens restored from the prefix cache's disk tier\n", cachedTail)
+		fmt.Fprintf(stdout, "%10s %8s %6s %7s %14s %12s", "budget", "prompt", "rows", "passes", "GB/prompt-tok", "vs chunk 64")
+		for _, g := range bw {
+			fmt.Fprintf(stdout, " %16s %16s", fmt.Sprintf("cold s@%gGB/s", g), fmt.Sprintf("cached s@%gGB/s", g))
+		}
+		fmt.Fprintln(stdout)
+		for _, r := range rep.Prefill {
+			if !r.Fits {
+				fmt.Fprintf(stdout, "%10s %8d   does not fit: the prompt's MLA cache and state exceed the budget\n", planner.Human(r.Budget), r.PromptTokens)
+				continue
+			}
+			fmt.Fprintf(stdout, "%10s %8d %6d %7d %14.3f %11.2fx", planner.Human(r.Budget), r.PromptTokens, r.Rows, r.Passes,
+				float64(r.BytesPerPromptToken)/1e9, float64(r.ColdBytes)/float64(max(r.Chunk64Bytes, 1)))
+			for i := range r.ColdSeconds {
+				fmt.Fprintf(stdout, " %16.1f %16.1f", r.ColdSeconds[i], r.CachedSeconds[i])
+			}
+			fmt.Fprintln(stdout)
+		}
 	}
 	return nil
 }
@@ -198,4 +270,49 @@ func traceUnion(path string, k int) (func(int) float64, error) {
 		}
 		return sum / float64(draws*len(layers))
 	}, nil
+}
+
+// prefill projects the prefill of an n-token prompt at a budget: the
+// planner's plan for one session of n positions (and the rows it then
+// chooses), its passes, and their bytes; a prompt that does not fit (its
+// MLA cache and state) is marked so.
+func prefill(dir string, budget int64, n int, union func(int) float64, bw []float64) (prefillRow, error) {
+	row := prefillRow{Budget: budget, PromptTokens: n, CachedTail: min(cachedTail, n)}
+	in, err := k3.Inspect(dir, k3.Options{MaxContext: n + 1})
+	if err != nil {
+		return row, err
+	}
+	mp, err := in.PlanSessions(budget, 1, 0)
+	if err != nil {
+		return row, nil // does not fit
+	}
+	row.Fits, row.Rows = true, mp.Rows
+	hit := min(1, float64(mp.CacheSlots)/float64(in.Sizes.Experts))
+	moe := float64(in.Config.MoELayers) * float64(in.Sizes.ExpertBytes) * (1 - hit)
+	// passes of rows rows over m tokens: the full ones, then the rest.
+	cost := func(m, rows int) (int64, int) {
+		full, rest := m/rows, m%rows
+		b := float64(full) * (float64(mp.TrunkBytesPerPass) + moe*union(rows))
+		passes := full
+		if rest > 0 {
+			b += float64(mp.TrunkBytesPerPass) + moe*union(rest)
+			passes++
+		}
+		return int64(b), passes
+	}
+	row.ColdBytes, row.Passes = cost(n, mp.Rows)
+	row.BytesPerPromptToken = row.ColdBytes / int64(n)
+	row.Chunk64Bytes, _ = cost(n, 64)
+	// A restore reads the cached positions' MLA cache rows and one
+	// recurrent state (the plan's per-session figures), then prefills the
+	// tail.
+	perPos := float64(mp.KVBytes) / float64(mp.Sessions*(n+1))
+	state := float64(mp.StateBytes) / float64(mp.Sessions)
+	tail, _ := cost(row.CachedTail, mp.Rows)
+	row.CachedBytes = int64(perPos*float64(n-row.CachedTail)+state) + tail
+	for _, g := range bw {
+		row.ColdSeconds = append(row.ColdSeconds, float64(row.ColdBytes)/(g*1e9))
+		row.CachedSeconds = append(row.CachedSeconds, float64(row.CachedBytes)/(g*1e9))
+	}
+	return row, nil
 }
