@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"fmt"
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -93,20 +94,81 @@ func (v *Validator) Validate(instance []byte) error {
 }
 
 // Logits gives the logits of the next token: dst has one entry per id;
-// only the ids the mask allows are read.
+// only the ids the mask allows are read. A model's forward pass is one.
 type Logits func(step int, allowed []int32, dst []float32)
 
 // RandomLogits draws each logit from a standard normal distribution, as a
 // model with random weights would give roughly; bias adds to the logits
-// of some ids from step from on (to end a free channel, say).
-func RandomLogits(rng *rand.Rand, bias map[int]float32, from int) Logits {
+// of some ids (to end a free channel, say).
+func RandomLogits(rng *rand.Rand, bias map[int]float32) Logits {
 	return func(step int, allowed []int32, dst []float32) {
 		for _, id := range allowed {
-			dst[id] = float32(rng.NormFloat64())
-			if step >= from {
-				dst[id] += bias[int(id)]
+			dst[id] = float32(rng.NormFloat64()) + bias[int(id)]
+		}
+	}
+}
+
+// Drawn is a sampler's choice among the allowed ids.
+type Drawn func(rng *rand.Rand, step int, mask []uint64) int
+
+// Uniform samples as temperature-1 sampling from logits drawn afresh and
+// independently for every id and step does: by symmetry every allowed id
+// is then equally likely, so it draws one uniformly, without materializing
+// 163,840 logits per step. bias multiplies the odds of some ids by
+// exp(bias).
+func Uniform(bias map[int]float64) Drawn {
+	return func(rng *rand.Rand, step int, mask []uint64) int {
+		n := 0
+		for _, x := range mask {
+			n += bits.OnesCount64(x)
+		}
+		var extra float64 // odds beyond 1 of the allowed biased ids
+		for id, b := range bias {
+			if mask[id/64]>>(id%64)&1 != 0 {
+				extra += math.Exp(b) - 1
 			}
 		}
+		r := rng.Float64() * (float64(n) + extra)
+		for id, b := range bias {
+			if mask[id/64]>>(id%64)&1 == 0 {
+				continue
+			}
+			if w := math.Exp(b); r < w {
+				return id
+			} else {
+				r -= w
+			}
+		}
+		// r now falls among the unbiased ids (each of weight 1), which
+		// the biased ones are removed from.
+		k := int(r)
+		for w, x := range mask {
+			for x != 0 {
+				b := x & -x
+				id := w*64 + bits.TrailingZeros64(b)
+				x ^= b
+				if _, ok := bias[id]; ok {
+					continue
+				}
+				if k == 0 {
+					return id
+				}
+				k--
+			}
+		}
+		return -1
+	}
+}
+
+// FromLogits samples at the given temperature from logits restricted to
+// the mask.
+func FromLogits(logits Logits, words int, temperature float64) Drawn {
+	scores := make([]float32, words*64)
+	var allowed []int32
+	return func(rng *rand.Rand, step int, mask []uint64) int {
+		allowed = Allowed(allowed[:0], mask)
+		logits(step, allowed, scores)
+		return Sample(rng, allowed, scores, temperature)
 	}
 }
 
@@ -140,13 +202,7 @@ func Allowed(dst []int32, mask []uint64) []int32 {
 	return dst
 }
 
-func bitIndex(b uint64) int {
-	n := 0
-	for ; b > 1; b >>= 1 {
-		n++
-	}
-	return n
-}
+func bitIndex(b uint64) int { return bits.TrailingZeros64(b) }
 
 // Run is one constrained generation.
 type Run struct {
@@ -156,17 +212,15 @@ type Run struct {
 	Finished bool
 }
 
-// Generate samples up to maxTokens ids through m at temperature 1, each
-// restricted to the mask. stop lists ids the sampler may draw whenever
-// the constraint can end (a model's end-of-sequence tokens); the run
-// finishes when one is drawn or when the matcher is done. A mask with no
-// allowed id where the constraint cannot end fails the test: that would
-// be a dead end.
-func Generate(tb testing.TB, m grammar.Matcher, words int, logits Logits, rng *rand.Rand, maxTokens int, stop []int) Run {
+// Generate draws up to maxTokens ids through m, each among the ids its
+// mask allows. stop lists ids the sampler may draw whenever the
+// constraint can end (a model's end-of-sequence tokens); the run finishes
+// when one is drawn or when the matcher is done. A mask with no allowed
+// id where the constraint cannot end fails the test: that would be a dead
+// end.
+func Generate(tb testing.TB, m grammar.Matcher, words int, draw Drawn, rng *rand.Rand, maxTokens int, stop []int) Run {
 	tb.Helper()
 	mask := make([]uint64, words)
-	scores := make([]float32, words*64)
-	var allowed []int32
 	var run Run
 	for step := 0; step < maxTokens; step++ {
 		if m.Done() {
@@ -181,12 +235,17 @@ func Generate(tb testing.TB, m grammar.Matcher, words int, logits Logits, rng *r
 				mask[id/64] |= 1 << (id % 64)
 			}
 		}
-		allowed = Allowed(allowed[:0], mask)
-		if len(allowed) == 0 {
+		empty := true
+		for _, x := range mask {
+			if x != 0 {
+				empty = false
+				break
+			}
+		}
+		if empty {
 			tb.Fatalf("dead end after %d tokens %v: nothing allowed and the constraint cannot end", step, run.IDs)
 		}
-		logits(step, allowed, scores)
-		id := Sample(rng, allowed, scores, 1)
+		id := draw(rng, step, mask)
 		run.IDs = append(run.IDs, id)
 		if contains(stop, id) && m.CanEnd() {
 			run.Finished = true
