@@ -32,6 +32,10 @@ var ErrRegexp = errors.New("grammar: unsupported regular expression")
 // maxDFAStates bounds the determinization of one expression.
 const maxDFAStates = 20000
 
+// maxDFAWork bounds the steps of one determinization, so that a hostile
+// expression cannot take seconds to compile.
+const maxDFAWork = 20_000_000
+
 // maxNFAStates bounds the expansion of counted repeats.
 const maxNFAStates = 200000
 
@@ -83,30 +87,64 @@ func (n *nfa) split(a, b int32) (int32, error) {
 }
 
 // runeRanges compiles a set of rune ranges (pairs lo, hi) into states
-// that consume one UTF-8 encoded rune of the set, then go to next.
+// that consume one UTF-8 encoded rune of the set, then go to next. The
+// encodings' byte ranges are merged into a trie first, so that a large
+// class (\pL, say) starts with a few states, not thousands.
 func (n *nfa) runeRanges(ranges []rune, next int32) (int32, error) {
-	var alts []int32
-	var err error
-	emit := func(seq [][2]byte) {
-		if err != nil {
-			return
-		}
-		s := next
-		for k := len(seq) - 1; k >= 0; k-- {
-			s, err = n.byteState(seq[k][0], seq[k][1], s)
-			if err != nil {
-				return
-			}
-		}
-		alts = append(alts, s)
-	}
+	root := &rnode{}
 	for k := 0; k+1 < len(ranges); k += 2 {
-		utf8Sequences(ranges[k], ranges[k+1], emit)
+		utf8Sequences(ranges[k], ranges[k+1], func(seq [][2]byte) {
+			cur := root
+			for i, r := range seq {
+				if i == len(seq)-1 {
+					cur.edges = append(cur.edges, redge{lo: r[0], hi: r[1]})
+					break
+				}
+				var child *rnode
+				for _, e := range cur.edges {
+					if e.lo == r[0] && e.hi == r[1] && e.child != nil {
+						child = e.child
+						break
+					}
+				}
+				if child == nil {
+					child = &rnode{}
+					cur.edges = append(cur.edges, redge{lo: r[0], hi: r[1], child: child})
+				}
+				cur = child
+			}
+		})
 	}
-	if err != nil {
-		return 0, err
+	var emit func(r *rnode) (int32, error)
+	emit = func(r *rnode) (int32, error) {
+		alts := make([]int32, 0, len(r.edges))
+		for _, e := range r.edges {
+			to := next
+			if e.child != nil {
+				var err error
+				if to, err = emit(e.child); err != nil {
+					return 0, err
+				}
+			}
+			s, err := n.byteState(e.lo, e.hi, to)
+			if err != nil {
+				return 0, err
+			}
+			alts = append(alts, s)
+		}
+		return n.alternate(alts)
 	}
-	return n.alternate(alts)
+	return emit(root)
+}
+
+// rnode is a node of the trie of a class's UTF-8 byte ranges.
+type rnode struct {
+	edges []redge
+}
+
+type redge struct {
+	lo, hi byte
+	child  *rnode // nil for the last byte
 }
 
 func (n *nfa) alternate(alts []int32) (int32, error) {
@@ -426,12 +464,10 @@ func (n *nfa) determinize(start int32) (*dfa, error) {
 			cut[int(st.hi)+1] = true
 		}
 	}
-	var reps []byte
 	c := -1
 	for b := range 256 {
 		if cut[b] {
 			c++
-			reps = append(reps, byte(b))
 		}
 		d.class[b] = uint8(c)
 	}
@@ -489,15 +525,24 @@ func (n *nfa) determinize(start int32) (*dfa, error) {
 		return nil, err
 	}
 	var trans []int32
+	moves := make([][]int32, d.nclass)
+	work := 0
 	for q := 0; q < len(states); q++ {
-		for _, rep := range reps {
-			var moved []int32
-			for _, s := range states[q].set {
-				st := &n.st[s]
-				if st.op == nByte && st.lo <= rep && rep <= st.hi {
-					moved = append(moved, st.out)
-				}
+		for c := range moves {
+			moves[c] = moves[c][:0]
+		}
+		for _, s := range states[q].set {
+			st := &n.st[s]
+			if st.op != nByte {
+				continue
 			}
+			for c := int(d.class[st.lo]); c <= int(d.class[st.hi]); c++ {
+				moves[c] = append(moves[c], st.out)
+			}
+			work += int(d.class[st.hi]) - int(d.class[st.lo]) + 1
+		}
+		for c := range d.nclass {
+			moved := moves[c]
 			if len(moved) == 0 {
 				trans = append(trans, -1)
 				continue
@@ -506,6 +551,10 @@ func (n *nfa) determinize(start int32) (*dfa, error) {
 			var next []int32
 			for _, s := range moved {
 				next = n.closure(s, false, false, seen, mark, next)
+			}
+			work += len(next) + len(moved)
+			if work > maxDFAWork {
+				return nil, fmt.Errorf("%w: too complex to turn into an automaton", ErrRegexp)
 			}
 			id, err := intern(next, accepts(moved, false))
 			if err != nil {

@@ -117,8 +117,12 @@ const (
 
 // snode is a schema, or one typed branch of one.
 type snode struct {
-	kind   skind
-	ptr    string
+	kind skind
+	ptr  string
+	// inferred: the schema has no type keyword, and its types were
+	// inferred from its keywords. Its values are generated in those
+	// types; a validator accepts any other type too.
+	inferred bool
 	alts   []*snode
 	target *snode
 	vals   []*jv
@@ -441,6 +445,7 @@ func (d *schemaDoc) parse(n *snode, v *jv) {
 	}
 	*n = *constraint
 	n.ptr = ptr
+	n.inferred = v.get("type") == nil
 }
 
 // ref resolves a $ref.
@@ -816,7 +821,7 @@ func unitsOf(r *big.Rat) (*big.Int, bool) {
 func disjointTypes(alts []*snode) bool {
 	seen := map[string]bool{}
 	for _, a := range alts {
-		ts := typesOf(a, map[*snode]bool{})
+		ts := typesOf(a, map[*snode]bool{}, true)
 		for _, t := range ts {
 			if t == "integer" {
 				t = "number" // an integer is a number too
@@ -835,12 +840,17 @@ func disjointTypes(alts []*snode) bool {
 	return true
 }
 
-// typesOf lists the types a schema's values can have.
-func typesOf(n *snode, seen map[*snode]bool) []string {
+// typesOf lists the types a schema's generated values can have; with
+// valid, the types of the values a validator accepts (any type for a
+// schema whose types were inferred).
+func typesOf(n *snode, seen map[*snode]bool, valid bool) []string {
 	if seen[n] {
 		return nil
 	}
 	seen[n] = true
+	if valid && n.inferred {
+		return slices.Clone(allTypes)
+	}
 	var ts []string
 	add := func(t string) {
 		if !slices.Contains(ts, t) {
@@ -851,10 +861,10 @@ func typesOf(n *snode, seen map[*snode]bool) []string {
 	case skAny:
 		return slices.Clone(allTypes)
 	case skRef:
-		return typesOf(n.target, seen)
+		return typesOf(n.target, seen, valid)
 	case skUnion:
 		for _, a := range n.alts {
-			for _, t := range typesOf(a, seen) {
+			for _, t := range typesOf(a, seen, valid) {
 				add(t)
 			}
 		}
@@ -987,7 +997,7 @@ func (d *schemaDoc) accepts(n *snode, v *jv) bool {
 // "object", "array", "string", "integer", "number", "boolean" and "null"
 // ("number" covers the integers of enum and const).
 func (s *Schema) Types() []string {
-	ts := typesOf(s.n, map[*snode]bool{})
+	ts := typesOf(s.n, map[*snode]bool{}, false)
 	slices.SortFunc(ts, func(a, b string) int { return slices.Index(allTypes, a) - slices.Index(allTypes, b) })
 	return ts
 }
@@ -1014,7 +1024,7 @@ func (s *Schema) OfType(t string) *Schema {
 				leaves = append(leaves, &snode{kind: skEnum, ptr: l.ptr, vals: vals})
 			}
 		default:
-			ts := typesOf(l, map[*snode]bool{})
+			ts := typesOf(l, map[*snode]bool{}, false)
 			if len(ts) == 1 && (ts[0] == t || (t == "number" && ts[0] == "integer")) {
 				leaves = append(leaves, l)
 			}

@@ -340,7 +340,7 @@ func (l *lens) ok(q int32, n, lo, hi uint32) bool {
 }
 
 // maxLensWork bounds the work of computing a lens table.
-const maxLensWork = 1 << 28
+const maxLensWork = 1 << 24
 
 // newLens computes the lens table of d up to top characters, with the
 // beyond flags when needed (hi unbounded).
