@@ -123,13 +123,13 @@ type snode struct {
 	// inferred from its keywords. Its values are generated in those
 	// types; a validator accepts any other type too.
 	inferred bool
-	alts   []*snode
-	target *snode
-	vals   []*jv
-	obj    *objIR
-	arr    *arrIR
-	str    *strIR
-	num    *numIR
+	alts     []*snode
+	target   *snode
+	vals     []*jv
+	obj      *objIR
+	arr      *arrIR
+	str      *strIR
+	num      *numIR
 }
 
 type objIR struct {
