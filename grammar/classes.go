@@ -24,18 +24,24 @@ type classKey struct {
 
 // classEntry holds the tokens of one lexer state.
 type classEntry struct {
-	// Tokens that stay inside the string, by characters ascending: ids,
-	// their characters, and (with a dfa) the sub-state and dfa state
-	// after them.
+	// Tokens that stay inside the string: ids and their characters, by
+	// characters ascending; with a dfa, grouped in runs of the same
+	// sub-state, dfa state and characters after them (whose bounds are
+	// checked once per run).
 	mask     []uint64
 	ids      []int32
 	chars    []uint16
-	subs     []uint8
-	qs       []int32
+	runs     []classRun
 	maxChars int
 	// exits holds the tokens that close the string, keyed by the bytes
 	// after the closing quote, with the characters before it in aux.
 	exits trie
+}
+
+// bytes returns the memory the entry takes, roughly.
+func (e *classEntry) bytes() int {
+	return 8*len(e.mask) + 4*len(e.ids) + 2*len(e.chars) + 12*len(e.runs) +
+		len(e.exits.by) + 2*len(e.exits.dep) + 4*(len(e.exits.skip)+len(e.exits.rec)+len(e.exits.ids)+len(e.exits.aux))
 }
 
 // buildStringClass walks the trie from lexer state k.
@@ -54,6 +60,8 @@ func buildStringClass(v *Vocab, k classKey) *classEntry {
 	var exitIDs []int32
 	var exitAux []uint32
 	withDFA := k.dfa != nil
+	var subs []uint8
+	var qs []int32
 	for i := 1; i < tr.nodes(); {
 		d := int(tr.dep[i])
 		stack = stack[:d]
@@ -87,13 +95,17 @@ func buildStringClass(v *Vocab, k classKey) *classEntry {
 			e.ids = append(e.ids, id)
 			e.chars = append(e.chars, uint16(min(n, 0xFFFF)))
 			if withDFA {
-				e.subs = append(e.subs, nsub)
-				e.qs = append(e.qs, nq)
+				subs = append(subs, nsub)
+				qs = append(qs, nq)
 			}
 		}
 		i++
 	}
-	e.sortByChars(withDFA)
+	if withDFA {
+		e.groupRuns(subs, qs)
+	} else {
+		e.sortByChars()
+	}
 	e.mask = make([]uint64, maskWords(v.size))
 	for _, id := range e.ids {
 		e.mask[id>>6] |= 1 << (id & 63)
@@ -123,16 +135,23 @@ func buildStringClass(v *Vocab, k classKey) *classEntry {
 	return e
 }
 
+// classRun is a run of inside tokens, ids[from:to], that leave a string
+// in the same state with the same number of characters.
+type classRun struct {
+	q        int32
+	chars    uint16
+	sub      uint8
+	from, to int32
+}
+
 // sortByChars orders the inside tokens by characters (counting sort).
-func (e *classEntry) sortByChars(withDFA bool) {
-	count := map[uint16]int{}
+func (e *classEntry) sortByChars() {
 	for _, c := range e.chars {
-		count[c]++
 		e.maxChars = max(e.maxChars, int(c))
 	}
 	starts := make([]int, e.maxChars+2)
-	for c, n := range count {
-		starts[int(c)+1] += n
+	for _, c := range e.chars {
+		starts[int(c)+1]++
 	}
 	for c := 1; c < len(starts); c++ {
 		starts[c] += starts[c-1]
@@ -140,22 +159,35 @@ func (e *classEntry) sortByChars(withDFA bool) {
 	n := len(e.ids)
 	ids := make([]int32, n)
 	chars := make([]uint16, n)
-	var subs []uint8
-	var qs []int32
-	if withDFA {
-		subs = make([]uint8, n)
-		qs = make([]int32, n)
-	}
 	for x := range n {
 		c := e.chars[x]
 		at := starts[c]
 		starts[c]++
 		ids[at], chars[at] = e.ids[x], c
-		if withDFA {
-			subs[at], qs[at] = e.subs[x], e.qs[x]
-		}
 	}
-	e.ids, e.chars, e.subs, e.qs = ids, chars, subs, qs
+	e.ids, e.chars = ids, chars
+}
+
+// groupRuns orders the inside tokens of a dfa string into runs: sorted
+// by a packed key (dfa state, sub-state, characters, position).
+func (e *classEntry) groupRuns(subs []uint8, qs []int32) {
+	keys := make([]uint64, len(e.ids))
+	for x := range e.ids {
+		keys[x] = uint64(qs[x])<<44 | uint64(subs[x])<<40 | uint64(e.chars[x])<<24 | uint64(x)
+	}
+	slices.Sort(keys)
+	ids := make([]int32, len(keys))
+	chars := make([]uint16, len(keys))
+	for k, key := range keys {
+		x := int(key & (1<<24 - 1))
+		ids[k], chars[k] = e.ids[x], e.chars[x]
+		e.maxChars = max(e.maxChars, int(chars[k]))
+		if k == 0 || key>>24 != keys[k-1]>>24 {
+			e.runs = append(e.runs, classRun{q: qs[x], chars: chars[k], sub: subs[x], from: int32(k)})
+		}
+		e.runs[len(e.runs)-1].to = int32(k + 1)
+	}
+	e.ids, e.chars = ids, chars
 }
 
 // lexemeEntry holds the tokens a lexeme's dfa reads whole from one state.

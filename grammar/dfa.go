@@ -19,6 +19,9 @@ type dfa struct {
 	trans  []int32 // [state*nclass + class]
 	accept []bool
 	start  int32 // -1 when it accepts nothing
+	// shared marks an automaton built once per process (a format's):
+	// its token classes are kept with the vocabulary, for every request.
+	shared bool
 }
 
 func (d *dfa) next(q int32, b byte) int32 { return d.trans[int(q)*d.nclass+int(d.class[b])] }

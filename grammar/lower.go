@@ -362,6 +362,7 @@ func onceDFA(expr string) func() *dfa {
 		if err != nil {
 			panic(err)
 		}
+		d.shared = true
 		return d
 	})
 }
@@ -375,23 +376,34 @@ const (
 	reTime  = `(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{1,9})?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])`
 	reUUID  = `[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}`
 	atext   = "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]"
-	label   = `[A-Za-z0-9](?:[A-Za-z0-9-]{0,30}[A-Za-z0-9])?`
-	reEmail = atext + `{1,20}(?:\.` + atext + `{1,20}){0,2}@` + label + `(?:\.` + label + `){1,3}`
+	label   = `[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?`
+	reEmail = atext + `+(?:\.` + atext + `+)*@` + label + `(?:\.` + label + `)+`
 )
 
-var formats = map[string]func() *dfa{
-	"date":      onceDFA(reDate),
-	"time":      onceDFA(reTime),
-	"date-time": onceDFA(reDate + `T` + reTime),
-	"uuid":      onceDFA(reUUID),
-	"email":     onceDFA(reEmail),
+// A format is an automaton and, when its definition limits the length of
+// its parts, a maximum length short enough to keep every part within
+// them (an e-mail address of at most 64 characters has a local part of
+// at most 64 and labels of at most 63): counting in the automaton itself
+// would multiply its states.
+type format struct {
+	dfa    func() *dfa
+	maxLen uint32
 }
 
-// formatDFA returns the automaton of a supported format.
-func formatDFA(name string) (*dfa, error) {
+var formats = map[string]format{
+	"date":      {onceDFA(reDate), unbounded},
+	"time":      {onceDFA(reTime), unbounded},
+	"date-time": {onceDFA(reDate + `T` + reTime), unbounded},
+	"uuid":      {onceDFA(reUUID), unbounded},
+	"email":     {onceDFA(reEmail), 64},
+}
+
+// formatDFA returns the automaton of a supported format and the longest
+// value it generates.
+func formatDFA(name string) (*dfa, uint32, error) {
 	f, ok := formats[name]
 	if !ok {
-		return nil, fmt.Errorf("format %q cannot be enforced (supported: date-time, date, time, uuid, email)", name)
+		return nil, 0, fmt.Errorf("format %q cannot be enforced (supported: date-time, date, time, uuid, email)", name)
 	}
-	return f(), nil
+	return f.dfa(), f.maxLen, nil
 }

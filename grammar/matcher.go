@@ -1,9 +1,12 @@
 package grammar
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
 )
 
 // Constraint is what a sampler needs to constrain generation: a source of
@@ -75,8 +78,9 @@ type GrammarConstraint struct {
 	specSyms []sym
 	specIDs  [][]int32
 
-	classes sync.Map // classKey → *classEntry, for strings with a dfa
-	lexemes sync.Map // lexemeKey → *lexemeEntry
+	classes    sync.Map // classKey → *classEntry, for strings with a dfa
+	classBytes atomic.Int64
+	lexemes    sync.Map // lexemeKey → *lexemeEntry
 }
 
 // Constraint binds g to the vocabulary v. It fails when g names a special
@@ -120,16 +124,26 @@ func (c *GrammarConstraint) newMatcher() *GrammarMatcher {
 	return m
 }
 
+// maxClassBytes bounds the memory of the token classes one constraint
+// keeps for its patterns and formats; past it, classes are computed for
+// each mask and dropped (slower, but a hostile pattern cannot make a
+// request hold gigabytes).
+const maxClassBytes = 64 << 20
+
 func (c *GrammarConstraint) stringClass(k classKey) *classEntry {
-	cache := &c.classes
-	if k.dfa == nil {
+	cache, shared := &c.classes, k.dfa == nil || k.dfa.shared
+	if shared {
 		cache = &c.v.classes
 	}
 	if e, ok := cache.Load(k); ok {
 		return e.(*classEntry)
 	}
-	e, _ := cache.LoadOrStore(k, buildStringClass(c.v, k))
-	return e.(*classEntry)
+	e := buildStringClass(c.v, k)
+	if !shared && c.classBytes.Add(int64(e.bytes())) > maxClassBytes {
+		return e
+	}
+	x, _ := cache.LoadOrStore(k, e)
+	return x.(*classEntry)
 }
 
 func (c *GrammarConstraint) lexemeClass(d *dfa, q int32) *lexemeEntry {
@@ -153,6 +167,8 @@ type GrammarMatcher struct {
 	histThreads []thread
 
 	// scratch
+	sbuf    []thread
+	scratch []uint64
 	root    [1]thread
 	tbuf    []thread
 	tbuf2   []thread
@@ -244,6 +260,14 @@ func (m *GrammarMatcher) feed(from []thread, special []sym, text string) []threa
 	return a
 }
 
+// takes reports whether thread t can take symbol s (what it pushes stays
+// on the arena, for the caller to drop).
+func (m *GrammarMatcher) takes(t thread, s sym) bool {
+	out := m.r.advance(t, s, m.sbuf[:0])
+	m.sbuf = out[:0]
+	return len(out) > 0
+}
+
 // dedupe drops repeated threads.
 func dedupe(ts []thread) []thread {
 	if len(ts) < 2 {
@@ -311,17 +335,16 @@ func (m *GrammarMatcher) Done() bool {
 	}
 	mark := len(m.r.arena)
 	defer func() { m.r.arena = m.r.arena[:mark] }()
-	var buf [8]thread
 	for s := 0; s < 256; s++ {
 		for _, t := range m.cur {
-			if len(m.r.advance(t, sym(s), buf[:0])) > 0 {
+			if m.takes(t, sym(s)) {
 				return false
 			}
 		}
 	}
 	for _, s := range m.c.specSyms {
 		for _, t := range m.cur {
-			if len(m.r.advance(t, s, buf[:0])) > 0 {
+			if m.takes(t, s) {
 				return false
 			}
 		}
@@ -349,11 +372,10 @@ func (m *GrammarMatcher) FillMask(mask []uint64) error {
 		m.walk(&v.trie, m.general, mask, exitCheck{})
 	}
 	// Special tokens: each distinct symbol once.
-	var buf [8]thread
 	for k, s := range m.c.specSyms {
 		ok := false
 		for _, t := range m.cur {
-			if len(m.r.advance(t, s, buf[:0])) > 0 {
+			if m.takes(t, s) {
 				ok = true
 				break
 			}
@@ -423,16 +445,27 @@ func (m *GrammarMatcher) fast(t thread, mask []uint64) bool {
 				or(mask, e.mask)
 				break
 			}
-			for k, id := range e.ids {
-				if uint32(e.chars[k]) > rem {
-					break
-				}
-				mask[id>>6] |= 1 << (id & 63)
-			}
-		default:
-			for k, id := range e.ids {
-				if sp.live(e.subs[k], e.qs[k], c+uint32(e.chars[k])) {
+			// The tokens are sorted by characters: those that fit are a
+			// prefix. Set them one by one when they are few, else take
+			// the class's mask and clear the few long ones.
+			fit, _ := slices.BinarySearchFunc(e.chars, rem+1, func(c uint16, r uint32) int { return cmp.Compare(uint32(c), r) })
+			if fit <= len(e.ids)/4 {
+				for _, id := range e.ids[:fit] {
 					mask[id>>6] |= 1 << (id & 63)
+				}
+				break
+			}
+			m.scratch = append(m.scratch[:0], e.mask...)
+			for _, id := range e.ids[fit:] {
+				m.scratch[id>>6] &^= 1 << (id & 63)
+			}
+			or(mask, m.scratch)
+		default:
+			for _, r := range e.runs {
+				if sp.live(r.sub, r.q, c+uint32(r.chars)) {
+					for _, id := range e.ids[r.from:r.to] {
+						mask[id>>6] |= 1 << (id & 63)
+					}
 				}
 			}
 		}
@@ -454,9 +487,8 @@ func (m *GrammarMatcher) followTakesBytes(t thread) bool {
 	}
 	mark := len(m.r.arena)
 	defer func() { m.r.arena = m.r.arena[:mark] }()
-	var buf [8]thread
 	for s := 0; s < 256; s++ {
-		if len(m.r.advance(t, sym(s), buf[:0])) > 0 {
+		if m.takes(t, sym(s)) {
 			return true
 		}
 	}
