@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -561,4 +562,19 @@ func (m *GrammarMatcher) walk(tr *trie, roots []thread, mask []uint64, chk exitC
 	m.tbuf = tb
 	m.setLo, m.setHi, m.marks = lo, hi, marks
 	m.r.arena = m.r.arena[:base]
+}
+
+// MaskLogits sets to -Inf the logits of the tokens mask does not allow
+// (logits[id] for every id whose bit is clear; ids past the mask count as
+// disallowed). Apply it before temperature, top-k and top-p, so that they
+// see the allowed tokens only, and greedy decoding picks the best
+// allowed one.
+func MaskLogits(logits []float32, mask []uint64) {
+	negInf := float32(math.Inf(-1))
+	for id := range logits {
+		w := id >> 6
+		if w >= len(mask) || mask[w]>>(id&63)&1 == 0 {
+			logits[id] = negInf
+		}
+	}
 }

@@ -79,13 +79,19 @@ func (e *SchemaError) Unwrap() error { return e.Err }
 // patternProperties and propertyNames keep other keys out), and
 // [Schema.Ignored] lists it.
 //
-// The generated values are a subset of the valid ones: numbers have at
-// most 18 digits and no exponent when bounded (16 integer and 16
-// fraction digits and a 2-digit exponent otherwise), strings use the \u
-// escape only without a pattern or format (and never for surrogates),
-// formats are generated in their plainest form (T and Z upper-case,
-// fraction of seconds up to 9 digits, e-mail addresses of plain
-// dot-separated words), enum values as compact JSON.
+// The generated values are a subset of the valid ones: declared
+// properties in their declared order; integers of at most 18 digits;
+// bounded numbers (with minimum, maximum or multipleOf) without exponent,
+// with at most 12 integer and 6 fraction digits; free numbers with at
+// most 16 integer and 16 fraction digits and a 2-digit exponent; no
+// \u escape in strings with a pattern or format, and never one for a
+// surrogate; formats in their plainest form (T and Z upper-case, a
+// fraction of seconds of at most 9 digits, no leap second, e-mail
+// addresses of dot-separated words and a dotted domain, at most 64
+// characters); enum values of objects and arrays as compact JSON (or
+// Python's layout); other keys (additionalProperties) after the declared
+// ones (two of them may be equal: a validator keeps the last). Without
+// type, only the types whose keywords appear are generated.
 type Schema struct {
 	doc *schemaDoc
 	n   *snode
