@@ -72,11 +72,37 @@ func BenchmarkVocab(b *testing.B) {
 	}
 }
 
+// wideSchema has 120 properties of assorted kinds: a large tool's
+// parameters, say.
+func wideSchema() string {
+	kinds := []string{`{"type":"string","maxLength":50}`, `{"type":"integer","minimum":-100,"maximum":100}`,
+		`{"type":"string","format":"date-time"}`, `{"enum":["a","b","c"]}`, `{"type":"array","items":{"type":"number"},"maxItems":8}`,
+		`{"type":"string","pattern":"^[A-Z][a-z]+( [A-Z][a-z]+)*$"}`, `{"anyOf":[{"type":"boolean"},{"type":"null"}]}`,
+		`{"type":"object","properties":{"x":{"type":"number","minimum":0,"maximum":1}},"required":["x"],"additionalProperties":false}`}
+	s := `{"type":"object","additionalProperties":false,"properties":{`
+	req := ""
+	for k := range 120 {
+		if k > 0 {
+			s += ","
+			req += ","
+		}
+		name := "field_" + string(rune('a'+k%26)) + string(rune('a'+k/26))
+		s += `"` + name + `":` + kinds[k%len(kinds)]
+		req += `"` + name + `"`
+	}
+	return s + `},"required":[` + req + `]}`
+}
+
 // BenchmarkCompile compiles a schema and binds it to the release
 // vocabulary: what a request pays before its first token.
 func BenchmarkCompile(b *testing.B) {
 	_, v := grammartest.Release(b)
-	for _, sc := range benchSchemas {
+	schemas := append(benchSchemas[:len(benchSchemas):len(benchSchemas)], struct {
+		name   string
+		schema string
+		opts   grammar.Options
+	}{"wide", wideSchema(), grammar.Options{}})
+	for _, sc := range schemas {
 		b.Run(sc.name, func(b *testing.B) {
 			for b.Loop() {
 				g := compileBench(b, sc.schema, sc.opts)
@@ -103,6 +129,28 @@ func BenchmarkMask(b *testing.B) {
 			}
 			runs := recordRuns(b, c, v, 16, 400)
 			replay(b, c, v, runs, nil, nil) // warm the caches
+			var wall, cpu []time.Duration
+			for b.Loop() {
+				wall, cpu = replay(b, c, v, runs, wall, cpu)
+			}
+			reportTimes(b, wall, cpu)
+		})
+	}
+}
+
+// BenchmarkMaskWalk is BenchmarkMask's baseline, in the same process:
+// token classes off, every mask walks the trie (fewer runs: it is slow).
+func BenchmarkMaskWalk(b *testing.B) {
+	_, v := grammartest.Release(b)
+	for _, sc := range benchSchemas {
+		b.Run(sc.name, func(b *testing.B) {
+			c, err := compileBench(b, sc.schema, sc.opts).Constraint(v)
+			if err != nil {
+				b.Fatal(err)
+			}
+			runs := recordRuns(b, c, v, 4, 400)
+			restore := grammar.WithoutClasses()
+			defer restore()
 			var wall, cpu []time.Duration
 			for b.Loop() {
 				wall, cpu = replay(b, c, v, runs, wall, cpu)
