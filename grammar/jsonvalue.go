@@ -9,7 +9,6 @@ import (
 	"math/big"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 )
 
 // jv is a parsed JSON value that keeps the order of object keys (a
@@ -246,8 +245,6 @@ func quoteJSON(s string) string {
 			b.WriteString(`\u00`)
 			b.WriteByte(hex[r>>4])
 			b.WriteByte(hex[r&15])
-		case r == utf8.RuneError:
-			b.WriteRune(r)
 		default:
 			b.WriteRune(r)
 		}

@@ -74,8 +74,8 @@ type GrammarConstraint struct {
 	// symOf maps a vocabulary special (its index in v.specials) to the
 	// grammar's symbol for it.
 	symOf []sym
-	// bySym lists, per distinct grammar symbol of a special (named ones,
-	// then symOther), the token ids that carry it.
+	// specSyms lists the distinct grammar symbols of the specials (named
+	// ones, and symOther), and specIDs the token ids of each.
 	specSyms []sym
 	specIDs  [][]int32
 

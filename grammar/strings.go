@@ -174,7 +174,7 @@ func (s *strSpec) escapeLeads(q int32) bool {
 // escaped lists the bytes the one-letter escapes stand for.
 var escaped = [...]byte{'"', '\\', '/', '\b', '\f', '\n', '\r', '\t'}
 
-// start returns the dfa state at the start of the content.
+// startQ returns the dfa state at the start of the content.
 func (s *strSpec) startQ() int32 {
 	if s.dfa == nil {
 		return 0
