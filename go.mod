@@ -16,6 +16,11 @@ require github.com/prometheus/client_golang v1.25.0
 // OpenAI API (tools, tool calls, streamed deltas) as real clients do.
 require github.com/openai/openai-go/v3 v3.98.0
 
+// test-only: an independent JSON Schema validator (draft 2020-12, formats
+// asserted) proves that package grammar's constrained outputs validate;
+// imported by grammar's and chat's tests and internal/testkit/grammartest.
+require github.com/santhosh-tekuri/jsonschema/v6 v6.0.3
+
 require (
 	github.com/BurntSushi/toml v1.4.1-0.20240526193622-a339e1f7089c // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
@@ -32,6 +37,7 @@ require (
 	golang.org/x/exp/typeparams v0.0.0-20231108232855-2478ac86f678 // indirect
 	golang.org/x/mod v0.41.0 // indirect
 	golang.org/x/sync v0.23.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
 	golang.org/x/tools v0.51.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 	honnef.co/go/tools v0.8.2 // indirect

@@ -43,6 +43,10 @@ type Options struct {
 	// last user message. (A named function, in OpenAI's object form,
 	// reads as "required".)
 	ToolChoice string
+	// ToolChoiceFunction is the function a tool_choice object names (see
+	// ParseToolChoiceFunction). Rendering does not use it (the object
+	// renders as "required"); AnswerGrammar forces a call of it.
+	ToolChoiceFunction string
 	// ResponseFormat json_object or json_schema adds a response-format
 	// message after the last user message.
 	ResponseFormat *ResponseFormat
@@ -96,7 +100,11 @@ func (o *Options) UnmarshalJSON(data []byte) error {
 	o.NoThinking = k.Thinking != nil && !*k.Thinking
 	o.NoGenerationPrompt = k.AddGenerationPrompt != nil && !*k.AddGenerationPrompt
 	tc, err := ParseToolChoice(k.ToolChoice)
+	if err != nil {
+		return err
+	}
 	o.ToolChoice = tc
+	o.ToolChoiceFunction, err = ParseToolChoiceFunction(k.ToolChoice)
 	return err
 }
 
@@ -109,7 +117,17 @@ func (o Options) MarshalJSON() ([]byte, error) {
 	if o.NoGenerationPrompt {
 		k.AddGenerationPrompt = new(bool)
 	}
-	if o.ToolChoice != "" {
+	switch {
+	case o.ToolChoiceFunction != "":
+		var tc struct {
+			Type     string `json:"type"`
+			Function struct {
+				Name string `json:"name"`
+			} `json:"function"`
+		}
+		tc.Type, tc.Function.Name = "function", o.ToolChoiceFunction
+		k.ToolChoice, _ = json.Marshal(tc)
+	case o.ToolChoice != "":
 		k.ToolChoice, _ = json.Marshal(o.ToolChoice)
 	}
 	return json.Marshal(k)
