@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/k3go/k3/chat"
+	"github.com/k3go/k3/grammar"
 	"github.com/k3go/k3/tokenizer"
 )
 
@@ -137,6 +138,12 @@ func (c *Conversation) Stream(ctx context.Context, msgs []chat.Message, opts Gen
 		}
 		o := opts
 		o.StopTokens = append(slices.Clone(opts.StopTokens), c.stops...)
+		if o.Constraint == nil {
+			if o.Constraint, err = c.constraint(msgs); err != nil {
+				yield(ChatDelta{}, err)
+				return
+			}
+		}
 		defer c.finish(p)
 		for t, err := range c.s.Generate(ctx, ids, o) {
 			if err != nil {
@@ -151,6 +158,28 @@ func (c *Conversation) Stream(ctx context.Context, msgs []chat.Message, opts Gen
 			yield(ChatDelta{Token: Token{ID: -1, Index: -1}, Delta: d}, nil)
 		}
 	}
+}
+
+// constraint returns what the chat options require of the reply to msgs
+// (a response format, a forced or forbidden tool call, strict tools) as a
+// constraint on its tokens, nil when they require nothing.
+func (c *Conversation) constraint(msgs []chat.Message) (grammar.Constraint, error) {
+	g, err := chat.AnswerGrammar(msgs, c.opts, chat.ConstrainOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("k3: %w: %w", ErrBadOptions, err)
+	}
+	if g == nil {
+		return nil, nil
+	}
+	v, err := c.m.GrammarVocab()
+	if err != nil {
+		return nil, err
+	}
+	con, err := g.Constraint(v)
+	if err != nil {
+		return nil, fmt.Errorf("k3: %w: %w", ErrBadOptions, err)
+	}
+	return con, nil
 }
 
 // turn returns the ids of msgs and the generation prompt.

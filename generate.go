@@ -6,6 +6,7 @@ import (
 	"iter"
 	"strings"
 
+	"github.com/k3go/k3/grammar"
 	"github.com/k3go/k3/internal/engine"
 )
 
@@ -46,6 +47,19 @@ type GenerateOptions struct {
 	// MaxTopLogprobs). Generation allocates nothing for either unless
 	// asked.
 	TopLogprobs int
+	// Constraint, if not nil, restricts every generated token to those its
+	// grammar allows: package grammar compiles a JSON Schema, any JSON
+	// object or a regular expression (or a grammar of your own
+	// implementing grammar.Constraint) against Model.GrammarVocab. The
+	// mask is applied to the logits before penalties, temperature, top-k
+	// and top-p, so greedy decoding takes the best allowed token; once the
+	// output may end, StopTokens are allowed too, and when the grammar is
+	// complete the generation ends. Speculation and batching keep their
+	// exactness: the tokens are those of constrained decoding alone. If
+	// MaxTokens runs out first, the output is what was generated,
+	// incomplete. A Conversation sets it from its chat options (response
+	// format, tool choice, strict tools) when it is nil.
+	Constraint grammar.Constraint
 
 	// fullRecompute, a test oracle (export_test.go), re-runs a fresh
 	// forward over the whole sequence for every token instead of carrying
@@ -132,7 +146,7 @@ func (s *Session) Generate(ctx context.Context, prompt []int, opts GenerateOptio
 func (o GenerateOptions) engineOptions() engine.GenOptions {
 	eo := engine.GenOptions{MaxTokens: o.MaxTokens, Sampling: engine.Sampling(o.Sampling), StopTokens: o.StopTokens,
 		StopStrings: o.StopStrings, Speculate: o.Speculate, Logprobs: o.Logprobs, TopLogprobs: o.TopLogprobs,
-		FullRecompute: o.fullRecompute}
+		Constraint: o.Constraint, FullRecompute: o.fullRecompute}
 	if o.Drafter != nil {
 		eo.Drafter = o.Drafter
 	}

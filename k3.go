@@ -6,8 +6,11 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 
+	"github.com/k3go/k3/chat"
+	"github.com/k3go/k3/grammar"
 	"github.com/k3go/k3/internal/engine"
 	"github.com/k3go/k3/iox"
 	"github.com/k3go/k3/tokenizer"
@@ -116,6 +119,10 @@ type Model struct {
 	cfg    Config
 	opts   Options
 	closed atomic.Bool
+
+	vocabOnce sync.Once // GrammarVocab, built on first use
+	vocab     *grammar.Vocab
+	vocabErr  error
 }
 
 // Open loads the checkpoint in dir (config.json plus safetensors shards,
@@ -177,6 +184,18 @@ func loadTokenizer(ckptDir, dir string) (*tokenizer.Tokenizer, error) {
 
 // Tokenizer returns the model's tokenizer, or nil if it has none.
 func (m *Model) Tokenizer() *tokenizer.Tokenizer { return m.tok }
+
+// GrammarVocab returns the tokenizer's vocabulary as package grammar needs
+// it, to bind a grammar (a JSON Schema, a regular expression) into a
+// GenerateOptions.Constraint. It is built on first use (about half a
+// second for K3's 163,840 tokens) and shared.
+func (m *Model) GrammarVocab() (*grammar.Vocab, error) {
+	if m.tok == nil {
+		return nil, fmt.Errorf("k3: GrammarVocab: %w", ErrNoTokenizer)
+	}
+	m.vocabOnce.Do(func() { m.vocab, m.vocabErr = chat.GrammarVocab(m.tok) })
+	return m.vocab, m.vocabErr
+}
 
 // Config returns the model's architecture, read from config.json.
 func (m *Model) Config() Config { return m.cfg }

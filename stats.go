@@ -68,6 +68,13 @@ type Stats struct {
 	PrefixSaves, PrefixEvictions, PrefixBad int64
 	PrefixRAMBytes, PrefixDiskBytes         int64
 	PrefixRestoreTime, PrefixSaveTime       time.Duration
+
+	// ConstrainedGenerations counts the generations with a constraint
+	// (GenerateOptions.Constraint: JSON Schema, regular expression, a
+	// chat's response format or forced tool call), MaskedTokens the tokens
+	// they chose under its mask, MaskTime the time spent computing masks.
+	ConstrainedGenerations, MaskedTokens int64
+	MaskTime                             time.Duration
 }
 
 // ReadGBps returns the achieved read bandwidth over IOTime, in GB/s.
@@ -109,6 +116,9 @@ func (s Stats) Sub(prev Stats) Stats {
 	d.PrefixBad -= prev.PrefixBad
 	d.PrefixRestoreTime -= prev.PrefixRestoreTime
 	d.PrefixSaveTime -= prev.PrefixSaveTime
+	d.ConstrainedGenerations -= prev.ConstrainedGenerations
+	d.MaskedTokens -= prev.MaskedTokens
+	d.MaskTime -= prev.MaskTime
 	return d
 }
 

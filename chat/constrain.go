@@ -23,8 +23,9 @@ import (
 //     the response's close, the message's close and <|end_of_msg|>;
 //   - tool_choice "required" (or a named function) forces the tools
 //     channel with at least one call, of a declared tool (or of the named
-//     one, exactly once); "none" forbids the channel; "auto" leaves it
-//     optional;
+//     one, exactly once), right after the response channel opens (its
+//     content is empty, as the APIs' forced calls have none); "none"
+//     forbids the channel; "auto" leaves it optional;
 //   - a call's arguments follow its function's parameters schema: one
 //     typed argument element per property, in the declared order (the
 //     required ones always), the type attribute matching the value, a
@@ -229,11 +230,10 @@ func AnswerGrammar(msgs []Message, opts Options, c ConstrainOptions) (*grammar.G
 	var answer grammar.Expr
 	switch {
 	case choice == ToolChoiceRequired:
-		content := grammar.Text()
-		if format != nil {
-			content = grammar.Seq() // an answer that calls tools has no content
-		}
-		answer = grammar.Seq(content, closeResp, toolsChannel, endMsg)
+		// A forced call comes at once: the response channel is empty, as
+		// in the APIs' forced tool calls (and a model cannot talk instead
+		// of calling until it runs out of tokens).
+		answer = grammar.Seq(closeResp, toolsChannel, endMsg)
 	case format != nil && calls != nil:
 		answer = grammar.Alt(
 			grammar.Seq(*format, closeResp, endMsg),

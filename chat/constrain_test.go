@@ -121,10 +121,11 @@ func TestAnswerGrammarAgainstRenderer(t *testing.T) {
 			opts: chat.Options{Tools: weatherTools(true), ToolChoice: chat.ToolChoiceRequired},
 			ok: []chat.Message{
 				{ReasoningContent: "hm", ToolCalls: []chat.ToolCall{call("get_weather", goodArgs)}},
-				{Content: "Calling.", ToolCalls: []chat.ToolCall{call("search", `{"q": "a \"b\" & <c"}`), call("get_weather", `{"city": "", "days": 7, "units": "f", "opts": {"x": false}}`)}},
+				{ToolCalls: []chat.ToolCall{call("search", `{"q": "a \"b\" & <c"}`), call("get_weather", `{"city": "", "days": 7, "units": "f", "opts": {"x": false}}`)}},
 			},
 			bad: []chat.Message{
 				{Content: "No tools."},
+				{Content: "Calling.", ToolCalls: []chat.ToolCall{call("get_weather", goodArgs)}}, // a forced call has no content
 				{ToolCalls: []chat.ToolCall{call("get_time", `{}`)}},
 				{ToolCalls: []chat.ToolCall{call("get_weather", `{"city": "Paris", "days": 8, "units": "c", "opts": {"x": true}}`)}},
 				{ToolCalls: []chat.ToolCall{call("get_weather", `{"days": 3, "city": "Paris", "units": "c", "opts": {"x": true}}`)}},

@@ -117,6 +117,8 @@ type Engine struct {
 
 	// Speculative decoding: passes, their rows, accepted drafts.
 	specPasses, specRows, specAccepted atomic.Int64
+	// Constrained generations, and the tokens masked and the time it took.
+	constrained, maskTokens, maskNanos atomic.Int64
 }
 
 // Open loads the checkpoint in dir with the config cfg (ReadConfig).

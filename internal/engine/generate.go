@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/k3go/k3/grammar"
 	"github.com/k3go/k3/model"
 	"github.com/k3go/k3/tokenizer"
 )
@@ -21,6 +22,10 @@ type GenOptions struct {
 	Drafter     Drafter // nil: prompt lookup (NGramDraft with n up to 3)
 	Logprobs    bool
 	TopLogprobs int
+	// Constraint, if not nil, restricts every token to those its grammar
+	// allows (see package grammar); StopTokens are allowed too once the
+	// output may end.
+	Constraint grammar.Constraint
 	// FullRecompute, a test oracle, re-runs a fresh forward over the whole
 	// sequence for every token instead of carrying the state: slow, and
 	// bit-identical to incremental decoding.
@@ -149,13 +154,34 @@ func (s *Seq) Generate(ctx context.Context, prompt []int, opts GenOptions, yield
 	if opts.Logprobs && opts.TopLogprobs > 0 {
 		top = make([]TokenLogprob, 0, opts.TopLogprobs)
 	}
+	// pick chooses a token from a position's logits: under the
+	// constraint's mask when there is one.
+	var gd *guide
+	if opts.Constraint != nil {
+		gd = newGuide(s.e, opts.Constraint, V, opts.StopTokens)
+	}
+	pick := func(logits []float32) (int, error) {
+		if gd != nil {
+			return gd.pick(smp, logits)
+		}
+		return smp.pick(logits), nil
+	}
 	// emit records one generated token, picked from logits, and yields
 	// it; it reports whether generation goes on.
 	i := 0
+	var gerr error // the constraint refused a token: a bug, reported last
 	emit := func(id int, logits []float32) bool {
+		done := false
+		if gd != nil {
+			var err error
+			if done, err = gd.accept(id); err != nil {
+				gerr = err
+				return false
+			}
+		}
 		smp.observe(id)
 		stopTok := slices.Contains(opts.StopTokens, id)
-		last := stopTok || i == maxTokens-1
+		last := stopTok || done || i == maxTokens-1
 		t := Token{ID: id, Index: i}
 		if opts.Logprobs {
 			t.Logprob, t.TopLogprobs = logprobs(logits, id, top[:0], opts.TopLogprobs)
@@ -169,19 +195,19 @@ func (s *Seq) Generate(ctx context.Context, prompt []int, opts GenOptions, yield
 			seq = append(seq, id)
 		}
 		i++
-		return yield(t) && !stopTok && !stopped && i < maxTokens
+		return yield(t) && !stopTok && !stopped && !done && i < maxTokens
 	}
 	spec := newSpeculator(opts)
 	feed := prompt
 	for i < maxTokens {
 		if spec != nil && len(feed) == 0 && len(s.pending) == 1 {
-			ran, goOn, err := s.speculate(ctx, spec, smp, emit)
+			ran, goOn, err := s.speculate(ctx, spec, pick, emit)
 			if err != nil {
 				return err
 			}
 			if ran {
 				if !goOn {
-					return nil
+					return gerr
 				}
 				continue
 			}
@@ -197,8 +223,12 @@ func (s *Seq) Generate(ctx context.Context, prompt []int, opts GenOptions, yield
 		if err != nil {
 			return err
 		}
-		if !emit(smp.pick(logits), logits) {
-			return nil
+		id, err := pick(logits)
+		if err != nil {
+			return err
+		}
+		if !emit(id, logits) {
+			return gerr
 		}
 		feed = nil // the pending token is fed by Step
 	}

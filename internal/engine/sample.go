@@ -86,12 +86,29 @@ func (s *sampler) observe(id int) {
 	}
 }
 
+// pickMasked returns the next token for these logits among the ids the
+// mask allows (the others' logits count as −∞, before penalties,
+// temperature and truncation).
+func (s *sampler) pickMasked(logits []float32, mask []uint64) int {
+	if len(s.logit) < len(logits) {
+		s.logit = make([]float32, len(logits))
+	}
+	masked(s.logit[:len(logits)], logits, mask)
+	return s.pickFrom(s.logit[:len(logits)], true)
+}
+
 // pick returns the next token for these logits.
-func (s *sampler) pick(logits []float32) int {
+func (s *sampler) pick(logits []float32) int { return s.pickFrom(logits, false) }
+
+// pickFrom is pick; own says logits is the sampler's buffer already, so
+// the penalties may change it in place.
+func (s *sampler) pickFrom(logits []float32, own bool) int {
 	l := logits
 	if s.o.penalised() {
-		copy(s.logit, logits)
-		l = s.logit
+		if !own {
+			copy(s.logit, logits)
+		}
+		l = s.logit[:len(logits)]
 		for id, n := range s.counts {
 			v := l[id]
 			if r := s.o.RepetitionPenalty; r != 0 && r != 1 {
@@ -108,11 +125,61 @@ func (s *sampler) pick(logits []float32) int {
 	if s.o.Temperature <= 0 {
 		return argmax(l)
 	}
+	if own {
+		return s.sampleAllowed(l)
+	}
 	// Candidates sorted by logit (descending, lower id first on ties).
 	idx := s.idx[:len(l)]
 	for i := range idx {
 		idx[i] = int32(i)
 	}
+	return s.sample(l, idx)
+}
+
+// sampleAllowed samples from masked logits: the candidates are the
+// allowed ids only (finite logits), sorted as sample wants them when a
+// truncation (top-k, top-p, min-p) needs the order, else in id order (the
+// distribution is the same, and a mask inside a string allows most of a
+// large vocabulary: no sort then).
+func (s *sampler) sampleAllowed(l []float32) int {
+	idx := s.idx[:0]
+	var best float32
+	for i, v := range l {
+		if math.IsInf(float64(v), -1) || v != v {
+			continue
+		}
+		if len(idx) == 0 || v > best {
+			best = v
+		}
+		idx = append(idx, int32(i))
+	}
+	if len(idx) == 0 {
+		return argmax(l)
+	}
+	if s.o.TopK == 0 && (s.o.TopP == 0 || s.o.TopP == 1) && s.o.MinP == 0 {
+		inv := 1 / float64(s.o.Temperature)
+		p := s.prob[:len(idx)]
+		var z float64
+		for i, id := range idx {
+			p[i] = math.Exp((float64(l[id]) - float64(best)) * inv)
+			z += p[i]
+		}
+		u := s.rng.Float64() * z
+		for i := range idx {
+			u -= p[i]
+			if u < 0 {
+				return int(idx[i])
+			}
+		}
+		return int(idx[len(idx)-1])
+	}
+	return s.sample(l, idx)
+}
+
+// sample draws from the candidates idx: sorted by logit (descending, lower
+// id first on ties), truncated by top-k, min-p and top-p, then by the
+// softmax at the temperature.
+func (s *sampler) sample(l []float32, idx []int32) int {
 	slices.SortFunc(idx, func(a, b int32) int {
 		la, lb := l[a], l[b]
 		switch {

@@ -55,7 +55,7 @@ func (sp *speculator) adapt(accepted, n int) {
 // keeps the rows up to the last emitted token's predecessor, which is
 // pending afterwards, exactly as plain decoding leaves it. ran is false
 // when no pass ran (no draft); goOn is emit's verdict.
-func (s *Seq) speculate(ctx context.Context, sp *speculator, smp *sampler, emit func(int, []float32) bool) (ran, goOn bool, err error) {
+func (s *Seq) speculate(ctx context.Context, sp *speculator, pick func([]float32) (int, error), emit func(int, []float32) bool) (ran, goOn bool, err error) {
 	if sp.cooldown > 0 {
 		sp.cooldown--
 		return false, true, nil
@@ -111,7 +111,11 @@ func (s *Seq) speculate(ctx context.Context, sp *speculator, smp *sampler, emit 
 	goOn = true
 	for j := 0; j < rows && goOn; j++ {
 		row := out[j*V : (j+1)*V]
-		id := smp.pick(row)
+		id, perr := pick(row) // a constraint masks row j from the state the emitted rows left
+		if perr != nil {
+			err, goOn = perr, false
+			break
+		}
 		emitted++
 		goOn = emit(id, row) // sets s.pending to id
 		if j < len(draft) && id == draft[j] {
@@ -133,5 +137,5 @@ func (s *Seq) speculate(ctx context.Context, sp *speculator, smp *sampler, emit 
 	s.e.specAccepted.Add(int64(accepted))
 	s.e.specPasses.Add(1)
 	sp.adapt(accepted, len(draft))
-	return true, goOn, nil
+	return true, goOn, err
 }

@@ -25,6 +25,8 @@ type Stats struct {
 	PrefixSaves, PrefixEvictions, PrefixBad    int64
 	PrefixRAMBytes, PrefixDiskBytes            int64
 	PrefixRestoreTime, PrefixSaveTime          time.Duration
+	ConstrainedGenerations, MaskedTokens       int64
+	MaskTime                                   time.Duration
 }
 
 // Stats returns the counters since Open.
@@ -54,6 +56,7 @@ func (e *Engine) Stats() Stats {
 	s.ForwardTime, s.WaitTime = ms.ForwardTime, wait
 	s.ComputeTime = ms.ForwardTime - wait
 	s.PeakRSSBytes = rss.Peak()
+	s.ConstrainedGenerations, s.MaskedTokens, s.MaskTime = e.constrained.Load(), e.maskTokens.Load(), time.Duration(e.maskNanos.Load())
 	if pc := e.prefix; pc != nil {
 		s.PrefixHits, s.PrefixMisses, s.PrefixTokens = pc.hits.Load(), pc.misses.Load(), pc.reused.Load()
 		s.PrefixSaves = pc.saves.Load()
