@@ -103,23 +103,32 @@ func (m *ModelFlags) OpenWith(ctx context.Context, edit func(*k3.Options)) (*k3.
 	if m.Dir == "" {
 		return nil, Usagef("--model is required")
 	}
-	budget, err := m.Budget.Bytes()
+	opts, err := m.Options()
 	if err != nil {
 		return nil, err
 	}
-	if m.PrefillChunk < 0 {
-		return nil, Usagef("--prefill-chunk must not be negative")
-	}
-	prefix, err := m.Prefix.Options()
-	if err != nil {
-		return nil, err
-	}
-	opts := k3.Options{Threads: m.Threads, MaxContext: m.MaxContext, RAMBudget: budget, TrunkDir: m.Trunk,
-		PrefillChunk: m.PrefillChunk, PrefixCache: prefix}
 	if edit != nil {
 		edit(&opts)
 	}
 	return k3.OpenContext(ctx, m.Dir, opts)
+}
+
+// Options returns the library options the flags give (the budget, the
+// threads, the context, the trunk, the prefill chunk, the prefix cache).
+func (m *ModelFlags) Options() (k3.Options, error) {
+	budget, err := m.Budget.Bytes()
+	if err != nil {
+		return k3.Options{}, err
+	}
+	if m.PrefillChunk < 0 {
+		return k3.Options{}, Usagef("--prefill-chunk must not be negative")
+	}
+	prefix, err := m.Prefix.Options()
+	if err != nil {
+		return k3.Options{}, err
+	}
+	return k3.Options{Threads: m.Threads, MaxContext: m.MaxContext, RAMBudget: budget, TrunkDir: m.Trunk,
+		PrefillChunk: m.PrefillChunk, PrefixCache: prefix}, nil
 }
 
 // A Preset is a named RAM budget (--preset).
