@@ -2,6 +2,7 @@ package bench
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/k3go/k3/internal/app/cli"
@@ -32,5 +33,36 @@ func TestBenchServe(t *testing.T) {
 	}
 	if code, _, _ := runCmd(t, "bench-serve", "--model", "x", "--clients", "0"); code != cli.ExitUsage {
 		t.Errorf("--clients 0: exit %d", code)
+	}
+}
+
+// TestBenchServeAgent replays a short agent trace: from the second turn
+// on, the prefix cache restores the whole previous prompt (the header and
+// the conversation up to the new message), and the run without it
+// restores nothing.
+func TestBenchServeAgent(t *testing.T) {
+	code, out, stderr := runCmd(t, "bench-serve", "--model", testmodel.Dir(t), "--agent", "--turns", "3", "--header", "40",
+		"--user-tokens", "5", "--reply-tokens", "7", "--tokens", "2", "--json")
+	if code != cli.ExitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var res agentResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	if len(res.Turns) != 3 {
+		t.Fatalf("%d turns: %+v", len(res.Turns), res)
+	}
+	for i, turn := range res.Turns {
+		want := int64(0)
+		if i > 0 {
+			want = int64(res.Turns[i-1].PromptTokens)
+		}
+		if turn.PromptTokens != 40+5*(i+1)+7*i || turn.CachedTokens != want || turn.TTFT <= 0 || turn.TTFTUncached <= 0 {
+			t.Errorf("turn %d: %+v, want %d tokens restored", i+1, turn, want)
+		}
+	}
+	if !strings.Contains(stderr, "(uncached): 45 prompt tokens, 0 restored") {
+		t.Errorf("the uncached run restored something:\n%s", stderr)
 	}
 }
