@@ -396,7 +396,6 @@ func TestErrors(t *testing.T) {
 		{"POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}}`, 400, "unsupported_parameter"},
 		{"POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"a","schema":{}}}}`, 400, "unsupported_parameter"},
 		{"POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"audio":{}}`, 400, "unsupported_parameter"},
-		{"POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"parallel_tool_calls":false}`, 400, "unsupported_parameter"},
 		{"POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":5}]}`, 400, ""},
 		{"POST", "/v1/chat/completions", `{"messages":"hi"}`, 400, ""},
 		{"POST", "/tokenize", `{"content":5}`, 400, ""},
