@@ -232,6 +232,11 @@ func TestRealClientRequests(t *testing.T) {
 	if !strings.Contains(p, `"name":"wait_agent"`) || strings.Contains(p, "web_search") || !strings.Contains(p, "You are a coding agent") {
 		t.Errorf("codex prompt %q", p)
 	}
+	// A field the server does not know yet (a newer client's) is ignored.
+	ev = send("/v1/responses", strings.Replace(codexBody, `"stream":true`, `"stream":true,"some_future_field":{"x":1}`, 1), map[string]string{"Authorization": "Bearer k"})
+	if ev[len(ev)-1] != "response.completed" {
+		t.Errorf("with an unknown field: %q", ev)
+	}
 	ev = send("/v1/messages?beta=true", claudeCodeBody, map[string]string{"x-api-key": "k", "anthropic-version": "2023-06-01",
 		"anthropic-beta": "claude-code-20250219,interleaved-thinking-2025-05-14,context-management-2025-06-27"})
 	if len(ev) < 3 || ev[0] != "message_start" || ev[1] != "ping" || ev[len(ev)-1] != "message_stop" {
@@ -249,7 +254,7 @@ func TestRealClientRequests(t *testing.T) {
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, want := range []string{`k3_requests_total{endpoint="/v1/responses",status="200"} 1`, `k3_requests_total{endpoint="/v1/messages",status="200"} 1`} {
+	for _, want := range []string{`k3_requests_total{endpoint="/v1/responses",status="200"} 2`, `k3_requests_total{endpoint="/v1/messages",status="200"} 1`} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("metrics lack %s", want)
 		}

@@ -66,6 +66,14 @@ func dialectOf(path string) dialect {
 // access log's recorder).
 type dialected interface{ dialect() dialect }
 
+// dialectWriter gives a ResponseWriter a dialect (where no recorder does).
+type dialectWriter struct {
+	http.ResponseWriter
+	api dialect
+}
+
+func (w dialectWriter) dialect() dialect { return w.api }
+
 // writeAPIError writes e in the shape of the request's API (see dialect).
 func writeAPIError(w http.ResponseWriter, e *apiError) {
 	if e.retryAfter > 0 {

@@ -240,7 +240,7 @@ func Loading() http.Handler {
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "loading"})
 			return
 		}
-		writeAPIError(w, &apiError{status: http.StatusServiceUnavailable, retryAfter: 5, Type: "server_error", Message: "the model is still loading; retry shortly"})
+		writeAPIError(dialectWriter{w, dialectOf(r.URL.Path)}, &apiError{status: http.StatusServiceUnavailable, retryAfter: 5, Type: "server_error", Message: "the model is still loading; retry shortly"})
 	})
 }
 
