@@ -4,8 +4,9 @@
 # Installs Codex CLI and Claude Code from npm into a temporary directory,
 # builds k3, writes a small synthetic checkpoint with the released Kimi K3
 # tokenizer, starts `k3 serve` on it and runs one non-interactive prompt
-# through each agent: `codex exec` over the Responses API (/v1/responses),
-# `claude -p` over the Messages API (/v1/messages). Both must exit 0, and
+# through each agent, set up as docs/AGENTS.md says: `codex exec` over the
+# Responses API (/v1/responses), `claude -p` over the Messages API
+# (/v1/messages). Both must exit 0, and
 # every request they make to /v1/ must be answered below 400. The replies
 # are noise: the weights are random (--stop-bias makes them end after a
 # few tokens, as a real model's would).
@@ -65,8 +66,8 @@ echo "claude: $("$CLAUDE" --version)"
 step "building k3"
 (cd "$ROOT" && go build -o "$WORK/k3" ./cmd/k3)
 
-# The agents' prompts are 10-12k tokens (Codex's 39 KB, Claude Code's 47
-# KB with its tools deferred) and the vocabulary must be the release's.
+# The agents' first prompts are 7,895 tokens (Codex's 39 KB) and 11,103
+# (Claude Code's 48 KB, its tools deferred), in the release's vocabulary.
 # Two layers (one MLA, one KDA) keep the prefill to a minute or two on a
 # small machine; the 13-layer tiny profile's attention made a 20k-token
 # prefill take over 10 minutes on a loaded 2-core machine.
@@ -135,9 +136,10 @@ step "Claude Code: claude -p, ANTHROPIC_BASE_URL"
 mkdir -p "$WORK/claude-home"
 mark=$(($(wc -l <"$WORK/serve.log") + 1))
 start=$(date +%s)
+# The environment of docs/AGENTS.md, in a fresh HOME.
 (cd "$WORK/project" && HOME="$WORK/claude-home" ANTHROPIC_BASE_URL="http://127.0.0.1:$PORT" ANTHROPIC_API_KEY=$KEY \
-	CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_AUTOUPDATER=1 timeout 900 \
-	"$CLAUDE" -p "Say hi" --model k3 </dev/null >"$WORK/claude.out" 2>&1) ||
+	ANTHROPIC_MODEL=k3 ANTHROPIC_DEFAULT_HAIKU_MODEL=k3 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 timeout 900 \
+	"$CLAUDE" -p "Say hi" </dev/null >"$WORK/claude.out" 2>&1) ||
 	{ cat "$WORK/claude.out"; fail "claude -p exited $?"; }
 echo "claude -p exited 0 in $(($(date +%s) - start)) s"
 check_log claude /v1/messages "$mark"

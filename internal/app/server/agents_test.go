@@ -420,3 +420,30 @@ func TestAgentQueueFull(t *testing.T) {
 	once.Do(func() { close(gate) })
 	<-done
 }
+
+// TestDeferredTools: a deferred tool (defer_loading) is not declared up
+// front; a tool_result that references it declares it after the result,
+// as K3's format loads tools mid-conversation.
+func TestDeferredTools(t *testing.T) {
+	_, ts, log := newScripted(t, Options{}, func(string) *chat.Message { return &chat.Message{} })
+	body := `{"model":"k3-test","max_tokens":10,"tools":[{"name":"ToolSearch","description":"Find tools","input_schema":{"type":"object","properties":{"query":{"type":"string"}}}},` +
+		`{"name":"WebFetch","description":"Fetch a page","input_schema":{"type":"object","properties":{"url":{"type":"string"}}},"defer_loading":true}],"messages":[` +
+		`{"role":"user","content":"Fetch example.com"}`
+	if resp, b := post(t, ts, "/v1/messages", body+`]}`); resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	if p := log.text(t, -1); !strings.Contains(p, `"name":"ToolSearch"`) || strings.Contains(p, "WebFetch") {
+		t.Errorf("before its reference: %q", p)
+	}
+	body += `,{"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"ToolSearch","input":{"query":"select:WebFetch"}}]},` +
+		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":[{"type":"tool_reference","tool_name":"WebFetch"}]}]}]}`
+	if resp, b := post(t, ts, "/v1/messages", body); resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	p := log.text(t, -1)
+	result := strings.Index(p, "Tool loaded: WebFetch")
+	loaded := strings.Index(p, "## New Tools Available")
+	if result < 0 || loaded < result || !strings.Contains(p[loaded:], `"name":"WebFetch"`) {
+		t.Errorf("after its reference: %q", p)
+	}
+}

@@ -285,7 +285,8 @@ func (o *responsesOut) call(f chat.FunctionCall) error {
 }
 
 // finish closes the response with the turn's result: completed, or
-// incomplete when max_output_tokens (or the context) cut it.
+// incomplete when max_output_tokens (or the context) cut it. end sends
+// the last event.
 func (o *responsesOut) finish(res *turnResult) error {
 	c := res.choices[0]
 	status := "completed"
@@ -302,7 +303,12 @@ func (o *responsesOut) finish(res *turnResult) error {
 	u.OutputTokensDetails.ReasoningTokens = c.reasoningTokens
 	u.TotalTokens = u.InputTokens + u.OutputTokens
 	o.resp.Usage = u
-	return o.emit("response."+status, map[string]any{"response": o.resp})
+	return nil
+}
+
+// end sends the last event: response.completed or response.incomplete.
+func (o *responsesOut) end() error {
+	return o.emit("response."+o.resp.Status, map[string]any{"response": o.resp})
 }
 
 // fail ends a stream whose generation failed: response.failed, with the
@@ -410,6 +416,8 @@ func (s *Server) respond(ctx context.Context, w http.ResponseWriter, req *respon
 		}
 		return
 	}
+	// The response is stored before the client hears that it is done: a
+	// follow-up may come at once.
 	if store {
 		reply := res.choices[0].msg
 		for k := range reply.ToolCalls {
@@ -425,7 +433,9 @@ func (s *Server) respond(ctx context.Context, w http.ResponseWriter, req *respon
 	}
 	if o.stream == nil {
 		writeJSON(w, http.StatusOK, o.resp)
+		return
 	}
+	o.end()
 }
 
 // hasInstructions reports whether the turn's first message is the

@@ -11,10 +11,14 @@
 // for instance with httptest.NewRecorder, yields that line's response.
 //
 // Endpoints: GET /v1/models and /v1/models/{id}; POST /v1/completions and
-// /v1/chat/completions, with and without server-sent events; GET /health
-// (200 when ready, 503 while draining; Loading answers 503 before the
-// model is loaded); GET /metrics (Prometheus text format); POST /tokenize
-// and /detokenize (llama-server's shapes).
+// /v1/chat/completions, with and without server-sent events; the coding
+// agents' APIs, POST /v1/responses (OpenAI Responses, with GET and DELETE
+// /v1/responses/{id}) and POST /v1/messages and /v1/messages/count_tokens
+// (Anthropic Messages), translated onto the chat completions path (turn.go)
+// by responses.go and messages.go; GET /health (200 when ready, 503 while
+// draining; Loading answers 503 before the model is loaded); GET /metrics
+// (Prometheus text format); POST /tokenize and /detokenize (llama-server's
+// shapes).
 //
 // Under load: generation requests run through the model's batcher (their
 // steps share passes over the weights); at most Sessions sequences
