@@ -138,7 +138,8 @@ mark=$(($(wc -l <"$WORK/serve.log") + 1))
 start=$(date +%s)
 # The environment of docs/AGENTS.md, in a fresh HOME.
 (cd "$WORK/project" && HOME="$WORK/claude-home" ANTHROPIC_BASE_URL="http://127.0.0.1:$PORT" ANTHROPIC_API_KEY=$KEY \
-	ANTHROPIC_MODEL=k3 ANTHROPIC_DEFAULT_HAIKU_MODEL=k3 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 timeout 900 \
+	ANTHROPIC_MODEL=k3 ANTHROPIC_DEFAULT_HAIKU_MODEL=k3 CLAUDE_CODE_MAX_CONTEXT_TOKENS=32768 \
+	CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 timeout 900 \
 	"$CLAUDE" -p "Say hi" </dev/null >"$WORK/claude.out" 2>&1) ||
 	{ cat "$WORK/claude.out"; fail "claude -p exited $?"; }
 echo "claude -p exited 0 in $(($(date +%s) - start)) s"

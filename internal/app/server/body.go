@@ -80,11 +80,20 @@ func jsonFields(t reflect.Type) map[string]bool {
 	return out
 }
 
+// maxNotes bounds what noteOnce remembers: clients choose the keys (field
+// names), so the set must not grow without end.
+const maxNotes = 1024
+
 // noteOnce logs msg at Warn the first time key is seen: what the server
 // drops from the agents' requests (a hosted tool, an unknown field) is
-// said once, not per request.
+// said once, not per request. Beyond maxNotes keys nothing more is
+// logged.
 func (s *Server) noteOnce(key, msg string, attrs ...slog.Attr) {
+	if _, seen := s.noted.Load(key); seen || s.notes.Load() >= maxNotes {
+		return
+	}
 	if _, seen := s.noted.LoadOrStore(key, true); !seen {
+		s.notes.Add(1)
 		s.opts.Logger.LogAttrs(context.Background(), slog.LevelWarn, msg, attrs...)
 	}
 }

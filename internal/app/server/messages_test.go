@@ -208,6 +208,14 @@ func TestAnthropicClientDetails(t *testing.T) {
 		t.Errorf("the omitted thinking did not come back: %q", log.text(t, -1))
 	}
 
+	models, err := c.Models.List(ctx, anthropic.ModelListParams{})
+	if err != nil || len(models.Data) != 1 || models.Data[0].ID != "k3-test" || models.Data[0].MaxInputTokens != 4096 || models.Data[0].CreatedAt.IsZero() {
+		t.Errorf("models.list: %v %+v", err, models)
+	}
+	if info, err := c.Models.Get(ctx, "k3-test", anthropic.ModelGetParams{}); err != nil || info.DisplayName != "k3-test" {
+		t.Errorf("models.get: %v %+v", err, info)
+	}
+
 	var e *anthropic.Error
 	bad := anthropicClient(ts.URL, option.WithAPIKey("wrong"))
 	_, err = bad.Messages.New(ctx, count)

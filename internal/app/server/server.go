@@ -161,6 +161,7 @@ type Server struct {
 
 	store *responseStore // the responses /v1/responses keeps
 	noted sync.Map       // what noteOnce logged
+	notes atomic.Int64   // how many keys noted holds
 
 	active    atomic.Int64 // generation requests running now
 	cancelled atomic.Int64 // generations stopped because their client went away
@@ -373,10 +374,11 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 
 // modelObject is the model in the shapes of both APIs: OpenAI's (id,
 // object, created, owned_by) and Anthropic's (id, type, display_name,
-// created_at).
+// created_at, and the context as max_input_tokens and max_tokens).
 func (s *Server) modelObject() map[string]any {
 	return map[string]any{"id": s.opts.Name, "object": "model", "created": s.created, "owned_by": "k3",
-		"type": "model", "display_name": s.opts.Name, "created_at": time.Unix(s.created, 0).UTC().Format(time.RFC3339)}
+		"type": "model", "display_name": s.opts.Name, "created_at": time.Unix(s.created, 0).UTC().Format(time.RFC3339),
+		"max_input_tokens": s.opts.MaxContext, "max_tokens": s.opts.MaxContext}
 }
 
 // models lists the one model as OpenAI's and Anthropic's clients both
