@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"strings"
 
 	"github.com/k3go/k3/chat"
@@ -519,7 +518,5 @@ func wantsEncryptedReasoning(include []string) bool {
 
 // responseNotFound is the 404 of a response id the store does not hold.
 func responseNotFound(param, id string) *apiError {
-	e := notFound(param, "not_found", "no response with id %q: it was never stored (store: false), was deleted, or was evicted (the server keeps a bounded number, --stored-responses)", id)
-	e.status = http.StatusNotFound
-	return e
+	return notFound(param, "not_found", "no response with id %q: it was never stored (store: false), was deleted, or was evicted (the server keeps a bounded number, --stored-responses)", id)
 }

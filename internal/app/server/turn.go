@@ -376,8 +376,7 @@ func isNull(raw json.RawMessage) bool {
 
 // notFound is a 404 naming what was not found.
 func notFound(param, code, format string, args ...any) *apiError {
-	e := newAPIError(http.StatusNotFound, "invalid_request_error", param, code, format, args...)
-	return e
+	return newAPIError(http.StatusNotFound, "invalid_request_error", param, code, format, args...)
 }
 
 // itemParam names element i of a list field: "input[3]", "messages[0]".
