@@ -113,6 +113,11 @@ func StopIDs(tok *tokenizer.Tokenizer) []int {
 	return ids
 }
 
+// Thinking reports whether the answer is in its think channel: what the
+// next id adds is reasoning (or closes it). A server counts reasoning
+// tokens with it.
+func (p *Parser) Thinking() bool { return !p.done && p.channel == chanThink }
+
 // Done reports whether the answer has ended: its message closed, or a stop
 // token came.
 func (p *Parser) Done() bool { return p.done }

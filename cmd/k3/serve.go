@@ -23,9 +23,12 @@ import (
 const serveUsage = `--model DIR [--budget SIZE | --preset NAME] [--addr 127.0.0.1:8080] [--max-batch N] [--sessions N] [--queue N] [--api-key KEY] [--cors ORIGIN] [flags]
 
 Serves the model with the OpenAI API (GET /v1/models, /v1/models/{id};
-POST /v1/completions, /v1/chat/completions, with and without streaming),
-GET /health (503 while loading or draining), GET /metrics (Prometheus), and
-POST /tokenize, /detokenize (llama-server's shapes). Concurrent requests
+POST /v1/completions, /v1/chat/completions, /v1/responses, with and without
+streaming; GET and DELETE /v1/responses/{id}), Anthropic's Messages API
+(POST /v1/messages, /v1/messages/count_tokens), GET /health (503 while
+loading or draining), GET /metrics (Prometheus), and POST /tokenize,
+/detokenize (llama-server's shapes). Codex CLI and Claude Code work against
+it: see docs/AGENTS.md. Concurrent requests
 share passes over the weights. Beyond --sessions running sequences and
 --queue waiting requests, a request gets 429 with Retry-After.
 
@@ -46,6 +49,8 @@ type serveOpts struct {
 	request         time.Duration
 	body            time.Duration
 	maxBody         string
+	logBodies       bool
+	stored          int
 }
 
 func runServe(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
@@ -59,7 +64,7 @@ func runServe(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.maxBatch, "max-batch", 0, "most token rows one pass over the weights carries, all sequences together (0 = the planner's: sized to the budget)")
 	fs.IntVar(&o.sessions, "sessions", 4, "sequences that generate at once (a request with n choices runs n); the budget reserves state for each")
 	fs.IntVar(&o.queue, "queue", 0, "requests that wait beyond the running ones before 429 (0 = 4 × --sessions)")
-	fs.StringVar(&o.apiKey, "api-key", "", "require \"Authorization: Bearer `KEY`\" on every request but /health (default: none)")
+	fs.StringVar(&o.apiKey, "api-key", "", "require \"Authorization: Bearer `KEY`\" (or \"x-api-key: KEY\") on every request but /health (default: none)")
 	fs.StringVar(&o.cors, "cors", "", "allow browser requests from `ORIGIN` (\"*\" for any; default: no CORS headers)")
 	fs.StringVar(&o.logFormat, "log-format", "text", "access log `format` on stderr: text or json")
 	fs.IntVar(&o.spec, "spec", 0, "speculative decoding: verify up to `N` drafted tokens per pass (0 = off); the text is exactly that of plain decoding")
@@ -67,6 +72,8 @@ func runServe(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs.DurationVar(&o.request, "request-timeout", 10*time.Minute, "most time one request may take, queueing included")
 	fs.DurationVar(&o.body, "body-timeout", 30*time.Second, "most time to read a request body once its turn comes")
 	fs.StringVar(&o.maxBody, "max-body", "8MiB", "largest request body, e.g. 8MiB")
+	fs.BoolVar(&o.logBodies, "log-bodies", false, "log the body of every /v1/responses and /v1/messages request (to see what a client sends)")
+	fs.IntVar(&o.stored, "stored-responses", 256, "responses /v1/responses keeps for previous_response_id and GET (the least recently used go first; 0 = none)")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
@@ -80,6 +87,8 @@ func runServe(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return cli.Usagef("--model is required")
 	case o.sessions <= 0:
 		return cli.Usagef("--sessions must be positive")
+	case o.stored < 0:
+		return cli.Usagef("--stored-responses must not be negative")
 	case o.queue < 0:
 		return cli.Usagef("--queue must not be negative")
 	case o.maxBatch < 0:
@@ -149,7 +158,7 @@ func runServe(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	}
 	srv, err := server.New(m, server.Options{Name: o.name, MaxContext: o.mf.MaxContext, Sessions: o.sessions, Queue: o.queue,
 		MaxBodyBytes: maxBody, BodyTimeout: o.body, RequestTimeout: o.request, APIKey: o.apiKey, CORSOrigin: o.cors,
-		Speculate: o.spec, Logger: log})
+		Speculate: o.spec, Logger: log, LogBodies: o.logBodies, StoredResponses: storedResponses(o.stored)})
 	if err != nil {
 		hs.Close()
 		return err
@@ -186,4 +195,13 @@ func runServe(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// storedResponses is --stored-responses as server.Options takes it (0
+// there means the default; none is negative).
+func storedResponses(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }

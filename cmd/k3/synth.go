@@ -62,6 +62,7 @@ func runSynth(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	shardSize := fs.String("shard-size", "", "target shard `size` (e.g. 2GiB, 512MB, bytes; default 4GiB, or the release's for --profile full)")
 	tokenizer := fs.String("tokenizer", "", "copy tiktoken.model and tokenizer_config.json from `DIR`")
 	withTokenizer := fs.Bool("with-tokenizer", false, "write a generated tokenizer that fits the vocabulary")
+	stopBias := fs.Float64("stop-bias", 0, "bias the head towards the stop tokens by `X` (needs a tokenizer): replies on the random weights end after a few tokens, for end-to-end runs of chat clients (8: 2 to 30 tokens)")
 	dryRun := fs.Bool("dry-run", false, "print the plan without writing")
 	sparse := fs.Bool("sparse", false, "write the headers only, the tensor data as holes (no disk space; for k3 plan, k3 doctor and Inspect, e.g. --profile full)")
 	buffered := fs.Bool("buffered", false, "write through the page cache instead of O_DIRECT")
@@ -161,7 +162,10 @@ func runSynth(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	}
 	ctx, cancel := writerSignalContext()
 	defer cancel()
-	opts := synth.WriteOptions{ShardSize: size, TokenizerDir: *tokenizer, Buffered: *buffered}
+	if *stopBias < 0 {
+		return cli.Usagef("--stop-bias must not be negative")
+	}
+	opts := synth.WriteOptions{ShardSize: size, TokenizerDir: *tokenizer, Buffered: *buffered, StopBias: *stopBias}
 	var bar *synthBar
 	if f, ok := stderr.(*os.File); ok {
 		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {

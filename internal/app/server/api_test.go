@@ -334,6 +334,9 @@ func TestOperatorEndpoints(t *testing.T) {
 	if code, _, body := get(t, lt.URL+"/v1/models"); code != 503 || !strings.Contains(body, `"error"`) {
 		t.Errorf("/v1/models while loading: %d %s", code, body)
 	}
+	if resp, body := post(t, lt, "/v1/messages", `{}`); resp.StatusCode != 503 || !strings.Contains(string(body), `"type":"overloaded_error"`) {
+		t.Errorf("/v1/messages while loading: %d %s", resp.StatusCode, body)
+	}
 }
 
 // TestAPIKeyAndCORS: both are opt-in; /health and preflights need no key.

@@ -6,9 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
@@ -66,12 +64,34 @@ type chatChoice struct {
 }
 
 type chatResponse struct {
-	ID      string       `json:"id"`
-	Object  string       `json:"object"`
-	Created int64        `json:"created"`
-	Model   string       `json:"model"`
-	Choices []chatChoice `json:"choices"`
-	Usage   *usage       `json:"usage,omitempty"`
+	ID      string         `json:"id"`
+	Object  string         `json:"object"`
+	Created int64          `json:"created"`
+	Model   string         `json:"model"`
+	Choices []chatChoice   `json:"choices"`
+	Usage   *chatUsageJSON `json:"usage,omitempty"`
+}
+
+// chatUsageJSON is a chat completion's usage, with OpenAI's details:
+// prompt tokens the prefix cache supplied and reasoning tokens.
+type chatUsageJSON struct {
+	usage
+	PromptTokensDetails struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+	CompletionTokensDetails struct {
+		ReasoningTokens int `json:"reasoning_tokens"`
+	} `json:"completion_tokens_details"`
+}
+
+func chatUsage(r *turnResult) *chatUsageJSON {
+	u := &chatUsageJSON{usage: usage{PromptTokens: r.promptTokens, CompletionTokens: r.completionTokens()}}
+	u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	u.PromptTokensDetails.CachedTokens = r.cachedTokens
+	for _, c := range r.choices {
+		u.CompletionTokensDetails.ReasoningTokens += c.reasoningTokens
+	}
+	return u
 }
 
 // chatMessages reads the messages: roles system (or developer), user,
@@ -108,56 +128,62 @@ func chatMessages(raw []json.RawMessage) ([]chat.Message, *apiError) {
 	return msgs, nil
 }
 
-// chatOptions turns the request's tools, tool_choice, response_format,
-// reasoning_effort and thinking into rendering options, with the defaults
-// of the release's apply_chat_template (thinking on, effort max).
-func chatOptions(req *chatRequest) (chat.Options, *apiError) {
-	var o chat.Options
-	if t := bytes.TrimSpace(req.Tools); len(t) > 0 && string(t) != "null" {
-		if t[0] != '[' {
-			return o, badRequest("tools", "", "tools must be an array")
+// chatTurn translates a chat completions request into the internal turn:
+// tools, tool_choice, response_format, parallel_tool_calls,
+// reasoning_effort (K3's low, high, max) and thinking.
+func chatTurn(req *chatRequest, msgs []chat.Message) (*turn, *apiError) {
+	t := &turn{msgs: msgs, params: req.params, format: req.ResponseFormat, formatParam: "response_format", maxParam: "max_tokens"}
+	if tools := bytes.TrimSpace(req.Tools); len(tools) > 0 && string(tools) != "null" {
+		if tools[0] != '[' {
+			return nil, badRequest("tools", "", "tools must be an array")
 		}
-		o.Tools = req.Tools
+		t.tools = req.Tools
 	}
 	tc, err := chat.ParseToolChoice(req.ToolChoice)
 	if err != nil {
-		return o, badRequest("tool_choice", "", "tool_choice must be \"auto\", \"none\", \"required\" or a function")
+		return nil, badRequest("tool_choice", "", "tool_choice must be \"auto\", \"none\", \"required\" or a function")
 	}
 	switch tc {
-	case "", chat.ToolChoiceAuto, chat.ToolChoiceNone, chat.ToolChoiceRequired:
+	case "", chat.ToolChoiceAuto, chat.ToolChoiceNone:
+		t.toolChoice.mode = tc
+	case chat.ToolChoiceRequired:
+		t.toolChoice.mode = tc
+		var named struct {
+			Function struct {
+				Name string `json:"name"`
+			} `json:"function"`
+		}
+		if json.Unmarshal(req.ToolChoice, &named) == nil {
+			t.toolChoice.name = named.Function.Name
+		}
 	default:
-		return o, badRequest("tool_choice", "", "tool_choice %q is not supported (auto, none, required)", tc)
+		return nil, badRequest("tool_choice", "", "tool_choice %q is not supported (auto, none, required)", tc)
 	}
-	o.ToolChoice = tc
-	if rf := req.ResponseFormat; rf != nil && rf.Type != "text" {
-		// The server cannot honour a JSON format: it does not constrain
-		// decoding, so the reply could be anything. It refuses rather than
-		// answer with text that may not parse.
-		return o, unsupported("response_format", "response_format %q is not supported: this server does not constrain its output to JSON (only \"text\"); ask for JSON in the messages instead", rf.Type)
-	}
-	if req.ParallelToolCalls != nil && !*req.ParallelToolCalls {
-		return o, unsupported("parallel_tool_calls", "parallel_tool_calls false is not supported: the model may call several tools in one reply")
-	}
+	t.oneCall = req.ParallelToolCalls != nil && !*req.ParallelToolCalls
 	if req.Thinking != nil {
 		switch req.Thinking.Type {
 		case "enabled":
 		case "disabled":
-			o.NoThinking = true
+			t.noThinking = true
 		default:
-			return o, badRequest("thinking.type", "", "thinking.type must be \"enabled\" or \"disabled\"")
+			return nil, badRequest("thinking.type", "", "thinking.type must be \"enabled\" or \"disabled\"")
 		}
 	}
 	switch req.ReasoningEffort {
 	case "":
 	case chat.EffortLow, chat.EffortHigh, chat.EffortMax:
-		if o.NoThinking {
-			return o, badRequest("reasoning_effort", "", "reasoning_effort needs thinking (thinking is disabled)")
+		if t.noThinking {
+			return nil, badRequest("reasoning_effort", "", "reasoning_effort needs thinking (thinking is disabled)")
 		}
-		o.ThinkingEffort = req.ReasoningEffort
+		t.effort = req.ReasoningEffort
 	default:
-		return o, badRequest("reasoning_effort", "", "reasoning_effort %q is not supported (low, high, max)", req.ReasoningEffort)
+		return nil, badRequest("reasoning_effort", "", "reasoning_effort %q is not supported (low, high, max)", req.ReasoningEffort)
 	}
-	return o.WithDefaults(), nil
+	t.maxTokens = req.MaxCompletionTokens
+	if t.maxTokens == nil {
+		t.maxTokens = req.MaxTokens
+	}
+	return t, nil
 }
 
 // chatPrompt renders the messages in Kimi K3's chat format, as the
@@ -176,7 +202,7 @@ func (s *Server) chatPrompt(msgs []chat.Message, o chat.Options) ([]int, *apiErr
 		size += len(sg.Text)
 	}
 	if size > s.opts.MaxContext*s.maxTokenBytes {
-		return nil, badRequest("messages", "context_length_exceeded", "the messages (%d bytes) are longer than the context of %d tokens can hold", size, s.opts.MaxContext)
+		return nil, badRequest("", "context_length_exceeded", "prompt is too long: %d bytes cannot fit the context of %d tokens (--max-context)", size, s.opts.MaxContext)
 	}
 	ids, err := chat.Encode(s.tok, segs)
 	if err != nil {
@@ -248,69 +274,31 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 			writeAPIError(w, e)
 			return nil
 		}
-		copts, e := chatOptions(&req)
+		t, e := chatTurn(&req, msgs)
 		if e != nil {
 			writeAPIError(w, e)
 			return nil
 		}
-		prompt, e := s.chatPrompt(msgs, copts)
+		p, e := s.prepare(t)
 		if e != nil {
 			writeAPIError(w, e)
 			return nil
-		}
-		maxTokens := req.MaxCompletionTokens
-		if maxTokens == nil {
-			maxTokens = req.MaxTokens
-		}
-		opts, n, e := s.options(&req.params, len(prompt), maxTokens, math.MaxInt)
-		if e != nil {
-			writeAPIError(w, e)
-			return nil
-		}
-		if !req.IgnoreEOS {
-			opts.StopTokens = slices.Clone(s.chatStop)
 		}
 		if req.Logprobs {
-			opts.Logprobs = true
+			p.opts.Logprobs = true
 			if req.TopLogprobs != nil {
-				opts.TopLogprobs = *req.TopLogprobs
+				p.opts.TopLogprobs = *req.TopLogprobs
 			}
 		}
-		req.Messages, req.Tools = nil, nil // the body's memory goes before the request waits
-		return func(ctx context.Context) { s.chat(ctx, w, &req, copts, prompt, n, opts) }
+		req.Messages, req.Tools, t.msgs = nil, nil, nil // the body's memory goes before the request waits
+		return func(ctx context.Context) { s.chat(ctx, w, &req, p) }
 	})
 }
 
-func (s *Server) chat(ctx context.Context, w http.ResponseWriter, req *chatRequest, copts chat.Options, prompt []int, n int, opts k3.GenerateOptions) {
-	parsers := make([]*chat.Parser, n)
-	for i := range parsers {
-		p, err := chat.NewParser(s.tok, copts.Thinking())
-		if err != nil {
-			writeAPIError(w, s.serverError(err))
-			return
-		}
-		parsers[i] = p
-	}
+func (s *Server) chat(ctx context.Context, w http.ResponseWriter, req *chatRequest, p *prepared) {
+	n, opts := p.n, p.opts
 	callID := newID("call_")
-	calls := func(i int, cs []chat.ToolCall, stream bool) []toolCall {
-		var out []toolCall
-		for _, c := range cs {
-			k := len(out)
-			tc := toolCall{ID: fmt.Sprintf("%s_%d_%d", callID, i, k), Type: "function", Function: c.Function}
-			if stream {
-				tc.Index = &k
-			}
-			out = append(out, tc)
-		}
-		return out
-	}
-	finish := func(i int, q *seqResult) *string {
-		f := q.finish
-		if len(parsers[i].Message().ToolCalls) > 0 {
-			f = "tool_calls"
-		}
-		return &f
-	}
+	id := func(i, k int) string { return fmt.Sprintf("%s_%d_%d", callID, i, k) }
 	lps := make([]*chatLogprobs, n)
 	if opts.Logprobs {
 		for i := range lps {
@@ -319,36 +307,35 @@ func (s *Server) chat(ctx context.Context, w http.ResponseWriter, req *chatReque
 	}
 	resp := chatResponse{ID: newID("chatcmpl-"), Created: time.Now().Unix(), Model: s.opts.Name}
 	if !req.Stream {
-		res, err := s.generate(ctx, prompt, n, opts, func(i int, t k3.Token) error {
-			parsers[i].Write(t.ID)
+		res, err := s.runTurn(ctx, p, func(i int, t k3.Token) {
 			if opts.Logprobs && !isStop(&opts, t.ID) {
 				lps[i].Content = append(lps[i].Content, s.chatLogprobOf(t))
 			}
-			return nil
-		})
+		}, func(int, chat.Delta) error { return nil })
 		if err != nil {
 			writeAPIError(w, s.serverError(err))
 			return
 		}
 		resp.Object = "chat.completion"
-		for i, q := range res.seqs {
-			p := parsers[i]
-			p.Finish()
-			m := p.Message()
-			msg := &chatMessage{Role: "assistant", ToolCalls: calls(i, m.ToolCalls, false)}
+		for i, c := range res.choices {
+			m := c.msg
+			msg := &chatMessage{Role: "assistant"}
+			for k, call := range m.ToolCalls {
+				msg.ToolCalls = append(msg.ToolCalls, toolCall{ID: id(i, k), Type: "function", Function: call.Function})
+			}
 			if m.Content != "" || len(m.ToolCalls) == 0 {
 				msg.Content = &m.Content
 			}
 			if m.ReasoningContent != "" {
 				msg.ReasoningContent = &m.ReasoningContent
 			}
-			c := chatChoice{Index: i, Message: msg, FinishReason: finish(i, q)}
+			cc := chatChoice{Index: i, Message: msg, FinishReason: &c.finish}
 			if lps[i] != nil {
-				c.Logprobs = lps[i]
+				cc.Logprobs = lps[i]
 			}
-			resp.Choices = append(resp.Choices, c)
+			resp.Choices = append(resp.Choices, cc)
 		}
-		resp.Usage = res.usage()
+		resp.Usage = chatUsage(res)
 		writeJSON(w, http.StatusOK, resp)
 		return
 	}
@@ -372,7 +359,19 @@ func (s *Server) chat(ctx context.Context, w http.ResponseWriter, req *chatReque
 	// held are logprobs of tokens whose text the parser has not released
 	// yet: they go with the next chunk of that choice.
 	held := make([][]chatLogprob, n)
-	send := func(i int, d chat.Delta) error {
+	takeHeld := func(i int) *chatLogprobs {
+		if len(held[i]) == 0 {
+			return nil
+		}
+		lp := &chatLogprobs{Content: held[i]}
+		held[i] = nil
+		return lp
+	}
+	res, err := s.runTurn(ctx, p, func(i int, t k3.Token) {
+		if opts.Logprobs && !isStop(&opts, t.ID) {
+			held[i] = append(held[i], s.chatLogprobOf(t))
+		}
+	}, func(i int, d chat.Delta) error {
 		var cd chatDelta
 		if d.Reasoning != "" {
 			cd.ReasoningContent = &d.Reasoning
@@ -383,23 +382,9 @@ func (s *Server) chat(ctx context.Context, w http.ResponseWriter, req *chatReque
 		if d.ToolCall != nil {
 			k := ncalls[i]
 			ncalls[i]++
-			cd.ToolCalls = []toolCall{{Index: &k, ID: fmt.Sprintf("%s_%d_%d", callID, i, k), Type: "function", Function: d.ToolCall.Function}}
+			cd.ToolCalls = []toolCall{{Index: &k, ID: id(i, k), Type: "function", Function: d.ToolCall.Function}}
 		}
-		if cd.ReasoningContent == nil && cd.Content == nil && cd.ToolCalls == nil {
-			return nil
-		}
-		var lp *chatLogprobs
-		if len(held[i]) > 0 {
-			lp = &chatLogprobs{Content: held[i]}
-			held[i] = nil
-		}
-		return chunk(i, cd, lp, nil)
-	}
-	res, err := s.generate(ctx, prompt, n, opts, func(i int, t k3.Token) error {
-		if opts.Logprobs && !isStop(&opts, t.ID) {
-			held[i] = append(held[i], s.chatLogprobOf(t))
-		}
-		return send(i, parsers[i].Write(t.ID))
+		return chunk(i, cd, takeHeld(i), nil)
 	})
 	if err != nil {
 		if context.Cause(ctx) != context.Canceled {
@@ -407,21 +392,14 @@ func (s *Server) chat(ctx context.Context, w http.ResponseWriter, req *chatReque
 		}
 		return
 	}
-	for i, q := range res.seqs {
-		if send(i, parsers[i].Finish()) != nil {
-			return
-		}
-		var lp *chatLogprobs
-		if len(held[i]) > 0 {
-			lp = &chatLogprobs{Content: held[i]}
-		}
-		if chunk(i, chatDelta{}, lp, finish(i, q)) != nil {
+	for i, c := range res.choices {
+		if chunk(i, chatDelta{}, takeHeld(i), &c.finish) != nil {
 			return
 		}
 	}
 	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
 		resp.Choices = []chatChoice{}
-		resp.Usage = res.usage()
+		resp.Usage = chatUsage(res)
 		stream.send(resp)
 	}
 	stream.done()

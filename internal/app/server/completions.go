@@ -169,7 +169,7 @@ func (s *Server) complete(ctx context.Context, w http.ResponseWriter, req *compl
 				return nil
 			}
 		}
-		res, err := s.generate(ctx, prompt, n, opts, emit)
+		res, err := s.generate(ctx, genInput{prompt: prompt, n: n, opts: opts}, emit)
 		if err != nil {
 			writeAPIError(w, s.serverError(err))
 			return
@@ -193,7 +193,7 @@ func (s *Server) complete(ctx context.Context, w http.ResponseWriter, req *compl
 			return
 		}
 	}
-	res, err := s.generate(ctx, prompt, n, opts, func(i int, t k3.Token) error {
+	res, err := s.generate(ctx, genInput{prompt: prompt, n: n, opts: opts}, func(i int, t k3.Token) error {
 		var lp *completionLogprobs
 		if opts.Logprobs && !isStop(&opts, t.ID) {
 			lp = &completionLogprobs{}

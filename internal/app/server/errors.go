@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/k3go/k3"
 )
@@ -44,11 +45,71 @@ func unsupported(param, format string, args ...any) *apiError {
 	return badRequest(param, "unsupported_parameter", format, args...)
 }
 
+// dialect is the API family of a URL: its errors take that API's shape.
+type dialect uint8
+
+const (
+	dialectOpenAI    dialect = iota // {"error": {"message", "type", "param", "code"}}
+	dialectAnthropic                // {"type": "error", "error": {"type", "message"}}
+)
+
+// dialectOf returns the dialect of a request path: Anthropic's for
+// /v1/messages and below, OpenAI's for everything else.
+func dialectOf(path string) dialect {
+	if path == "/v1/messages" || strings.HasPrefix(path, "/v1/messages/") {
+		return dialectAnthropic
+	}
+	return dialectOpenAI
+}
+
+// dialected is a ResponseWriter that knows its request's dialect (the
+// access log's recorder).
+type dialected interface{ dialect() dialect }
+
+// dialectWriter gives a ResponseWriter a dialect (where no recorder does).
+type dialectWriter struct {
+	http.ResponseWriter
+	api dialect
+}
+
+func (w dialectWriter) dialect() dialect { return w.api }
+
+// writeAPIError writes e in the shape of the request's API (see dialect).
 func writeAPIError(w http.ResponseWriter, e *apiError) {
 	if e.retryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(e.retryAfter))
 	}
+	if d, ok := w.(dialected); ok && d.dialect() == dialectAnthropic {
+		writeJSON(w, e.status, anthropicError(e))
+		return
+	}
 	writeJSON(w, e.status, map[string]any{"error": e})
+}
+
+// anthropicError is e in Anthropic's error shape, the type chosen by the
+// status as Anthropic's API chooses it. Anthropic's shape has no param:
+// the messages name their field themselves.
+func anthropicError(e *apiError) map[string]any {
+	typ := "api_error"
+	switch e.status {
+	case http.StatusBadRequest, http.StatusMethodNotAllowed, http.StatusRequestTimeout, http.StatusUnprocessableEntity:
+		typ = "invalid_request_error"
+	case http.StatusUnauthorized:
+		typ = "authentication_error"
+	case http.StatusForbidden:
+		typ = "permission_error"
+	case http.StatusNotFound:
+		typ = "not_found_error"
+	case http.StatusRequestEntityTooLarge:
+		typ = "request_too_large"
+	case http.StatusTooManyRequests:
+		typ = "rate_limit_error"
+	case http.StatusServiceUnavailable, 529:
+		typ = "overloaded_error"
+	case http.StatusGatewayTimeout:
+		typ = "timeout_error"
+	}
+	return map[string]any{"type": "error", "error": map[string]string{"type": typ, "message": e.Message}}
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

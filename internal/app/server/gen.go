@@ -161,7 +161,25 @@ type seqResult struct {
 // result is what a generation request produced.
 type result struct {
 	promptTokens int
+	// cachedTokens are the prompt tokens the prefix cache supplied instead
+	// of a prefill. The prefix cache (issue 25) will report them per
+	// request; generate sets it, and every endpoint's usage reports it
+	// (chat's prompt_tokens_details.cached_tokens, Responses'
+	// input_tokens_details.cached_tokens, Anthropic's
+	// cache_read_input_tokens). 0 until then.
+	cachedTokens int
 	seqs         []*seqResult
+}
+
+// genInput is a generation request: n choices of prompt.
+type genInput struct {
+	prompt []int
+	n      int
+	opts   k3.GenerateOptions
+	// cacheKey groups requests that share a prompt prefix (Responses'
+	// prompt_cache_key, a previous_response_id's conversation): the
+	// prefix cache (issue 25) will take it as a hint; nothing uses it yet.
+	cacheKey string
 }
 
 type usage struct {
@@ -184,8 +202,10 @@ func (r *result) usage() *usage {
 // n session places first (queued). With n > 1 the prompt is fed once and
 // the session forked (Session.Fork), so the choices share its prefill;
 // choice i samples with seed + i, so that they differ. An error from emit
-// (the client went away) or the end of ctx ends every choice.
-func (s *Server) generate(ctx context.Context, prompt []int, n int, opts k3.GenerateOptions, emit func(i int, t k3.Token) error) (*result, error) {
+// (the client went away) or the end of ctx ends every choice, except
+// errEnough, which ends choice i alone as a normal stop.
+func (s *Server) generate(ctx context.Context, in genInput, emit func(i int, t k3.Token) error) (*result, error) {
+	prompt, n, opts := in.prompt, in.n, in.opts
 	s.met.queued.Inc()
 	err := s.lim.acquire(ctx, n)
 	s.met.queued.Dec()
@@ -222,6 +242,11 @@ func (s *Server) generate(ctx context.Context, prompt []int, n int, opts k3.Gene
 			if emit != nil {
 				mu.Lock()
 				err := emit(i, t)
+				if err == errEnough {
+					mu.Unlock()
+					q.finish = "stop"
+					return nil
+				}
 				if err != nil && emitErr == nil {
 					emitErr = err
 				}

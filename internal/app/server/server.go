@@ -11,10 +11,14 @@
 // for instance with httptest.NewRecorder, yields that line's response.
 //
 // Endpoints: GET /v1/models and /v1/models/{id}; POST /v1/completions and
-// /v1/chat/completions, with and without server-sent events; GET /health
-// (200 when ready, 503 while draining; Loading answers 503 before the
-// model is loaded); GET /metrics (Prometheus text format); POST /tokenize
-// and /detokenize (llama-server's shapes).
+// /v1/chat/completions, with and without server-sent events; the coding
+// agents' APIs, POST /v1/responses (OpenAI Responses, with GET and DELETE
+// /v1/responses/{id}) and POST /v1/messages and /v1/messages/count_tokens
+// (Anthropic Messages), translated onto the chat completions path (turn.go)
+// by responses.go and messages.go; GET /health (200 when ready, 503 while
+// draining; Loading answers 503 before the model is loaded); GET /metrics
+// (Prometheus text format); POST /tokenize and /detokenize (llama-server's
+// shapes).
 //
 // Under load: generation requests run through the model's batcher (their
 // steps share passes over the weights); at most Sessions sequences
@@ -38,6 +42,7 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -84,6 +89,14 @@ type Options struct {
 	// Logger gets one access-log line per request (Info) and server
 	// events; nil discards them.
 	Logger *slog.Logger
+	// LogBodies logs the body of every /v1/responses and /v1/messages
+	// request (Info), to see what a client really sends.
+	LogBodies bool
+	// StoredResponses is the most responses /v1/responses keeps for
+	// previous_response_id and GET (the oldest go first); 0 means 256,
+	// negative none. StoredBytes bounds their total size; 0 means 64 MiB.
+	StoredResponses int
+	StoredBytes     int64
 }
 
 func (o *Options) defaults() error {
@@ -112,6 +125,13 @@ func (o *Options) defaults() error {
 	if o.RequestTimeout == 0 {
 		o.RequestTimeout = 10 * time.Minute
 	}
+	if o.StoredResponses == 0 {
+		o.StoredResponses = 256
+	}
+	o.StoredResponses = max(o.StoredResponses, 0)
+	if o.StoredBytes <= 0 {
+		o.StoredBytes = 64 << 20
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -138,6 +158,10 @@ type Server struct {
 	// tokenizes to, so it is refused before it is tokenized.
 	maxTokenBytes int
 	draining      atomic.Bool
+
+	store *responseStore // the responses /v1/responses keeps
+	noted sync.Map       // what noteOnce logged
+	notes atomic.Int64   // how many keys noted holds
 
 	active    atomic.Int64 // generation requests running now
 	cancelled atomic.Int64 // generations stopped because their client went away
@@ -169,7 +193,7 @@ func New(m *k3.Model, o Options) (*Server, error) {
 		}
 	}
 	s := &Server{m: m, tok: tok, opts: o, created: time.Now().Unix(),
-		lim: newLimiter(o.Sessions, o.Queue, o.Decoders), met: newMetrics(m)}
+		lim: newLimiter(o.Sessions, o.Queue, o.Decoders), met: newMetrics(m), store: newResponseStore(o.StoredResponses, o.StoredBytes)}
 	// Stop tokens outside the model's vocabulary (a tokenizer larger than
 	// the model, as with a synthetic checkpoint) can never be generated.
 	V := m.Config().Vocab
@@ -221,7 +245,7 @@ func Loading() http.Handler {
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "loading"})
 			return
 		}
-		writeAPIError(w, &apiError{status: http.StatusServiceUnavailable, retryAfter: 5, Type: "server_error", Message: "the model is still loading; retry shortly"})
+		writeAPIError(dialectWriter{w, dialectOf(r.URL.Path)}, &apiError{status: http.StatusServiceUnavailable, retryAfter: 5, Type: "server_error", Message: "the model is still loading; retry shortly"})
 	})
 }
 
@@ -233,10 +257,16 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/models/{id...}", s.model)
 	mux.HandleFunc("POST /v1/completions", s.completions)
 	mux.HandleFunc("POST /v1/chat/completions", s.chatCompletions)
+	mux.HandleFunc("POST /v1/responses", s.responses)
+	mux.HandleFunc("GET /v1/responses/{id}", s.getResponse)
+	mux.HandleFunc("DELETE /v1/responses/{id}", s.deleteResponse)
+	mux.HandleFunc("POST /v1/messages", s.messages)
+	mux.HandleFunc("POST /v1/messages/count_tokens", s.countTokens)
 	mux.HandleFunc("POST /tokenize", s.tokenize)
 	mux.HandleFunc("POST /detokenize", s.detokenize)
 	for p, allow := range map[string]string{"/health": "GET, HEAD", "/metrics": "GET, HEAD", "/v1/models": "GET, HEAD", "/v1/models/": "GET, HEAD",
-		"/v1/completions": "POST", "/v1/chat/completions": "POST", "/tokenize": "POST", "/detokenize": "POST"} {
+		"/v1/completions": "POST", "/v1/chat/completions": "POST", "/tokenize": "POST", "/detokenize": "POST",
+		"/v1/responses": "POST", "/v1/responses/": "GET, DELETE", "/v1/messages": "POST", "/v1/messages/count_tokens": "POST"} {
 		mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", allow)
 			writeAPIError(w, newAPIError(http.StatusMethodNotAllowed, "invalid_request_error", "", "method_not_allowed",
@@ -256,7 +286,10 @@ type recorder struct {
 	http.ResponseWriter
 	status int
 	bytes  int64
+	api    dialect
 }
+
+func (r *recorder) dialect() dialect { return r.api }
 
 func (r *recorder) WriteHeader(code int) {
 	if r.status == 0 {
@@ -281,7 +314,7 @@ func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 func (s *Server) wrap(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		rec := &recorder{ResponseWriter: w}
+		rec := &recorder{ResponseWriter: w, api: dialectOf(r.URL.Path)}
 		s.serve(rec, r, mux)
 		if rec.status == 0 {
 			rec.status = http.StatusOK
@@ -309,18 +342,22 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, mux *http.ServeMu
 		}
 		if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
 			h.Set("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
-			h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type")
+			h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, X-Api-Key, Anthropic-Version, Anthropic-Beta")
 			h.Set("Access-Control-Max-Age", "600")
 			w.WriteHeader(http.StatusNoContent)
 			return
 		}
 	}
 	if k := s.opts.APIKey; k != "" && r.URL.Path != "/health" {
+		// Anthropic's clients send the key as x-api-key.
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(k)) != 1 {
+		if !ok {
+			got = r.Header.Get("X-Api-Key")
+		}
+		if subtle.ConstantTimeCompare([]byte(got), []byte(k)) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="k3"`)
 			writeAPIError(w, newAPIError(http.StatusUnauthorized, "invalid_request_error", "", "invalid_api_key",
-				"a valid API key is required: send the header \"Authorization: Bearer KEY\" with the key the server was started with (--api-key)"))
+				"a valid API key is required: send the header \"Authorization: Bearer KEY\" (or \"x-api-key: KEY\") with the key the server was started with (--api-key)"))
 			return
 		}
 	}
@@ -335,12 +372,20 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
+// modelObject is the model in the shapes of both APIs: OpenAI's (id,
+// object, created, owned_by) and Anthropic's (id, type, display_name,
+// created_at, and the context as max_input_tokens and max_tokens).
 func (s *Server) modelObject() map[string]any {
-	return map[string]any{"id": s.opts.Name, "object": "model", "created": s.created, "owned_by": "k3"}
+	return map[string]any{"id": s.opts.Name, "object": "model", "created": s.created, "owned_by": "k3",
+		"type": "model", "display_name": s.opts.Name, "created_at": time.Unix(s.created, 0).UTC().Format(time.RFC3339),
+		"max_input_tokens": s.opts.MaxContext, "max_tokens": s.opts.MaxContext}
 }
 
+// models lists the one model as OpenAI's and Anthropic's clients both
+// read a list: object and data, has_more, first_id and last_id.
 func (s *Server) models(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []any{s.modelObject()}})
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []any{s.modelObject()},
+		"has_more": false, "first_id": s.opts.Name, "last_id": s.opts.Name})
 }
 
 func (s *Server) model(w http.ResponseWriter, r *http.Request) {
@@ -408,6 +453,11 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) *apiError
 		}
 		return nil
 	}
+	return s.bodyError(w, err)
+}
+
+// bodyError describes an error reading or decoding a JSON body.
+func (s *Server) bodyError(w http.ResponseWriter, err error) *apiError {
 	var mbe *http.MaxBytesError
 	var te *json.UnmarshalTypeError
 	var se *json.SyntaxError
@@ -415,7 +465,7 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) *apiError
 	switch {
 	case errors.As(err, &mbe):
 		return newAPIError(http.StatusRequestEntityTooLarge, "invalid_request_error", "", "request_too_large",
-			"the request body is larger than %d bytes, the server's limit", s.opts.MaxBodyBytes)
+			"the request body is larger than %d bytes, the server's limit (--max-body)", s.opts.MaxBodyBytes)
 	case errors.As(err, &ne) && ne.Timeout():
 		// Closing the connection spares the server reading the rest of a
 		// body that trickles in, after the response.
@@ -466,43 +516,4 @@ func newID(prefix string) string {
 	b := make([]byte, 12)
 	rand.Read(b)
 	return prefix + hex.EncodeToString(b)
-}
-
-// sse writes server-sent events.
-type sse struct {
-	w  http.ResponseWriter
-	rc *http.ResponseController
-}
-
-func startSSE(w http.ResponseWriter) *sse {
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	return &sse{w: w, rc: http.NewResponseController(w)}
-}
-
-// send writes one "data:" event and flushes it.
-func (e *sse) send(v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	return e.raw(b)
-}
-
-func (e *sse) raw(b []byte) error {
-	if _, err := fmt.Fprintf(e.w, "data: %s\n\n", b); err != nil {
-		return err
-	}
-	return e.rc.Flush()
-}
-
-func (e *sse) done() error { return e.raw([]byte("[DONE]")) }
-
-// fail reports an error after the stream started.
-func (e *sse) fail(ae *apiError) {
-	e.send(map[string]any{"error": ae})
-	e.done()
 }

@@ -396,7 +396,6 @@ func TestErrors(t *testing.T) {
 		{"POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}}`, 400, "unsupported_parameter"},
 		{"POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"a","schema":{}}}}`, 400, "unsupported_parameter"},
 		{"POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"audio":{}}`, 400, "unsupported_parameter"},
-		{"POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"parallel_tool_calls":false}`, 400, "unsupported_parameter"},
 		{"POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":5}]}`, 400, ""},
 		{"POST", "/v1/chat/completions", `{"messages":"hi"}`, 400, ""},
 		{"POST", "/tokenize", `{"content":5}`, 400, ""},
@@ -522,14 +521,13 @@ func TestDisconnect(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
-	for _, path := range []string{"/v1/completions", "/v1/chat/completions"} {
+	for path, body := range map[string]string{
+		"/v1/completions":      `{"prompt":"Tell me everything","max_tokens":3000,"stream":true,"temperature":0}`,
+		"/v1/chat/completions": `{"messages":[{"role":"user","content":"Tell me everything"}],"max_tokens":3000,"stream":true,"temperature":0}`,
+		"/v1/responses":        `{"input":"Tell me everything","max_output_tokens":3000,"stream":true,"temperature":0}`,
+		"/v1/messages":         `{"messages":[{"role":"user","content":"Tell me everything"}],"max_tokens":3000,"stream":true,"temperature":0}`,
+	} {
 		tokens.Store(0)
-		var body string
-		if path == "/v1/completions" {
-			body = `{"prompt":"Tell me everything","max_tokens":3000,"stream":true,"temperature":0}`
-		} else {
-			body = `{"messages":[{"role":"user","content":"Tell me everything"}],"max_tokens":3000,"stream":true,"temperature":0}`
-		}
 		ctx, cancel := context.WithCancel(context.Background())
 		req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+path, bytes.NewReader([]byte(body)))
 		resp, err := http.DefaultClient.Do(req)

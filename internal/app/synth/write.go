@@ -48,6 +48,12 @@ type WriteOptions struct {
 	// zero means GOMAXPROCS + 2 (at least 4), so that writes are in flight
 	// while chunks are generated.
 	Workers int
+	// StopBias, if positive, biases the model head towards the stop tokens
+	// (<|end_of_msg|> and [EOS]; it needs a tokenizer) by about StopBias
+	// times the final hidden state's first component: replies on the
+	// random weights end after a few tokens of noise, as end-to-end runs
+	// of chat clients need (8 gives replies of 2 to 30 tokens).
+	StopBias float64
 	// Buffered disables O_DIRECT. Without it the writer uses O_DIRECT where
 	// the file system supports it (and falls back silently where it does
 	// not), which keeps the page cache out of the way and the progress
@@ -127,6 +133,22 @@ func Write(ctx context.Context, dir string, p Profile, opts WriteOptions) (Summa
 		if data, err := os.ReadFile(filepath.Join(opts.TokenizerDir, GenerationConfigFile)); err == nil {
 			small = append(small, smallFile{GenerationConfigFile, data})
 		}
+	}
+	if opts.StopBias > 0 {
+		var config []byte
+		for _, f := range small {
+			if f.name == tokenizerFiles[1] {
+				config = f.data
+			}
+		}
+		if config == nil {
+			return Summary{}, fmt.Errorf("synth: a stop bias needs a tokenizer (its stop tokens)")
+		}
+		ids, err := stopTokenIDs(config, p.Config.Vocab)
+		if err != nil {
+			return Summary{}, err
+		}
+		L.biasStops(ids, opts.StopBias)
 	}
 	small = append(small, smallFile{IndexFile, L.indexJSON}, smallFile{ConfigFile, L.configJSON}) // config last
 	total := L.FileBytes

@@ -1,0 +1,467 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/k3go/k3/chat"
+)
+
+// responseObject is a Responses API response.
+type responseObject struct {
+	ID                 string            `json:"id"`
+	Object             string            `json:"object"`
+	CreatedAt          int64             `json:"created_at"`
+	Status             string            `json:"status"`
+	Background         bool              `json:"background"`
+	Error              *responseError    `json:"error"`
+	IncompleteDetails  *incomplete       `json:"incomplete_details"`
+	Instructions       json.RawMessage   `json:"instructions"`
+	MaxOutputTokens    *int              `json:"max_output_tokens"`
+	Model              string            `json:"model"`
+	Output             []any             `json:"output"`
+	ParallelToolCalls  bool              `json:"parallel_tool_calls"`
+	PreviousResponseID *string           `json:"previous_response_id"`
+	PromptCacheKey     *string           `json:"prompt_cache_key"`
+	Reasoning          responsesReason   `json:"reasoning"`
+	Store              bool              `json:"store"`
+	Temperature        float64           `json:"temperature"`
+	Text               json.RawMessage   `json:"text"`
+	ToolChoice         json.RawMessage   `json:"tool_choice"`
+	Tools              []json.RawMessage `json:"tools"`
+	TopP               float64           `json:"top_p"`
+	Truncation         string            `json:"truncation"`
+	Usage              *responseUsage    `json:"usage"`
+	Metadata           json.RawMessage   `json:"metadata"`
+}
+
+type responseError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+type incomplete struct {
+	Reason string `json:"reason"`
+}
+
+type responseUsage struct {
+	InputTokens        int `json:"input_tokens"`
+	InputTokensDetails struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"input_tokens_details"`
+	OutputTokens        int `json:"output_tokens"`
+	OutputTokensDetails struct {
+		ReasoningTokens int `json:"reasoning_tokens"`
+	} `json:"output_tokens_details"`
+	TotalTokens int `json:"total_tokens"`
+}
+
+// Output items.
+type (
+	reasoningItem struct {
+		ID               string        `json:"id"`
+		Type             string        `json:"type"`
+		Status           string        `json:"status"`
+		Summary          []summaryPart `json:"summary"`
+		EncryptedContent *string       `json:"encrypted_content,omitempty"`
+	}
+	summaryPart struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	messageItem struct {
+		ID      string       `json:"id"`
+		Type    string       `json:"type"`
+		Status  string       `json:"status"`
+		Role    string       `json:"role"`
+		Content []outputText `json:"content"`
+	}
+	outputText struct {
+		Type        string `json:"type"`
+		Text        string `json:"text"`
+		Annotations []any  `json:"annotations"`
+		Logprobs    []any  `json:"logprobs"`
+	}
+	functionCallItem struct {
+		ID        string `json:"id"`
+		Type      string `json:"type"`
+		Status    string `json:"status"`
+		CallID    string `json:"call_id"`
+		Name      string `json:"name"`
+		Namespace string `json:"namespace,omitempty"`
+		Arguments string `json:"arguments"`
+	}
+	customCallItem struct {
+		ID        string `json:"id"`
+		Type      string `json:"type"`
+		Status    string `json:"status"`
+		CallID    string `json:"call_id"`
+		Name      string `json:"name"`
+		Namespace string `json:"namespace,omitempty"`
+		Input     string `json:"input"`
+	}
+)
+
+// responsesOut builds a response from a turn's deltas, and streams it as
+// Responses events when stream is set: one item per run of reasoning
+// (as summary text), content (an output_text message) or tool call.
+type responsesOut struct {
+	resp      responseObject
+	tools     *responsesTools
+	encrypted bool // include reasoning.encrypted_content
+	stream    *sse
+	seq       int
+	cur       *openItem
+	callIDs   []string // of the reply's tool calls, in order
+}
+
+type openItem struct {
+	kind  string // "reasoning" or "message"
+	id    string
+	index int
+	text  strings.Builder
+}
+
+func (o *responsesOut) emit(typ string, fields map[string]any) error {
+	if o.stream == nil {
+		return nil
+	}
+	fields["type"], fields["sequence_number"] = typ, o.seq
+	o.seq++
+	return o.stream.event(typ, fields)
+}
+
+func (o *responsesOut) start() error {
+	if err := o.emit("response.created", map[string]any{"response": o.resp}); err != nil {
+		return err
+	}
+	return o.emit("response.in_progress", map[string]any{"response": o.resp})
+}
+
+// delta adds what one token added to the reply.
+func (o *responsesOut) delta(d chat.Delta) error {
+	if d.Reasoning != "" {
+		if err := o.open("reasoning"); err != nil {
+			return err
+		}
+		o.cur.text.WriteString(d.Reasoning)
+		if err := o.emit("response.reasoning_summary_text.delta", map[string]any{"item_id": o.cur.id, "output_index": o.cur.index, "summary_index": 0, "delta": d.Reasoning}); err != nil {
+			return err
+		}
+	}
+	if d.Content != "" {
+		if err := o.open("message"); err != nil {
+			return err
+		}
+		o.cur.text.WriteString(d.Content)
+		if err := o.emit("response.output_text.delta", map[string]any{"item_id": o.cur.id, "output_index": o.cur.index, "content_index": 0, "delta": d.Content, "logprobs": []any{}}); err != nil {
+			return err
+		}
+	}
+	if d.ToolCall != nil {
+		if err := o.closeItem("completed"); err != nil {
+			return err
+		}
+		return o.call(d.ToolCall.Function)
+	}
+	return nil
+}
+
+// open starts an item of kind unless one is open.
+func (o *responsesOut) open(kind string) error {
+	if o.cur != nil && o.cur.kind == kind {
+		return nil
+	}
+	if err := o.closeItem("completed"); err != nil {
+		return err
+	}
+	it := &openItem{kind: kind, index: len(o.resp.Output)}
+	o.cur = it
+	if kind == "reasoning" {
+		it.id = newID("rs_")
+		if err := o.emit("response.output_item.added", map[string]any{"output_index": it.index,
+			"item": reasoningItem{ID: it.id, Type: "reasoning", Status: "in_progress", Summary: []summaryPart{}}}); err != nil {
+			return err
+		}
+		return o.emit("response.reasoning_summary_part.added", map[string]any{"item_id": it.id, "output_index": it.index, "summary_index": 0,
+			"part": summaryPart{Type: "summary_text"}})
+	}
+	it.id = newID("msg_")
+	if err := o.emit("response.output_item.added", map[string]any{"output_index": it.index,
+		"item": messageItem{ID: it.id, Type: "message", Status: "in_progress", Role: "assistant", Content: []outputText{}}}); err != nil {
+		return err
+	}
+	return o.emit("response.content_part.added", map[string]any{"item_id": it.id, "output_index": it.index, "content_index": 0,
+		"part": outputText{Type: "output_text", Annotations: []any{}, Logprobs: []any{}}})
+}
+
+// closeItem ends the open item, if any, with status.
+func (o *responsesOut) closeItem(status string) error {
+	it := o.cur
+	if it == nil {
+		return nil
+	}
+	o.cur = nil
+	text := it.text.String()
+	var item any
+	if it.kind == "reasoning" {
+		part := summaryPart{Type: "summary_text", Text: text}
+		ri := reasoningItem{ID: it.id, Type: "reasoning", Status: status, Summary: []summaryPart{part}}
+		if o.encrypted {
+			enc := encodeReasoning(text)
+			ri.EncryptedContent = &enc
+		}
+		item = ri
+		if err := o.emit("response.reasoning_summary_text.done", map[string]any{"item_id": it.id, "output_index": it.index, "summary_index": 0, "text": text}); err != nil {
+			return err
+		}
+		if err := o.emit("response.reasoning_summary_part.done", map[string]any{"item_id": it.id, "output_index": it.index, "summary_index": 0, "part": part}); err != nil {
+			return err
+		}
+	} else {
+		part := outputText{Type: "output_text", Text: text, Annotations: []any{}, Logprobs: []any{}}
+		item = messageItem{ID: it.id, Type: "message", Status: status, Role: "assistant", Content: []outputText{part}}
+		if err := o.emit("response.output_text.done", map[string]any{"item_id": it.id, "output_index": it.index, "content_index": 0, "text": text, "logprobs": []any{}}); err != nil {
+			return err
+		}
+		if err := o.emit("response.content_part.done", map[string]any{"item_id": it.id, "output_index": it.index, "content_index": 0, "part": part}); err != nil {
+			return err
+		}
+	}
+	o.resp.Output = append(o.resp.Output, item)
+	return o.emit("response.output_item.done", map[string]any{"output_index": it.index, "item": item})
+}
+
+// call adds a tool call item: a function_call, or a custom_tool_call for
+// a custom tool (its "input" argument as the input), under the API's
+// name and namespace of the tool.
+func (o *responsesOut) call(f chat.FunctionCall) error {
+	ref, known := o.tools.byFlat[f.Name]
+	name, ns := f.Name, ""
+	if known {
+		name, ns = ref.name, ref.namespace
+	}
+	callID := newID("call_")
+	o.callIDs = append(o.callIDs, callID)
+	index := len(o.resp.Output)
+	if known && ref.custom {
+		input := f.Arguments
+		var args struct {
+			Input *string `json:"input"`
+		}
+		if json.Unmarshal([]byte(f.Arguments), &args) == nil && args.Input != nil {
+			input = *args.Input
+		}
+		it := customCallItem{ID: newID("ctc_"), Type: "custom_tool_call", Status: "in_progress", CallID: callID, Name: name, Namespace: ns}
+		if err := o.emit("response.output_item.added", map[string]any{"output_index": index, "item": it}); err != nil {
+			return err
+		}
+		if err := o.emit("response.custom_tool_call_input.delta", map[string]any{"item_id": it.ID, "output_index": index, "delta": input}); err != nil {
+			return err
+		}
+		if err := o.emit("response.custom_tool_call_input.done", map[string]any{"item_id": it.ID, "output_index": index, "input": input}); err != nil {
+			return err
+		}
+		it.Status, it.Input = "completed", input
+		o.resp.Output = append(o.resp.Output, it)
+		return o.emit("response.output_item.done", map[string]any{"output_index": index, "item": it})
+	}
+	it := functionCallItem{ID: newID("fc_"), Type: "function_call", Status: "in_progress", CallID: callID, Name: name, Namespace: ns}
+	if err := o.emit("response.output_item.added", map[string]any{"output_index": index, "item": it}); err != nil {
+		return err
+	}
+	if err := o.emit("response.function_call_arguments.delta", map[string]any{"item_id": it.ID, "output_index": index, "delta": f.Arguments}); err != nil {
+		return err
+	}
+	if err := o.emit("response.function_call_arguments.done", map[string]any{"item_id": it.ID, "output_index": index, "name": name, "arguments": f.Arguments}); err != nil {
+		return err
+	}
+	it.Status, it.Arguments = "completed", f.Arguments
+	o.resp.Output = append(o.resp.Output, it)
+	return o.emit("response.output_item.done", map[string]any{"output_index": index, "item": it})
+}
+
+// finish closes the response with the turn's result: completed, or
+// incomplete when max_output_tokens (or the context) cut it. end sends
+// the last event.
+func (o *responsesOut) finish(res *turnResult) error {
+	c := res.choices[0]
+	status := "completed"
+	if c.finish == "length" {
+		status = "incomplete"
+		o.resp.IncompleteDetails = &incomplete{Reason: "max_output_tokens"}
+	}
+	if err := o.closeItem(status); err != nil {
+		return err
+	}
+	o.resp.Status = status
+	u := &responseUsage{InputTokens: res.promptTokens, OutputTokens: c.completionTokens}
+	u.InputTokensDetails.CachedTokens = res.cachedTokens
+	u.OutputTokensDetails.ReasoningTokens = c.reasoningTokens
+	u.TotalTokens = u.InputTokens + u.OutputTokens
+	o.resp.Usage = u
+	return nil
+}
+
+// end sends the last event: response.completed or response.incomplete.
+func (o *responsesOut) end() error {
+	return o.emit("response."+o.resp.Status, map[string]any{"response": o.resp})
+}
+
+// fail ends a stream whose generation failed: response.failed, with the
+// error's code (context_length_exceeded tells Codex to compact).
+func (o *responsesOut) fail(e *apiError) {
+	o.resp.Status = "failed"
+	code := "server_error"
+	if e.Code != nil {
+		code = *e.Code
+	}
+	o.resp.Error = &responseError{Code: code, Message: e.Message}
+	o.emit("response.failed", map[string]any{"response": o.resp})
+}
+
+func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
+	s.admitted(w, r, func(r *http.Request) func(context.Context) {
+		var req responsesRequest
+		if e := s.decodeAgent(w, r, &req); e != nil {
+			writeAPIError(w, e)
+			return nil
+		}
+		var prev *storedResponse
+		if id := req.PreviousResponseID; id != "" {
+			var ok bool
+			if prev, ok = s.store.get(id); !ok {
+				writeAPIError(w, responseNotFound("previous_response_id", id))
+				return nil
+			}
+		}
+		t, tools, e := s.responsesTurn(&req, prev)
+		if e != nil {
+			writeAPIError(w, e)
+			return nil
+		}
+		p, e := s.prepare(t)
+		if e != nil {
+			writeAPIError(w, e)
+			return nil
+		}
+		store := req.Store == nil || *req.Store
+		if !store {
+			t.msgs = nil // the body's memory goes before the request waits
+		}
+		req.Input = nil
+		return func(ctx context.Context) { s.respond(ctx, w, &req, p, tools, prev, store) }
+	})
+}
+
+// newResponseObject is the response as it starts: the request's settings
+// echoed, in progress, no output.
+func (s *Server) newResponseObject(req *responsesRequest, p *prepared, store bool) responseObject {
+	o := responseObject{ID: newID("resp_"), Object: "response", CreatedAt: time.Now().Unix(), Status: "in_progress",
+		Instructions: req.Instructions, MaxOutputTokens: req.MaxOutputTokens, Model: s.opts.Name, Output: []any{},
+		ParallelToolCalls: !p.t.oneCall, Store: store, Temperature: float64(p.opts.Sampling.Temperature),
+		TopP: float64(p.opts.Sampling.TopP), Truncation: "disabled", Tools: req.Tools, Metadata: req.Metadata}
+	if isNull(o.Instructions) {
+		o.Instructions = json.RawMessage("null")
+	}
+	if isNull(o.Metadata) {
+		o.Metadata = json.RawMessage("{}")
+	}
+	if o.Tools == nil {
+		o.Tools = []json.RawMessage{}
+	}
+	if req.Truncation != "" {
+		o.Truncation = req.Truncation
+	}
+	o.ToolChoice = req.ToolChoice
+	if isNull(o.ToolChoice) {
+		o.ToolChoice = json.RawMessage(`"auto"`)
+	}
+	o.Text = json.RawMessage(`{"format":{"type":"text"}}`)
+	if req.Text != nil && !isNull(req.Text.Format) {
+		o.Text, _ = json.Marshal(map[string]json.RawMessage{"format": req.Text.Format})
+	}
+	if req.PreviousResponseID != "" {
+		o.PreviousResponseID = &req.PreviousResponseID
+	}
+	if req.PromptCacheKey != "" {
+		o.PromptCacheKey = &req.PromptCacheKey
+	}
+	if req.Reasoning != nil {
+		o.Reasoning = *req.Reasoning
+	}
+	return o
+}
+
+func (s *Server) respond(ctx context.Context, w http.ResponseWriter, req *responsesRequest, p *prepared, tools *responsesTools, prev *storedResponse, store bool) {
+	o := &responsesOut{resp: s.newResponseObject(req, p, store), tools: tools, encrypted: wantsEncryptedReasoning(req.Include)}
+	if req.Stream {
+		o.stream = startSSE(w)
+		if o.start() != nil {
+			return
+		}
+	}
+	res, err := s.runTurn(ctx, p, nil, func(_ int, d chat.Delta) error { return o.delta(d) })
+	if err == nil {
+		err = o.finish(res)
+	}
+	if err != nil {
+		if o.stream == nil {
+			writeAPIError(w, s.serverError(err))
+		} else if context.Cause(ctx) != context.Canceled {
+			o.fail(s.serverError(err))
+		}
+		return
+	}
+	// The response is stored before the client hears that it is done: a
+	// follow-up may come at once.
+	if store {
+		reply := res.choices[0].msg
+		for k := range reply.ToolCalls {
+			reply.ToolCalls[k].ID = o.callIDs[k]
+		}
+		object, _ := json.Marshal(o.resp)
+		conv := o.resp.ID
+		if prev != nil {
+			conv = prev.conversation
+		}
+		s.store.put(&storedResponse{id: o.resp.ID, object: object, conversation: conv,
+			history: historyOf(p.t, hasInstructions(req), reply)})
+	}
+	if o.stream == nil {
+		writeJSON(w, http.StatusOK, o.resp)
+		return
+	}
+	o.end()
+}
+
+// hasInstructions reports whether the turn's first message is the
+// request's instructions.
+func hasInstructions(req *responsesRequest) bool {
+	str, ok := rawString(req.Instructions)
+	return ok && str != ""
+}
+
+func (s *Server) getResponse(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	sr, ok := s.store.get(id)
+	if !ok {
+		writeAPIError(w, responseNotFound("response_id", id))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	w.Write(append(sr.object, '\n'))
+}
+
+func (s *Server) deleteResponse(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if !s.store.remove(id) {
+		writeAPIError(w, responseNotFound("response_id", id))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"id": id, "object": "response", "deleted": true})
+}
