@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -12,8 +11,6 @@ import (
 	"github.com/k3go/k3"
 	"github.com/k3go/k3/chat"
 	"github.com/k3go/k3/grammar"
-	"github.com/k3go/k3/internal/app/synth"
-	"github.com/k3go/k3/internal/testkit/fixtures"
 	"github.com/k3go/k3/internal/testkit/grammartest"
 )
 
@@ -22,14 +19,7 @@ import (
 // constraint makes such a model's output valid.
 func releaseModel(t *testing.T, opts k3.Options) *k3.Model {
 	t.Helper()
-	tokDir := fixtures.Path(t, grammartest.ReleaseDir)
-	p := synth.Tiny()
-	p.Config.Vocab = 163840
-	dir := filepath.Join(t.TempDir(), "release-tiny")
-	if _, err := synth.Write(context.Background(), dir, p, synth.WriteOptions{TokenizerDir: tokDir}); err != nil {
-		t.Fatal(err)
-	}
-	m, err := k3.Open(dir, opts)
+	m, err := k3.Open(grammartest.ReleaseModelDir(t), opts)
 	if err != nil {
 		t.Fatal(err)
 	}

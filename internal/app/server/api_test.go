@@ -241,7 +241,9 @@ func TestOpenAIClient(t *testing.T) {
 	_, err = c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "k3-test", Messages: cp.Messages, Temperature: openai.Float(5)})
 	apiErr(t, err, 400, "temperature")
 	_, err = c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "k3-test", Messages: cp.Messages,
-		ResponseFormat: openai.ChatCompletionNewParamsResponseFormatUnion{OfJSONObject: &openai.ResponseFormatJSONObjectParam{}}})
+		ResponseFormat: openai.ChatCompletionNewParamsResponseFormatUnion{OfJSONSchema: &openai.ResponseFormatJSONSchemaParam{
+			JSONSchema: openai.ResponseFormatJSONSchemaJSONSchemaParam{Name: "s", Strict: openai.Bool(true),
+				Schema: map[string]any{"type": "array", "uniqueItems": true}}}}})
 	apiErr(t, err, 400, "response_format")
 	_, err = c.Completions.New(ctx, openai.CompletionNewParams{Model: "k3-test", Prompt: params.Prompt, LogitBias: map[string]int64{"1": 5}})
 	apiErr(t, err, 400, "logit_bias")

@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/k3go/k3"
+	"github.com/k3go/k3/grammar"
 )
 
 // params are the request fields both generation endpoints share. Every
@@ -162,11 +163,10 @@ type seqResult struct {
 type result struct {
 	promptTokens int
 	// cachedTokens are the prompt tokens the prefix cache supplied instead
-	// of a prefill. The prefix cache (issue 25) will report them per
-	// request; generate sets it, and every endpoint's usage reports it
-	// (chat's prompt_tokens_details.cached_tokens, Responses'
+	// of a prefill (Session.CachedTokens); every endpoint's usage reports
+	// them (chat's prompt_tokens_details.cached_tokens, Responses'
 	// input_tokens_details.cached_tokens, Anthropic's
-	// cache_read_input_tokens). 0 until then.
+	// cache_read_input_tokens).
 	cachedTokens int
 	seqs         []*seqResult
 }
@@ -176,9 +176,12 @@ type genInput struct {
 	prompt []int
 	n      int
 	opts   k3.GenerateOptions
+	// grammar, if not nil, constrains every choice (a constraint each).
+	grammar *grammar.Grammar
 	// cacheKey groups requests that share a prompt prefix (Responses'
-	// prompt_cache_key, a previous_response_id's conversation): the
-	// prefix cache (issue 25) will take it as a hint; nothing uses it yet.
+	// prompt_cache_key, a previous_response_id's conversation). The prefix
+	// cache matches prompts by their tokens and needs no key; the access
+	// log carries it, for routing (docs/SCALING.md).
 	cacheKey string
 }
 
@@ -273,9 +276,26 @@ func (s *Server) generate(ctx context.Context, in genInput, emit func(i int, t k
 		}
 		return nil
 	}
+	var constraints []grammar.Constraint
+	if in.grammar != nil {
+		v, err := s.m.GrammarVocab()
+		if err != nil {
+			return res, err
+		}
+		for range n {
+			c, err := in.grammar.Constraint(v)
+			if err != nil {
+				return res, err
+			}
+			constraints = append(constraints, c)
+		}
+	}
 	optsFor := func(i int) k3.GenerateOptions {
 		o := opts
 		o.Sampling.Seed += uint64(i)
+		if constraints != nil {
+			o.Constraint = constraints[i]
+		}
 		return o
 	}
 
@@ -322,6 +342,9 @@ func (s *Server) generate(ctx context.Context, in genInput, emit func(i int, t k
 			wg.Go(func() { errs[i] = run(i, sessions[i].Generate(ctx, tail, o), o) })
 		}
 		wg.Wait()
+		// The first session fed the prompt; the forks share what it
+		// restored.
+		res.cachedTokens = sessions[0].CachedTokens()
 	}
 	if emitErr != nil {
 		s.cancelled.Add(1)

@@ -82,10 +82,26 @@ var (
 	descRSS       = prometheus.NewDesc("k3_resident_memory_bytes", "Resident set size of the process now.", nil, nil)
 	descPeakRSS   = prometheus.NewDesc("k3_peak_resident_memory_bytes", "Peak resident set size of the process.", nil, nil)
 	descBudget    = prometheus.NewDesc("k3_ram_budget_bytes", "The engine's RAM budget (0: no limit).", nil, nil)
+
+	descPrefixHits    = prometheus.NewDesc("k3_prefix_cache_hits_total", "Prompts whose start the prefix cache restored.", nil, nil)
+	descPrefixMisses  = prometheus.NewDesc("k3_prefix_cache_misses_total", "Prompts the prefix cache had nothing for.", nil, nil)
+	descPrefixTokens  = prometheus.NewDesc("k3_prefix_cache_tokens_total", "Prompt tokens restored from the prefix cache instead of computed.", nil, nil)
+	descPrefixSaves   = prometheus.NewDesc("k3_prefix_cache_saves_total", "States the prefix cache stored.", nil, nil)
+	descPrefixEvicted = prometheus.NewDesc("k3_prefix_cache_evictions_total", "Prefix cache entries evicted to make room (RAM and disk).", nil, nil)
+	descPrefixBad     = prometheus.NewDesc("k3_prefix_cache_damaged_total", "Damaged or foreign prefix cache entries removed.", nil, nil)
+	descPrefixBytes   = prometheus.NewDesc("k3_prefix_cache_bytes", "Bytes the prefix cache holds now, by tier (ram, disk).", []string{"tier"}, nil)
+	descPrefixSeconds = prometheus.NewDesc("k3_prefix_cache_seconds_total", "Time spent restoring states from the prefix cache and saving them, by operation (restore, save).", []string{"op"}, nil)
+	descConstrained   = prometheus.NewDesc("k3_constrained_generations_total", "Generations constrained by a grammar (a JSON schema or JSON object response format, a forced tool call, strict tools).", nil, nil)
+	descMaskedTokens  = prometheus.NewDesc("k3_masked_tokens_total", "Tokens chosen under a grammar's mask.", nil, nil)
+	descMaskSeconds   = prometheus.NewDesc("k3_mask_seconds_total", "Time spent computing grammar masks.", nil, nil)
 )
 
+var allDescs = []*prometheus.Desc{descBytesRead, descCacheHits, descCacheMiss, descHitRate, descPasses, descRows, descRSS, descPeakRSS, descBudget,
+	descPrefixHits, descPrefixMisses, descPrefixTokens, descPrefixSaves, descPrefixEvicted, descPrefixBad, descPrefixBytes, descPrefixSeconds,
+	descConstrained, descMaskedTokens, descMaskSeconds}
+
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descBytesRead, descCacheHits, descCacheMiss, descHitRate, descPasses, descRows, descRSS, descPeakRSS, descBudget} {
+	for _, d := range allDescs {
 		ch <- d
 	}
 }
@@ -106,4 +122,20 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descRSS, prometheus.GaugeValue, float64(rss.Current()))
 	ch <- prometheus.MustNewConstMetric(descPeakRSS, prometheus.GaugeValue, float64(st.PeakRSSBytes))
 	ch <- prometheus.MustNewConstMetric(descBudget, prometheus.GaugeValue, float64(st.BudgetBytes))
+	counter := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+	}
+	counter(descPrefixHits, float64(st.PrefixHits))
+	counter(descPrefixMisses, float64(st.PrefixMisses))
+	counter(descPrefixTokens, float64(st.PrefixTokens))
+	counter(descPrefixSaves, float64(st.PrefixSaves))
+	counter(descPrefixEvicted, float64(st.PrefixEvictions))
+	counter(descPrefixBad, float64(st.PrefixBad))
+	ch <- prometheus.MustNewConstMetric(descPrefixBytes, prometheus.GaugeValue, float64(st.PrefixRAMBytes), "ram")
+	ch <- prometheus.MustNewConstMetric(descPrefixBytes, prometheus.GaugeValue, float64(st.PrefixDiskBytes), "disk")
+	counter(descPrefixSeconds, st.PrefixRestoreTime.Seconds(), "restore")
+	counter(descPrefixSeconds, st.PrefixSaveTime.Seconds(), "save")
+	counter(descConstrained, float64(st.ConstrainedGenerations))
+	counter(descMaskedTokens, float64(st.MaskedTokens))
+	counter(descMaskSeconds, st.MaskTime.Seconds())
 }

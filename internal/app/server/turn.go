@@ -12,6 +12,7 @@ import (
 
 	"github.com/k3go/k3"
 	"github.com/k3go/k3/chat"
+	"github.com/k3go/k3/grammar"
 )
 
 // turn is the server's internal chat request. /v1/chat/completions,
@@ -54,8 +55,9 @@ type turn struct {
 	stop []string
 	// cacheKey groups requests that share a prompt prefix: Responses'
 	// prompt_cache_key, or the conversation a previous_response_id
-	// continues. It goes to generate, where the prefix cache (issue 25)
-	// will take it.
+	// continues. The prefix cache needs no key (it matches prompts by
+	// their tokens); the key is logged, for a router in front of several
+	// servers to send a conversation to one (docs/SCALING.md).
 	cacheKey string
 }
 
@@ -74,6 +76,9 @@ type prepared struct {
 	prompt []int
 	n      int
 	opts   k3.GenerateOptions
+	// grammar, if not nil, is what every reply must match (see
+	// chat.AnswerGrammar); each choice gets its own constraint of it.
+	grammar *grammar.Grammar
 	// clamped reports that the context, not the request, bounds the reply
 	// (clampMax lowered maxTokens).
 	clamped bool
@@ -87,15 +92,9 @@ var errEnough = errors.New("the reply is complete")
 // prepare validates t, renders its prompt in Kimi K3's chat format and
 // turns its fields into generation options.
 func (s *Server) prepare(t *turn) (*prepared, *apiError) {
-	// Structured output: the grammar-constrained decoding of issue 26
-	// hooks in here, for all three endpoints at once. Until it lands a
-	// JSON format is refused: the reply could be anything, and a client
-	// asking for JSON must not get text that may not parse.
 	if f := t.format; f != nil {
 		switch f.Type {
-		case "", "text":
-		case "json_object", "json_schema":
-			return nil, unsupported(t.formatParam, "%s %q is not supported: this server does not constrain its output to JSON yet (only \"text\"); ask for JSON in the messages instead", t.formatParam, f.Type)
+		case "", "text", "json_object", "json_schema":
 		default:
 			return nil, badRequest(t.formatParam, "", "%s type %q is not supported (text, json_object, json_schema)", t.formatParam, f.Type)
 		}
@@ -104,6 +103,18 @@ func (s *Server) prepare(t *turn) (*prepared, *apiError) {
 	prompt, e := s.chatPrompt(t.msgs, o)
 	if e != nil {
 		return nil, e
+	}
+	// Structured output, forced and forbidden tool calls, strict tools:
+	// the reply's grammar, enforced on every token (nil when the request
+	// constrains nothing, and then the reply is sampled exactly as
+	// without this).
+	co := chat.ConstrainOptions{}
+	if t.oneCall {
+		co.MaxToolCalls = 1
+	}
+	g, err := chat.AnswerGrammar(t.msgs, o, co)
+	if err != nil {
+		return nil, t.constraintError(err)
 	}
 	room := s.opts.MaxContext - len(prompt)
 	if room <= 0 {
@@ -127,13 +138,48 @@ func (s *Server) prepare(t *turn) (*prepared, *apiError) {
 	// matches them on the parsed reply.
 	t.stop = append(t.stop, opts.StopStrings...)
 	opts.StopStrings = nil
-	return &prepared{t: t, render: o, prompt: prompt, n: n, opts: opts, clamped: clamped}, nil
+	return &prepared{t: t, render: o, prompt: prompt, n: n, opts: opts, grammar: g, clamped: clamped}, nil
+}
+
+// constraintError is the 400 of a request whose reply cannot be
+// constrained as it asks: a schema keyword the grammar cannot enforce or
+// an invalid schema (named by its JSON pointer), a tool choice naming an
+// undeclared tool, a forced call with no tools. It names the request's
+// own field (Responses' text.format, Anthropic's output_config.format).
+func (t *turn) constraintError(err error) *apiError {
+	msg := strings.TrimPrefix(err.Error(), chat.ErrConstraint.Error()+": ")
+	param := ""
+	switch {
+	case strings.HasPrefix(msg, "response_format"):
+		// The chat package names chat completions' fields; the schema of
+		// Responses' and Anthropic's formats sits in the format itself.
+		param = t.formatParam
+		if t.formatParam != "response_format" {
+			msg = strings.TrimPrefix(msg, "response_format.json_schema")
+		}
+		msg = t.formatParam + strings.TrimPrefix(msg, "response_format")
+	case strings.HasPrefix(msg, "tool_choice"):
+		param = "tool_choice"
+	case strings.HasPrefix(msg, "tool "), strings.HasPrefix(msg, "tools"):
+		param = "tools"
+	}
+	var se *grammar.SchemaError
+	code := ""
+	if errors.As(err, &se) {
+		code = "invalid_json_schema"
+		if errors.Is(se.Err, grammar.ErrUnsupported) {
+			code = "unsupported_json_schema"
+			msg += ` (with "strict": false the schema's other keywords are enforced, this one is not)`
+		}
+	}
+	return badRequest(param, code, "the reply cannot be constrained: %s", msg)
 }
 
 // renderOptions are the chat format's options for t, with the release's
 // defaults (thinking on, effort max).
 func (t *turn) renderOptions() chat.Options {
-	o := chat.Options{Tools: t.tools, NoThinking: t.noThinking, ToolChoice: t.toolChoice.mode, ResponseFormat: t.format}
+	o := chat.Options{Tools: t.tools, NoThinking: t.noThinking, ToolChoice: t.toolChoice.mode, ToolChoiceFunction: t.toolChoice.name,
+		ResponseFormat: t.format}
 	if !t.noThinking {
 		o.ThinkingEffort = t.effort
 	}
@@ -225,7 +271,7 @@ func (s *Server) runTurn(ctx context.Context, p *prepared, onToken func(i int, t
 		}
 		return nil
 	}
-	res, err := s.generate(ctx, genInput{prompt: p.prompt, n: p.n, opts: p.opts, cacheKey: p.t.cacheKey}, func(i int, t k3.Token) error {
+	res, err := s.generate(ctx, genInput{prompt: p.prompt, n: p.n, opts: p.opts, grammar: p.grammar, cacheKey: p.t.cacheKey}, func(i int, t k3.Token) error {
 		if onToken != nil {
 			onToken(i, t)
 		}
