@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -39,13 +40,18 @@ const boundedParams = `{"type":"object","properties":{"city":{"type":"string","m
 // parse. The prefix cache holds prompts in RAM.
 func newConstrainedServer(t *testing.T) (*httptest.Server, *k3.Model) {
 	t.Helper()
+	return newConstrainedServerLog(t, nil)
+}
+
+func newConstrainedServerLog(t *testing.T, log *slog.Logger) (*httptest.Server, *k3.Model) {
+	t.Helper()
 	m, err := k3.Open(grammartest.ReleaseModelDir(t), k3.Options{MaxContext: 2048, Sessions: 2,
 		PrefixCache: &k3.PrefixCacheOptions{RAMBytes: 64 << 20, DiskBytes: -1, BlockTokens: 16}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close() })
-	s, err := New(m, Options{Name: "k3-test", Sessions: 2})
+	s, err := New(m, Options{Name: "k3-test", Sessions: 2, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +293,8 @@ func TestForcedToolCallsWithClients(t *testing.T) {
 // far; its usage reports the tokens the prefix cache restored (every
 // endpoint's field), and /metrics counts them.
 func TestServerPrefixCache(t *testing.T) {
-	ts, _ := newConstrainedServer(t)
+	records := make(chan slog.Record, 64)
+	ts, _ := newConstrainedServerLog(t, slog.New(recordHandler(records)))
 	header := strings.Repeat("You are a careful coding agent. Follow the repository's conventions. ", 12)
 	turn1 := fmt.Sprintf(`{"role":"system","content":%q},{"role":"user","content":"Fix the failing test."}`, header)
 	turn2 := turn1 + `,{"role":"assistant","content":"Done: the test passes."},{"role":"user","content":"Now add a benchmark."}`
@@ -313,10 +320,19 @@ func TestServerPrefixCache(t *testing.T) {
 	if c != 0 || p1 < 100 {
 		t.Fatalf("turn 1: %d prompt tokens, %d cached: %s", p1, c, b)
 	}
+	accessLog(t, records)
 	_, b = post(t, ts, "/v1/chat/completions", body(turn2))
 	p2, c2 := cached(b)
 	if c2 < p1 || c2 >= p2 {
 		t.Errorf("turn 2: %d prompt tokens, %d cached; want at least turn 1's %d", p2, c2, p1)
+	}
+	if a := accessLog(t, records); a["prompt_tokens"] != fmt.Sprint(p2) || a["cached_tokens"] != fmt.Sprint(c2) {
+		t.Errorf("access log %v, want prompt_tokens %d and cached_tokens %d", a, p2, c2)
+	}
+	// Responses' prompt_cache_key goes to the access log, for a router.
+	post(t, ts, "/v1/responses", `{"input":"hi","reasoning":{"effort":"none"},"max_output_tokens":1,"prompt_cache_key":"session-42","store":false}`)
+	if a := accessLog(t, records); a["cache_key"] != "session-42" {
+		t.Errorf("access log %v, want cache_key session-42", a)
 	}
 	// Anthropic's usage reports the same restore as cache_read_input_tokens
 	// (the Messages API's system prompt renders as chat completions' does).
@@ -341,6 +357,33 @@ func TestServerPrefixCache(t *testing.T) {
 	if n := metricValue(t, metrics, `k3_prefix_cache_bytes{tier="ram"}`); n <= 0 {
 		t.Errorf(`k3_prefix_cache_bytes{tier="ram"} %v`, n)
 	}
+}
+
+// recordHandler sends every log record to records.
+type recordHandler chan slog.Record
+
+func (h recordHandler) Enabled(context.Context, slog.Level) bool      { return true }
+func (h recordHandler) Handle(_ context.Context, r slog.Record) error { h <- r.Clone(); return nil }
+func (h recordHandler) WithAttrs([]slog.Attr) slog.Handler            { return h }
+func (h recordHandler) WithGroup(string) slog.Handler                 { return h }
+
+// accessLog waits for the next access log record (the server writes it
+// once the response is out, so it may come after the client has the
+// response) and returns its attributes.
+func accessLog(t *testing.T, records chan slog.Record) map[string]string {
+	t.Helper()
+	for r := range records {
+		if r.Message != "request" {
+			continue
+		}
+		out := map[string]string{}
+		r.Attrs(func(a slog.Attr) bool {
+			out[a.Key] = a.Value.String()
+			return true
+		})
+		return out
+	}
+	return nil
 }
 
 func scrape(t *testing.T, ts *httptest.Server) string {

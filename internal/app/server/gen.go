@@ -346,6 +346,9 @@ func (s *Server) generate(ctx context.Context, in genInput, emit func(i int, t k
 		// restored.
 		res.cachedTokens = sessions[0].CachedTokens()
 	}
+	if info, ok := ctx.Value(genInfoKey{}).(*genInfo); ok {
+		info.generated, info.promptTokens, info.cachedTokens, info.cacheKey = true, res.promptTokens, res.cachedTokens, in.cacheKey
+	}
 	if emitErr != nil {
 		s.cancelled.Add(1)
 		s.met.cancelled.Inc()

@@ -309,12 +309,26 @@ func (r *recorder) Write(b []byte) (int, error) {
 
 func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
+// genInfo is what a request's generation reports to the access log: its
+// prompt, the part the prefix cache restored, and the cache key the
+// client gave (Responses' prompt_cache_key), which a router in front of
+// several servers may hash on (docs/SCALING.md).
+type genInfo struct {
+	generated                  bool
+	promptTokens, cachedTokens int
+	cacheKey                   string
+}
+
+type genInfoKey struct{}
+
 // wrap adds, outermost first: the access log and request metrics, CORS,
 // the API key.
 func (s *Server) wrap(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &recorder{ResponseWriter: w, api: dialectOf(r.URL.Path)}
+		info := &genInfo{}
+		r = r.WithContext(context.WithValue(r.Context(), genInfoKey{}, info))
 		s.serve(rec, r, mux)
 		if rec.status == 0 {
 			rec.status = http.StatusOK
@@ -327,9 +341,15 @@ func (s *Server) wrap(mux *http.ServeMux) http.Handler {
 		}
 		d := time.Since(start)
 		s.met.request(endpoint, rec.status, d)
-		s.opts.Logger.LogAttrs(r.Context(), slog.LevelInfo, "request",
-			slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Int("status", rec.status),
-			slog.Int64("bytes", rec.bytes), slog.Duration("duration", d), slog.String("remote", r.RemoteAddr))
+		attrs := []slog.Attr{slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Int("status", rec.status),
+			slog.Int64("bytes", rec.bytes), slog.Duration("duration", d), slog.String("remote", r.RemoteAddr)}
+		if info.generated {
+			attrs = append(attrs, slog.Int("prompt_tokens", info.promptTokens), slog.Int("cached_tokens", info.cachedTokens))
+			if info.cacheKey != "" {
+				attrs = append(attrs, slog.String("cache_key", info.cacheKey))
+			}
+		}
+		s.opts.Logger.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs...)
 	})
 }
 
