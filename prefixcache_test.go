@@ -64,7 +64,8 @@ func stepFresh(t *testing.T, m *k3.Model, ids []int) ([]float32, int) {
 // earlier one (the next turn), one shorter than a block, the same prompt
 // again (restored whole with its logits: no pass at all), and one whose
 // text changes partway (everything up to the last checkpoint before the
-// change is reused).
+// change is reused, and the state where it branched is kept, so the next
+// prompt that branches there reuses every block before it).
 func TestPrefixCacheExact(t *testing.T) {
 	for _, name := range oracles {
 		V := 256 // the oracles' vocabularies are larger; stay inside them
@@ -72,7 +73,10 @@ func TestPrefixCacheExact(t *testing.T) {
 		turn2 := append(append([]int(nil), turn1...), randomIDs(2, 29, V)...)
 		changed := append([]int(nil), turn2...)
 		changed[60] = (changed[60] + 1) % V
+		branched := append([]int(nil), turn2...)
+		branched[60] = (branched[60] + 2) % V
 		want1, want2, wantChanged := coldLogits(t, name, turn1), coldLogits(t, name, turn2), coldLogits(t, name, changed)
+		wantBranched := coldLogits(t, name, branched)
 		short := turn1[:3]
 		wantShort := coldLogits(t, name, short)
 		for _, c := range []struct {
@@ -111,6 +115,14 @@ func TestPrefixCacheExact(t *testing.T) {
 				mustSameBits(t, "changed at 60", got, wantChanged)
 				if reused != 48 { // the last checkpoint at or before the change (turn 2 kept 48 and 64)
 					t.Fatalf("changed at token 60: %d tokens restored, want 48", reused)
+				}
+				// That prompt branched from turn 2 after 7 shared blocks: it
+				// kept the state there, and the next prompt branching at the
+				// same point restores all 56 tokens.
+				got, reused = stepFresh(t, m, branched)
+				mustSameBits(t, "branched at 60", got, wantBranched)
+				if reused != 56 {
+					t.Fatalf("branched at token 60 after a prompt that did: %d tokens restored, want 56", reused)
 				}
 				// Shorter than a block: saved at its end, found again.
 				got, _ = stepFresh(t, m, short)

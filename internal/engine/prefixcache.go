@@ -144,12 +144,15 @@ func (pc *prefixCache) close() error {
 // restore replaces st's contents with the longest cached prefix of tokens
 // (at most limit positions; the whole of tokens only if the entry holds
 // the logits, which then go to logits). It returns the positions restored,
-// 0 on a miss or when an entry fails (st is then reset).
-func (pc *prefixCache) restore(st *model.State, p *prefix.Prompt, limit int, logits []float32) (int, bool) {
+// 0 on a miss or when an entry fails (st is then reset), whether that was
+// the whole prompt, and the leading positions whose blocks are cached
+// (Match.Blocks·B): where this prompt branches from one cached before.
+func (pc *prefixCache) restore(st *model.State, p *prefix.Prompt, limit int, logits []float32) (n int, whole bool, shared int) {
 	m := pc.store.Lookup(p, limit)
+	shared = m.Blocks * pc.b
 	if !m.Hit() {
 		pc.misses.Add(1)
-		return 0, false
+		return 0, false, shared
 	}
 	start := time.Now()
 	defer func() { pc.restoreNanos.Add(int64(time.Since(start))) }()
@@ -161,12 +164,12 @@ func (pc *prefixCache) restore(st *model.State, p *prefix.Prompt, limit int, log
 		st.Reset()
 		pc.failed.Add(1)
 		pc.misses.Add(1)
-		return 0, false
+		return 0, false, 0
 	}
 	pc.hits.Add(1)
 	pc.restores.Add(1)
 	pc.reused.Add(int64(m.Pos))
-	return m.Pos, withLogits
+	return m.Pos, withLogits, shared
 }
 
 // read restores the blocks before m's anchor and m's state into st.

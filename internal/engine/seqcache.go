@@ -12,7 +12,12 @@ import (
 // with its logits, needs no forward at all); then the rest is prefilled,
 // stopping at every checkpoint position (every pc.every blocks of the
 // sequence) to save the state there, and at the end the new blocks and
-// the final state, with its logits, are saved. A step that ends early (its
+// the final state, with its logits, are saved. When the prompt shares
+// more blocks with an earlier one than any state covers (it branches from
+// it: a header whose tail changed, a conversation edited), the prefill
+// also stops at the branch point and saves the state there, so that the
+// next prompt that shares those blocks restores them all; this costs at
+// most one narrower pass, once per branch point. A step that ends early (its
 // context, or a failed pass) saves what is consistent: the blocks and
 // checkpoints already saved stay, and the state where a cancelled step
 // stopped between passes, so a retry resumes there.
@@ -41,12 +46,14 @@ func (s *Seq) stepCached(ctx context.Context, pc *prefixCache, tokens []int) ([]
 	p := pc.store.Prompt(full)
 	out := s.logits[:V]
 	done := held
+	branch := 0 // where the prompt leaves the blocks an earlier one cached
 	if held == 0 {
 		st, err := s.state()
 		if err != nil {
 			return nil, err
 		}
-		n, whole := pc.restore(st, p, len(full), out)
+		n, whole, shared := pc.restore(st, p, len(full), out)
+		branch = shared
 		if n > 0 {
 			s.tokens = append(s.tokens[:0], full[:n]...)
 			s.pending = s.pending[:0]
@@ -69,6 +76,9 @@ func (s *Seq) stepCached(ctx context.Context, pc *prefixCache, tokens []int) ([]
 		end := len(full)
 		if next := (done/step + 1) * step; next < end {
 			end = next
+		}
+		if branch > done && branch < end {
+			end = branch
 		}
 		if err := s.forward(ctx, full[done:end], out, false); err != nil {
 			if !s.broken && len(s.tokens) > done {

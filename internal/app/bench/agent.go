@@ -27,10 +27,11 @@ import (
 // rendered, whatever the model generates now.
 type agentTrace struct {
 	header         []int
+	tails          [][]int // the header's last tokens, new every turn (a date, a status line)
 	users, replies [][]int
 }
 
-func newAgentTrace(seed uint64, vocab, header, turns, user, reply int) *agentTrace {
+func newAgentTrace(seed uint64, vocab, header, tail, turns, user, reply int) *agentTrace {
 	rng := rand.New(rand.NewPCG(seed, 0x61676e74))
 	ids := func(n int) []int {
 		out := make([]int, n)
@@ -39,8 +40,9 @@ func newAgentTrace(seed uint64, vocab, header, turns, user, reply int) *agentTra
 		}
 		return out
 	}
-	tr := &agentTrace{header: ids(header)}
+	tr := &agentTrace{header: ids(header - tail)}
 	for range turns {
+		tr.tails = append(tr.tails, ids(tail))
 		tr.users = append(tr.users, ids(user))
 		tr.replies = append(tr.replies, ids(reply))
 	}
@@ -49,7 +51,7 @@ func newAgentTrace(seed uint64, vocab, header, turns, user, reply int) *agentTra
 
 // prompt returns turn k's prompt (0-based).
 func (tr *agentTrace) prompt(k int) []int {
-	p := append([]int(nil), tr.header...)
+	p := append(append([]int(nil), tr.header...), tr.tails[k]...)
 	for j := range k {
 		p = append(append(p, tr.users[j]...), tr.replies[j]...)
 	}
@@ -74,6 +76,7 @@ type agentResult struct {
 	Model       string      `json:"model"`
 	BudgetBytes int64       `json:"budget_bytes"`
 	Header      int         `json:"header_tokens"`
+	HeaderTail  int         `json:"header_tail_tokens"`
 	UserTokens  int         `json:"user_tokens"`
 	ReplyTokens int         `json:"reply_tokens"`
 	Turns       []agentTurn `json:"turns"`
@@ -87,9 +90,10 @@ type agentResult struct {
 
 // agentFlags are bench-serve --agent's own flags.
 type agentFlags struct {
-	turns, header, user, reply, tokens int
-	seed                               uint64
-	json                               bool
+	turns, header, tail, user, reply, tokens int
+	seed                                     uint64
+	json                                     bool
+	tokenizer                                string // --tokenizer
 }
 
 // runAgent replays an agent-like trace twice, each turn one streamed
@@ -114,26 +118,30 @@ func runAgent(mf *cli.ModelFlags, af agentFlags, stdout, stderr io.Writer) error
 		defer os.RemoveAll(d)
 		dir = d
 	}
-	res := agentResult{Model: filepath.Base(filepath.Clean(mf.Dir)), Header: af.header, UserTokens: af.user, ReplyTokens: af.reply, PrefixDir: dir}
+	res := agentResult{Model: filepath.Base(filepath.Clean(mf.Dir)), Header: af.header, HeaderTail: af.tail, UserTokens: af.user, ReplyTokens: af.reply, PrefixDir: dir}
 	for _, cached := range []bool{true, false} {
 		opts, err := mf.Options()
 		if err != nil {
 			return err
 		}
 		opts.PrefixCache = nil
+		if af.tokenizer != "" {
+			opts.TokenizerDir = af.tokenizer
+		}
 		if cached {
-			opts.PrefixCache = &k3.PrefixCacheOptions{Dir: dir}
-			if o, err := mf.Prefix.Options(); err == nil && o != nil {
-				o.Dir = dir
-				opts.PrefixCache = o
+			o, err := mf.Prefix.Settings()
+			if err != nil {
+				return err
 			}
+			o.Dir = dir
+			opts.PrefixCache = o
 		}
 		m, err := k3.OpenContext(context.Background(), mf.Dir, opts)
 		if err != nil {
 			return err
 		}
 		res.BudgetBytes = m.Stats().BudgetBytes
-		tr := newAgentTrace(af.seed, m.Config().Vocab, af.header, af.turns, af.user, af.reply)
+		tr := newAgentTrace(af.seed, m.Config().Vocab, af.header, af.tail, af.turns, af.user, af.reply)
 		err = replayAgent(m, mf.MaxContext, tr, af, cached, &res, stderr)
 		m.Close()
 		if err != nil {
@@ -155,8 +163,8 @@ func runAgent(mf *cli.ModelFlags, af agentFlags, stdout, stderr io.Writer) error
 	if af.json {
 		return json.NewEncoder(stdout).Encode(res)
 	}
-	fmt.Fprintf(stdout, "agent trace on %s (budget %s): a %d-token header, then %d turns of a %d-token message and a %d-token reply\n",
-		res.Model, human(res.BudgetBytes), af.header, af.turns, af.user, af.reply)
+	fmt.Fprintf(stdout, "agent trace on %s (budget %s): a %d-token header (its last %d new every turn), then %d turns of a %d-token message and a %d-token reply\n",
+		res.Model, human(res.BudgetBytes), af.header, af.tail, af.turns, af.user, af.reply)
 	fmt.Fprintf(stdout, "%5s %8s %8s %7s %10s %10s %7s %10s %10s\n", "turn", "prompt", "cached", "share", "TTFT s", "uncached", "ratio", "GB read", "uncached")
 	for _, t := range res.Turns {
 		fmt.Fprintf(stdout, "%5d %8d %8d %6.1f%% %10.2f %10.2f %7.3f %10.2f %10.2f\n", t.Turn, t.PromptTokens, t.CachedTokens, 100*t.CachedShare,

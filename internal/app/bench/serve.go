@@ -73,6 +73,7 @@ func RunServe(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	agent := fs.Bool("agent", false, "replay an agent-like trace instead: a --header-token header every turn resends, then the conversation so far and the turn's new message; every turn measured with the prefix cache and without it (--turns, --header, --user-tokens, --reply-tokens; --tokens per turn)")
 	turns := fs.Int("turns", 8, "with --agent: turns of the trace")
 	header := fs.Int("header", 1500, "with --agent: the header's tokens (system prompt and tool schemas)")
+	headerTail := fs.Int("header-tail", 0, "with --agent: the header's last `N` tokens are new every turn (a date, a status line): the cache restores the last checkpoint before them, and the rest of the prompt is computed again")
 	userTokens := fs.Int("user-tokens", 60, "with --agent: tokens of each turn's new message")
 	replyTokens := fs.Int("reply-tokens", 120, "with --agent: tokens of each reply the trace resends")
 	if err := cli.Parse(fs, args); err != nil {
@@ -82,7 +83,10 @@ func RunServe(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		if *turns < 2 || *header < 1 || *userTokens < 1 || *replyTokens < 0 || *tokens < 1 {
 			return cli.Usagef("--agent needs --turns of at least 2 and positive --header, --user-tokens and --tokens")
 		}
-		return runAgent(&mf, agentFlags{turns: *turns, header: *header, user: *userTokens, reply: *replyTokens, tokens: *tokens, seed: *seed, json: *asJSON}, stdout, stderr)
+		if *headerTail < 0 || *headerTail > *header {
+			return cli.Usagef("--header-tail must be between 0 and --header")
+		}
+		return runAgent(&mf, agentFlags{turns: *turns, header: *header, tail: *headerTail, tokenizer: *tokDir, user: *userTokens, reply: *replyTokens, tokens: *tokens, seed: *seed, json: *asJSON}, stdout, stderr)
 	}
 	levels, err := cli.ParseBatchSizes(*clients)
 	if err != nil {

@@ -65,4 +65,26 @@ func TestBenchServeAgent(t *testing.T) {
 	if !strings.Contains(stderr, "(uncached): 45 prompt tokens, 0 restored") {
 		t.Errorf("the uncached run restored something:\n%s", stderr)
 	}
+
+	// The header's last 4 tokens change every turn: turn 2 finds the 4
+	// blocks of 8 before them cached but no state there, and keeps one;
+	// from turn 3 on those 32 tokens are restored.
+	code, out, stderr = runCmd(t, "bench-serve", "--model", testmodel.Dir(t), "--agent", "--turns", "4", "--header", "40", "--header-tail", "4",
+		"--prefix-cache-block", "8", "--user-tokens", "5", "--reply-tokens", "7", "--tokens", "2", "--json")
+	if code != cli.ExitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	res = agentResult{}
+	if err := json.Unmarshal([]byte(out), &res); err != nil || len(res.Turns) != 4 {
+		t.Fatalf("not 4 turns of JSON: %v\n%s", err, out)
+	}
+	for i, turn := range res.Turns {
+		want := int64(0)
+		if i >= 2 {
+			want = 32
+		}
+		if turn.CachedTokens != want {
+			t.Errorf("changing header tail, turn %d: %d tokens restored, want %d", i+1, turn.CachedTokens, want)
+		}
+	}
 }

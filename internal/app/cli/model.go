@@ -68,6 +68,13 @@ func (p *PrefixFlags) Options() (*k3.PrefixCacheOptions, error) {
 	if p.off || !(p.on || p.byDefault) {
 		return nil, nil
 	}
+	return p.Settings()
+}
+
+// Settings returns the prefix cache's options from the size, directory
+// and block flags, whether the cache is on or off (for a command that
+// runs both ways, as k3 bench-serve --agent does).
+func (p *PrefixFlags) Settings() (*k3.PrefixCacheOptions, error) {
 	o := &k3.PrefixCacheOptions{Dir: p.Dir, BlockTokens: p.BlockTokens}
 	for _, f := range []struct {
 		name, v string

@@ -233,9 +233,14 @@ func TestTwoStoresGoroutines(t *testing.T) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var hits, corrupt int
+	// Readers start once something was written: on a loaded machine they
+	// could otherwise all run before any writer and prove nothing.
+	written := make(chan struct{})
+	var once sync.Once
 	for si, s := range stores {
 		for g := range 2 {
 			wg.Go(func() { // writer
+				defer once.Do(func() { close(written) }) // even if every Put failed
 				for i := range rounds {
 					j := (i*7 + g*13 + si*5) % keys
 					k, m := testKey(x, j, 5, int64(1000+j*1000))
@@ -243,9 +248,11 @@ func TestTwoStoresGoroutines(t *testing.T) {
 					if _, err := s.Put(k, m, func(w io.Writer) error { _, err := w.Write(data); return err }); err != nil {
 						t.Errorf("Put: %v", err)
 					}
+					once.Do(func() { close(written) })
 				}
 			})
 			wg.Go(func() { // reader
+				<-written
 				for i := range rounds {
 					j := (i*11 + g*3 + si) % keys
 					k, m := testKey(x, j, 5, int64(1000+j*1000))
@@ -276,6 +283,23 @@ func TestTwoStoresGoroutines(t *testing.T) {
 		s.Flush()
 		if st := s.Stats(); st.BadEntries != 0 {
 			t.Errorf("bad entries %+v", st)
+		}
+	}
+	// And once everything is quiet, every key either reads back right or
+	// is gone.
+	for _, s := range stores {
+		for j := range keys {
+			k, m := testKey(x, j, 5, int64(1000+j*1000))
+			got, _, err := readAll(s, k)
+			switch {
+			case err == nil:
+				hits++
+				if !bytes.Equal(got, content(k, m.Size)) {
+					t.Errorf("quiet: key %d: wrong bytes", j)
+				}
+			case !errors.Is(err, ErrNotFound):
+				t.Errorf("quiet: key %d: %v", j, err)
+			}
 		}
 	}
 	if hits == 0 {
