@@ -10,8 +10,11 @@ import "github.com/k3go/k3/internal/engine"
 // BlockTokens tokens, named by a hash chain over the tokens and the
 // checkpoint's content fingerprint; the model's attention cache is stored
 // once per block, and its recurrent state at sparse checkpoints (every
-// CheckpointBlocks blocks) and at the end of every prompt, with that
-// position's logits. A later step that feeds a sequence sharing a prefix
+// CheckpointBlocks blocks), at the end of every prompt, with that
+// position's logits, at the end of every generated reply (a conversation's
+// next turn resends it), and where a prompt branches from one stored
+// before (a header whose tail changed: the next prompt that branches there
+// restores every shared block). A later step that feeds a sequence sharing a prefix
 // with an earlier one (in this process, or in another one using the same
 // directory) restores the longest stored point at or before the shared
 // prefix and prefills only the rest; a prompt stored whole needs no pass

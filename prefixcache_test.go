@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 
@@ -279,6 +280,16 @@ func TestPrefixCacheGenerate(t *testing.T) {
 						t.Fatalf("round %d: tokens %v, want %v", round, got, want)
 					}
 				}
+			}
+			// The next turn resends the reply: the state the generation
+			// ended with (every generated token but the last, which was
+			// never fed) is restored, and the logits are a cold prefill's.
+			next := append(append(slices.Clone(exp.PromptIDs), want...), 7, 8, 9)
+			wantLogits := coldLogits(t, name, next)
+			got, reused := stepFresh(t, m, next)
+			mustSameBits(t, "next turn after a reply", got, wantLogits)
+			if w := len(exp.PromptIDs) + len(want) - 1; reused != w {
+				t.Fatalf("next turn: %d tokens restored, want %d (the prompt and the reply but its last token)", reused, w)
 			}
 		})
 	}

@@ -92,6 +92,28 @@ func (s *Seq) Generate(ctx context.Context, prompt []int, opts GenOptions, yield
 	if err := s.usable("Generate"); err != nil {
 		return err
 	}
+	err := s.generate(ctx, prompt, opts, yield)
+	if err == nil && !opts.FullRecompute {
+		s.keepReply()
+	}
+	return err
+}
+
+// keepReply saves the state after a generation to the prefix cache (the
+// blocks of the reply and the state at its end, without logits): a
+// conversation's next turn resends the reply, and restores it instead of
+// computing it again, up to where its rendering differs from the tokens
+// generated (a tokenization the model did not choose, arguments written
+// back another way).
+func (s *Seq) keepReply() {
+	pc := s.e.prefix
+	if pc == nil || s.broken || s.st == nil || s.replyFrom <= 0 || len(s.tokens)-s.replyFrom < minPrefixTokens {
+		return
+	}
+	pc.save(s.st, pc.store.Prompt(s.tokens), s.replyFrom, len(s.tokens), nil)
+}
+
+func (s *Seq) generate(ctx context.Context, prompt []int, opts GenOptions, yield func(Token) bool) error {
 	if len(prompt) == 0 && len(s.pending) == 0 {
 		return fmt.Errorf("k3: Generate: %w: empty prompt", ErrBadOptions)
 	}

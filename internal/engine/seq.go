@@ -41,6 +41,10 @@ type Seq struct {
 	idle atomic.Bool
 	// reused counts the last step's tokens restored from the prefix cache.
 	reused int
+	// replyFrom is the length of the sequence after its last prompt went
+	// through the prefix cache (0: none did): a generation's reply starts
+	// there, and Generate saves it from there (keepReply).
+	replyFrom int
 }
 
 // NewSeq starts an empty sequence. Its state is allocated when it is first
@@ -174,6 +178,7 @@ func (s *Seq) Reset() {
 	s.tokens = s.tokens[:0]
 	s.pending = s.pending[:0]
 	s.broken = false
+	s.replyFrom = 0
 }
 
 // Step appends tokens (after any pending ones) and returns the logits of

@@ -60,6 +60,7 @@ func (s *Seq) stepCached(ctx context.Context, pc *prefixCache, tokens []int) ([]
 			s.reused = n
 			done = n
 			if whole {
+				s.replyFrom = len(s.tokens)
 				return out, nil
 			}
 		}
@@ -91,5 +92,6 @@ func (s *Seq) stepCached(ctx context.Context, pc *prefixCache, tokens []int) ([]
 		pc.save(s.st, p, done, end, out)
 		done = end
 	}
+	s.replyFrom = len(s.tokens)
 	return out, nil
 }
