@@ -47,7 +47,7 @@ func (p *pass) mla(l int, mats *LayerMats, vec *LayerVecs) {
 	}
 	j := &sc.mlaJob
 	*j = mlaJob{p: p, mats: mats, l: l}
-	m.pool.Run(H, 1, j)
+	m.pool.Run(H, headGroup, j)
 	*j = mlaJob{}
 
 	o := sc.mo[:T*H*vh]
@@ -61,8 +61,9 @@ func (p *pass) mla(l int, mats *LayerMats, vec *LayerVecs) {
 	mats.MLAOProj.MatMul(m.pool, sc.attn[:T*E], o, T)
 }
 
-// mlaJob computes attention for one head per index over every row of the
-// pass, each sequence against its own cache.
+// mlaJob computes attention for the heads of each index range over every
+// row of the pass, each sequence against its own cache, headGroup heads
+// at a time (mla_attend.go).
 type mlaJob struct {
 	p    *pass
 	mats *LayerMats
@@ -71,52 +72,38 @@ type mlaJob struct {
 
 func (j *mlaJob) Range(lo, hi int) {
 	c, sc := j.p.c, j.p.sc
-	r, n, vh := c.QKRopeDim, c.QKNopeDim, c.VHeadDim
+	ckv, r, n, vh := c.KVLoraRank, c.QKRopeDim, c.QKNopeDim, c.VHeadDim
+	H, dh := c.MLAHeads, c.MLAHeadDim()
 	scale := float32(1 / math.Sqrt(float64(n+r)))
 	kvb := &j.mats.KVBProj
-	for h := lo; h < hi; h++ {
-		hs := &sc.heads[h]
-		wk := kvb.RowsView(h*(n+vh), h*(n+vh)+n)
-		wv := kvb.RowsView(h*(n+vh)+n, (h+1)*(n+vh))
+	for g0 := lo; g0 < hi; g0 += headGroup {
+		k := min(headGroup, hi-g0)
+		var ps, cx [headGroup][]float32
+		var qw [headGroup][]float64
 		for si := range j.p.segs {
 			sg := &j.p.segs[si]
-			j.head(hs, sg, &sg.st.mla[j.l], h, wk, wv, scale)
-		}
-	}
-}
-
-// head computes one head's attention for the rows of one segment.
-func (j *mlaJob) head(hs *mlaHeadScratch, sg *segment, st *mlaState, h int, wk, wv tensor.Mat, scale float32) {
-	c, sc := j.p.c, j.p.sc
-	Ckv, r, n, vh := c.KVLoraRank, c.QKRopeDim, c.QKNopeDim, c.VHeadDim
-	H, dh := c.MLAHeads, c.MLAHeadDim()
-	for t := sg.lo; t < sg.lo+sg.n; t++ {
-		q := sc.qm[(t*H+h)*dh : (t*H+h+1)*dh]
-		absorb(hs.qabs, wk, q[:n])
-		npos := sg.p0 + (t - sg.lo) + 1
-		p := hs.p[:npos]
-		for sIdx := 0; sIdx < npos; sIdx++ {
-			lat := st.lat[sIdx*Ckv : (sIdx+1)*Ckv]
-			kr := st.kr[sIdx*r : (sIdx+1)*r]
-			var d float64
-			for i, v := range hs.qabs {
-				d += float64(v) * float64(lat[i])
-			}
-			for i, v := range q[n:] {
-				d += float64(v) * float64(kr[i])
-			}
-			p[sIdx] = float32(d) * scale
-		}
-		softmaxInPlace(p)
-		ctx := hs.ctx
-		clear(ctx)
-		for sIdx, ps := range p {
-			lat := st.lat[sIdx*Ckv : (sIdx+1)*Ckv]
-			for i, v := range lat {
-				ctx[i] += float32(ps * v)
+			st := &sg.st.mla[j.l]
+			for t := sg.lo; t < sg.lo+sg.n; t++ {
+				npos := sg.p0 + (t - sg.lo) + 1
+				for x := range k {
+					h := g0 + x
+					hs := &sc.heads[h]
+					q := sc.qm[(t*H+h)*dh : (t*H+h+1)*dh]
+					absorb(hs.qabs, kvb.RowsView(h*(n+vh), h*(n+vh)+n), q[:n])
+					widen(hs.qw, hs.qabs, q[n:])
+					ps[x], qw[x], cx[x] = hs.p[:npos], hs.qw, hs.ctx
+				}
+				latentScores(ps[:k], qw[:k], st.lat, st.kr, ckv, r, npos, scale)
+				for x := range k {
+					softmaxInPlace(ps[x])
+				}
+				latentContext(cx[:k], ps[:k], st.lat, ckv, npos)
+				for x := range k {
+					h := g0 + x
+					tensor.MatVec(nil, sc.mo[(t*H+h)*vh:(t*H+h+1)*vh], kvb.RowsView(h*(n+vh)+n, (h+1)*(n+vh)), cx[x])
+				}
 			}
 		}
-		tensor.MatVec(nil, sc.mo[(t*H+h)*vh:(t*H+h+1)*vh], wv, ctx)
 	}
 }
 

@@ -75,6 +75,7 @@ func (s *Scratch) Tile() int { return s.tile }
 
 type mlaHeadScratch struct {
 	qabs, ctx []float32 // [Ckv]
+	qw        []float64 // [Ckv+r]: qabs and the rope query, widened
 	p         []float32 // [positions]
 }
 
@@ -143,7 +144,7 @@ func buildScratch(c *Config, rows, tile int, f func(n int) []float32) *Scratch {
 	}
 	s.sg, s.su = f(T*wide), f(T*wide)
 	for h := range s.heads {
-		s.heads[h] = mlaHeadScratch{qabs: f(c.KVLoraRank), ctx: f(c.KVLoraRank)}
+		s.heads[h] = mlaHeadScratch{qabs: f(c.KVLoraRank), ctx: f(c.KVLoraRank), qw: make([]float64, c.KVLoraRank+c.QKRopeDim)}
 	}
 	return s
 }

@@ -86,6 +86,8 @@ func ScratchBytes(c *Config, rows, tile, maxContext int) int64 {
 		n += int64(s)
 	}
 	n += int64(c.MLAHeads) * int64(2*c.KVLoraRank+maxContext)
+	// Each head's queries widened to float64 (mla_attend.go): two floats.
+	n += int64(c.MLAHeads) * 2 * int64(c.KVLoraRank+c.QKRopeDim)
 	// The router's rows widened to float64 (tensor.MatMulF64Acc).
 	n += 2 * int64(tc) * int64(c.Hidden)
 	// The kernels' packed copy of a product's input rows (pooled, its
