@@ -27,6 +27,10 @@
 #
 #   scripts/scaling-e2e.sh
 #
+# Which replica a key hashes to depends only on the key and the replicas'
+# addresses, so with the default PORT the run is the same every time (the
+# spread checks, which a few of all port choices would fail, pass there).
+#
 # Environment: PORT (default 18180: nginx on PORT and PORT+10, replicas on
 # PORT+1..4),
 # NGINX (default: nginx on PATH), KEEP=1 keeps the work directory.
