@@ -27,7 +27,10 @@ type chatRequest struct {
 	ToolChoice          json.RawMessage      `json:"tool_choice"`
 	ResponseFormat      *chat.ResponseFormat `json:"response_format"`
 	ReasoningEffort     string               `json:"reasoning_effort"`
-	Thinking            *struct {
+	// PromptCacheKey groups requests that share a prefix: the access log
+	// records it, for a router (the prefix cache itself needs no key).
+	PromptCacheKey string `json:"prompt_cache_key"`
+	Thinking       *struct {
 		Type string `json:"type"`
 	} `json:"thinking"`
 }
@@ -132,7 +135,8 @@ func chatMessages(raw []json.RawMessage) ([]chat.Message, *apiError) {
 // tools, tool_choice, response_format, parallel_tool_calls,
 // reasoning_effort (K3's low, high, max) and thinking.
 func chatTurn(req *chatRequest, msgs []chat.Message) (*turn, *apiError) {
-	t := &turn{msgs: msgs, params: req.params, format: req.ResponseFormat, formatParam: "response_format", maxParam: "max_tokens"}
+	t := &turn{msgs: msgs, params: req.params, format: req.ResponseFormat, formatParam: "response_format", maxParam: "max_tokens",
+		cacheKey: req.PromptCacheKey}
 	if tools := bytes.TrimSpace(req.Tools); len(tools) > 0 && string(tools) != "null" {
 		if tools[0] != '[' {
 			return nil, badRequest("tools", "", "tools must be an array")

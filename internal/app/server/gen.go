@@ -178,8 +178,9 @@ type genInput struct {
 	opts   k3.GenerateOptions
 	// grammar, if not nil, constrains every choice (a constraint each).
 	grammar *grammar.Grammar
-	// cacheKey groups requests that share a prompt prefix (Responses'
-	// prompt_cache_key, a previous_response_id's conversation). The prefix
+	// cacheKey groups requests that share a prompt prefix (a Responses or
+	// chat completions prompt_cache_key, a previous_response_id's
+	// conversation). The prefix
 	// cache matches prompts by their tokens and needs no key; the access
 	// log carries it, for routing (docs/SCALING.md).
 	cacheKey string

@@ -311,8 +311,10 @@ func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
 // genInfo is what a request's generation reports to the access log: its
 // prompt, the part the prefix cache restored, and the cache key the
-// client gave (Responses' prompt_cache_key), which a router in front of
-// several servers may hash on (docs/SCALING.md).
+// client gave (prompt_cache_key in a Responses or chat completions body,
+// else a previous_response_id's conversation, else routeKey of the
+// headers), which a router in front of several servers may hash on
+// (docs/SCALING.md).
 type genInfo struct {
 	generated                  bool
 	promptTokens, cachedTokens int
@@ -320,6 +322,26 @@ type genInfo struct {
 }
 
 type genInfoKey struct{}
+
+// routeHeaders are the request headers that name a conversation, in the
+// order the router of docs/nginx/k3.conf reads them: k3's own (for a
+// client that can set a header but puts no key in its body), Codex CLI's
+// session id (it sends the same value as prompt_cache_key) and Claude
+// Code's session id (the Messages API has no cache key).
+var routeHeaders = []string{"X-K3-Cache-Key", "Session-Id", "X-Claude-Code-Session-Id"}
+
+// maxKeyLog bounds the cache key the access log records.
+const maxKeyLog = 256
+
+// routeKey is the first of routeHeaders that h has, or "".
+func routeKey(h http.Header) string {
+	for _, name := range routeHeaders {
+		if v := strings.TrimSpace(h.Get(name)); v != "" {
+			return v
+		}
+	}
+	return ""
+}
 
 // wrap adds, outermost first: the access log and request metrics, CORS,
 // the API key.
@@ -345,8 +367,15 @@ func (s *Server) wrap(mux *http.ServeMux) http.Handler {
 			slog.Int64("bytes", rec.bytes), slog.Duration("duration", d), slog.String("remote", r.RemoteAddr)}
 		if info.generated {
 			attrs = append(attrs, slog.Int("prompt_tokens", info.promptTokens), slog.Int("cached_tokens", info.cachedTokens))
-			if info.cacheKey != "" {
-				attrs = append(attrs, slog.String("cache_key", info.cacheKey))
+			key := info.cacheKey
+			if key == "" {
+				key = routeKey(r.Header)
+			}
+			if len(key) > maxKeyLog {
+				key = key[:maxKeyLog]
+			}
+			if key != "" {
+				attrs = append(attrs, slog.String("cache_key", key))
 			}
 		}
 		s.opts.Logger.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs...)

@@ -53,9 +53,9 @@ type turn struct {
 	// stop ends a reply's content at the first of these strings, which
 	// are left out.
 	stop []string
-	// cacheKey groups requests that share a prompt prefix: Responses'
-	// prompt_cache_key, or the conversation a previous_response_id
-	// continues. The prefix cache needs no key (it matches prompts by
+	// cacheKey groups requests that share a prompt prefix: the
+	// prompt_cache_key of a Responses or chat completions body, or the
+	// conversation a previous_response_id continues. The prefix cache needs no key (it matches prompts by
 	// their tokens); the key is logged, for a router in front of several
 	// servers to send a conversation to one (docs/SCALING.md).
 	cacheKey string
