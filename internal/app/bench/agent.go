@@ -88,6 +88,10 @@ type agentResult struct {
 	MaxTTFTRatioLater   float64 `json:"max_ttft_ratio_turns_2_on"`
 	MinCachedShareLater float64 `json:"min_cached_share_turns_2_on"`
 	PrefixDir           string  `json:"prefix_cache_dir"`
+	// The process's peak RSS while each model ran (VmHWM, reset before
+	// each), so the cached run's can be held against the budget.
+	PeakRSSCached   int64 `json:"peak_rss_cached_bytes"`
+	PeakRSSUncached int64 `json:"peak_rss_uncached_bytes"`
 }
 
 // agentFlags are bench-serve --agent's own flags.
@@ -157,6 +161,9 @@ func runAgent(mf *cli.ModelFlags, af agentFlags, stdout, stderr io.Writer) error
 			o.Dir = dir
 			opts.PrefixCache = o
 		}
+		// The first model's memory goes back to the OS before the second
+		// opens, and each run's peak RSS is its own.
+		resetPeakRSS()
 		m, err := k3.OpenContext(context.Background(), mf.Dir, opts)
 		if err != nil {
 			return err
@@ -164,6 +171,11 @@ func runAgent(mf *cli.ModelFlags, af agentFlags, stdout, stderr io.Writer) error
 		res.BudgetBytes = m.Stats().BudgetBytes
 		tr := newAgentTrace(af.seed, m.Config().Vocab, af.header, af.tail, af.turns, af.user, af.reply)
 		err = replayAgent(m, mf.MaxContext, tr, af, cached, &res, stderr)
+		if peak := m.Stats().PeakRSSBytes; cached {
+			res.PeakRSSCached = peak
+		} else {
+			res.PeakRSSUncached = peak
+		}
 		m.Close()
 		if err != nil {
 			return err
@@ -199,6 +211,7 @@ func runAgent(mf *cli.ModelFlags, af agentFlags, stdout, stderr io.Writer) error
 		fmt.Fprintf(stdout, "%5d %8d %8d %6.1f%% %10.2f %10.2f %7.3f %10.2f %10.2f\n", t.Turn, t.PromptTokens, t.CachedTokens, 100*t.CachedShare,
 			t.TTFT, t.TTFTUncached, t.TTFTRatio, float64(t.BytesRead)/1e9, float64(t.BytesUncached)/1e9)
 	}
+	fmt.Fprintf(stdout, "peak RSS: %s with the prefix cache, %s without (budget %s)\n", human(res.PeakRSSCached), human(res.PeakRSSUncached), human(res.BudgetBytes))
 	fmt.Fprintf(stdout, "turns 2-%d: TTFT %.3fx of uncached on average over the turns measured both ways (at most %.3fx); at least %.1f%% of each prompt restored\n",
 		af.turns, res.MeanTTFTRatioLater, res.MaxTTFTRatioLater, 100*res.MinCachedShareLater)
 	return nil
