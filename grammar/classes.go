@@ -2,6 +2,8 @@ package grammar
 
 import (
 	"slices"
+
+	"github.com/k3go/k3/grammar/internal/automaton"
 )
 
 // Token classes. Inside a string (or a lexeme such as a regular
@@ -16,7 +18,7 @@ import (
 
 // classKey names the lexer state of a string class.
 type classKey struct {
-	dfa *dfa
+	dfa *automaton.DFA
 	q   int32
 	sub uint8
 	raw bool
@@ -72,7 +74,7 @@ func buildStringClass(v *Vocab, k classKey) *classEntry {
 			continue
 		}
 		if nsub == sqClosed {
-			if k.dfa == nil || k.dfa.accept[ps.q] {
+			if k.dfa == nil || k.dfa.Accept[ps.q] {
 				for j := i; j < int(tr.skip[i]); j++ {
 					lo, hi := tr.records(j)
 					for _, id := range tr.ids[lo:hi] {
@@ -196,18 +198,18 @@ type lexemeEntry struct {
 }
 
 type lexemeKey struct {
-	dfa *dfa
+	dfa *automaton.DFA
 	q   int32
 }
 
-func buildLexemeClass(v *Vocab, d *dfa, q int32) *lexemeEntry {
+func buildLexemeClass(v *Vocab, d *automaton.DFA, q int32) *lexemeEntry {
 	tr := &v.trie
 	e := &lexemeEntry{mask: make([]uint64, maskWords(v.size))}
 	stack := []int32{q}
 	for i := 1; i < tr.nodes(); {
 		dep := int(tr.dep[i])
 		stack = stack[:dep]
-		nq := d.next(stack[dep-1], tr.by[i])
+		nq := d.Next(stack[dep-1], tr.by[i])
 		if nq < 0 {
 			i = int(tr.skip[i])
 			continue

@@ -3,9 +3,9 @@ package grammar
 import (
 	"fmt"
 	"math/big"
-	"regexp/syntax"
 	"strings"
-	"sync"
+
+	"github.com/k3go/k3/grammar/internal/automaton"
 )
 
 // lowerKey memoizes the nodes of a schema: one per layout (and per raw
@@ -88,7 +88,7 @@ func (l *lowerer) lowerSchema(n *snode, st Style, raw bool) (int32, error) {
 				return 0, err
 			}
 			o.addl = v
-			keyDFA, err := otherKeys(names)
+			keyDFA, err := automaton.OtherKeys(names)
 			if err != nil {
 				return 0, l.schemaErr(n, "properties", err)
 			}
@@ -126,7 +126,7 @@ func (l *lowerer) lowerSchema(n *snode, st Style, raw bool) (int32, error) {
 		l.smemo[k] = id
 		return id, nil
 	case skBool:
-		id := p.add(node{kind: kDFA, aux: l.addDFA(boolDFA()), debug: "a boolean"})
+		id := p.add(node{kind: kDFA, aux: l.addDFA(automaton.Bool()), debug: "a boolean"})
 		l.smemo[k] = id
 		return id, nil
 	case skNull:
@@ -148,7 +148,7 @@ func describeSchema(n *snode) string { return schemaTag + n.ptr }
 // schemaTag starts the debug text of a node that comes from a schema.
 const schemaTag = "schema:"
 
-func (l *lowerer) addDFA(d *dfa) int32 {
+func (l *lowerer) addDFA(d *automaton.DFA) int32 {
 	l.p.dfas = append(l.p.dfas, d)
 	return int32(len(l.p.dfas) - 1)
 }
@@ -167,7 +167,7 @@ func (l *lowerer) stringNode(n *snode, s *strIR, raw bool, k lowerKey) (int32, e
 		if spec.max == unbounded {
 			top = int(spec.min)
 		}
-		ls, err := newLens(spec.dfa, top, spec.max == unbounded)
+		ls, err := automaton.NewLens(spec.dfa, top, spec.max == unbounded)
 		if err != nil {
 			return 0, l.schemaErr(n, "maxLength", err)
 		}
@@ -197,14 +197,14 @@ func (l *lowerer) enumNode(n *snode, st Style, raw bool, k lowerKey) (int32, err
 	}
 	var kids []int32
 	if len(strs) > 0 {
-		d, err := literalsDFA(strs)
+		d, err := automaton.Literals(strs)
 		if err != nil {
 			return 0, l.schemaErr(n, "enum", err)
 		}
 		kids = append(kids, l.addString(strSpec{raw: raw, dfa: d, max: unbounded}, describeSchema(n)))
 	}
 	if len(others) > 0 {
-		d, err := literalsDFA(others)
+		d, err := automaton.Literals(others)
 		if err != nil {
 			return 0, l.schemaErr(n, "enum", err)
 		}
@@ -228,7 +228,7 @@ func (l *lowerer) enumNode(n *snode, st Style, raw bool, k lowerKey) (int32, err
 func (l *lowerer) numberNode(n *snode) (int32, error) {
 	ni := n.num
 	if !ni.integer && ni.lo == nil && ni.hi == nil && ni.mult == nil {
-		return l.p.add(node{kind: kDFA, aux: l.addDFA(numberDFA()), debug: "a number"}), nil
+		return l.p.add(node{kind: kDFA, aux: l.addDFA(automaton.Number()), debug: "a number"}), nil
 	}
 	spec := numSpec{lo: -maxUnits, hi: maxUnits, mult: 1}
 	scale := big.NewRat(1, 1)
@@ -312,8 +312,8 @@ func (l *lowerer) anyValue(st Style) int32 {
 	arrIdx := int32(len(p.arrs))
 	p.arrs = append(p.arrs, arrSpec{items: id, max: unbounded, style: st})
 	arr := p.add(node{kind: kArray, aux: arrIdx, debug: "a JSON array"})
-	num := p.add(node{kind: kDFA, aux: l.addDFA(numberDFA()), debug: "a number"})
-	b := p.add(node{kind: kDFA, aux: l.addDFA(boolDFA()), debug: "a boolean"})
+	num := p.add(node{kind: kDFA, aux: l.addDFA(automaton.Number()), debug: "a number"})
+	b := p.add(node{kind: kDFA, aux: l.addDFA(automaton.Bool()), debug: "a boolean"})
 	null := p.add(node{kind: kLit, lit: []sym{'n', 'u', 'l', 'l'}, debug: "null"})
 	p.nodes[id].kids = []int32{obj, arr, str, num, b, null}
 	return id
@@ -324,86 +324,4 @@ func (l *lowerer) anyString() int32 {
 		l.anyS = l.addString(strSpec{max: unbounded}, "a string")
 	}
 	return l.anyS
-}
-
-// otherKeys is the content of keys that are none of names.
-func otherKeys(names []string) (*dfa, error) {
-	if len(names) == 0 {
-		return nil, nil
-	}
-	anyText, err := compileDFA(mustParse(`(?s:.*)`), false)
-	if err != nil {
-		return nil, err
-	}
-	lits, err := literalsDFA(names)
-	if err != nil {
-		return nil, err
-	}
-	return product(anyText, lits, true)
-}
-
-func mustParse(expr string) *syntax.Regexp {
-	re, err := parseRegexp(expr)
-	if err != nil {
-		panic(err)
-	}
-	return re
-}
-
-// Shared automata of fixed lexemes, built once.
-var (
-	numberDFA = onceDFA(`-?(?:0|[1-9][0-9]{0,15})(?:\.[0-9]{1,16})?(?:[eE][+-]?[0-9]{1,2})?`)
-	boolDFA   = onceDFA(`true|false`)
-)
-
-func onceDFA(expr string) func() *dfa {
-	return sync.OnceValue(func() *dfa {
-		d, err := compileDFA(mustParse(expr), false)
-		if err != nil {
-			panic(err)
-		}
-		d.shared = true
-		return d
-	})
-}
-
-// Formats, as regular expressions of their plainest valid form.
-const (
-	reDate = `(?:[0-9]{4}-(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])` +
-		`|[0-9]{4}-(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)` +
-		`|[0-9]{4}-02-(?:0[1-9]|1[0-9]|2[0-8])` +
-		`|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)-02-29)`
-	reTime  = `(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{1,9})?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])`
-	reUUID  = `[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}`
-	atext   = "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]"
-	label   = `[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?`
-	reEmail = atext + `+(?:\.` + atext + `+)*@` + label + `(?:\.` + label + `)+`
-)
-
-// A format is an automaton and, when its definition limits the length of
-// its parts, a maximum length short enough to keep every part within
-// them (an e-mail address of at most 64 characters has a local part of
-// at most 64 and labels of at most 63): counting in the automaton itself
-// would multiply its states.
-type format struct {
-	dfa    func() *dfa
-	maxLen uint32
-}
-
-var formats = map[string]format{
-	"date":      {onceDFA(reDate), unbounded},
-	"time":      {onceDFA(reTime), unbounded},
-	"date-time": {onceDFA(reDate + `T` + reTime), unbounded},
-	"uuid":      {onceDFA(reUUID), unbounded},
-	"email":     {onceDFA(reEmail), 64},
-}
-
-// formatDFA returns the automaton of a supported format and the longest
-// value it generates.
-func formatDFA(name string) (*dfa, uint32, error) {
-	f, ok := formats[name]
-	if !ok {
-		return nil, 0, fmt.Errorf("format %q cannot be enforced (supported: date-time, date, time, uuid, email)", name)
-	}
-	return f.dfa(), f.maxLen, nil
 }

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+
+	"github.com/k3go/k3/grammar/internal/automaton"
 )
 
 // Constraint is what a sampler needs to constrain generation: a source of
@@ -132,7 +134,7 @@ func (c *GrammarConstraint) newMatcher() *GrammarMatcher {
 const maxClassBytes = 64 << 20
 
 func (c *GrammarConstraint) stringClass(k classKey) *classEntry {
-	cache, shared := &c.classes, k.dfa == nil || k.dfa.shared
+	cache, shared := &c.classes, k.dfa == nil || k.dfa.Shared
 	if shared {
 		cache = &c.v.classes
 	}
@@ -147,7 +149,7 @@ func (c *GrammarConstraint) stringClass(k classKey) *classEntry {
 	return x.(*classEntry)
 }
 
-func (c *GrammarConstraint) lexemeClass(d *dfa, q int32) *lexemeEntry {
+func (c *GrammarConstraint) lexemeClass(d *automaton.DFA, q int32) *lexemeEntry {
 	k := lexemeKey{d, q}
 	if e, ok := c.lexemes.Load(k); ok {
 		return e.(*lexemeEntry)
@@ -416,7 +418,7 @@ func (m *GrammarMatcher) fast(t thread, mask []uint64) bool {
 		return true
 	case kDFA:
 		d := p.dfas[n.aux]
-		q := d.start
+		q := d.Start
 		if t.f.a > 0 {
 			q = int32(t.f.a - 1)
 		}
@@ -438,7 +440,7 @@ func (m *GrammarMatcher) fast(t thread, mask []uint64) bool {
 		if sp.dfa == nil {
 			q = 0
 		} else if uint8(t.f.a) == sqStart {
-			q = sp.dfa.start
+			q = sp.dfa.Start
 		}
 		e := m.c.stringClass(classKey{dfa: sp.dfa, q: q, sub: sub, raw: sp.raw})
 		c := t.f.c

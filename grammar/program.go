@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"strings"
+
+	"github.com/k3go/k3/grammar/internal/automaton"
 )
 
 // sym is one input symbol of a grammar: a byte (0..255) or a special
@@ -56,7 +58,7 @@ const unbounded = math.MaxUint32
 type program struct {
 	nodes    []node
 	specials []string // names of the special symbols, in symbol order
-	dfas     []*dfa
+	dfas     []*automaton.DFA
 	strs     []strSpec
 	nums     []numSpec
 	objs     []objSpec
@@ -246,7 +248,7 @@ func (p *program) nodeProductive(i int32, prod []bool) bool {
 	case kLit, kText, kString, kNum:
 		return true // strings and numbers with no valid value are lowered to kFail
 	case kDFA:
-		return p.dfas[n.aux].start >= 0
+		return p.dfas[n.aux].Start >= 0
 	case kSeq:
 		for _, k := range n.kids {
 			if !prod[k] {
@@ -424,7 +426,7 @@ func (p *program) nodeNullable(i int32, nl []bool) bool {
 		return true
 	case kDFA:
 		d := p.dfas[n.aux]
-		return d.start >= 0 && d.accept[d.start]
+		return d.Start >= 0 && d.Accept[d.Start]
 	case kString:
 		return p.strs[n.aux].nullable()
 	case kSeq:
@@ -565,7 +567,7 @@ func (p *program) ownFirst(i int32, dst []uint64) {
 	case kDFA:
 		d := p.dfas[n.aux]
 		for b := range 256 {
-			if d.start >= 0 && d.next(d.start, byte(b)) >= 0 {
+			if d.Start >= 0 && d.Next(d.Start, byte(b)) >= 0 {
 				setBit(dst, b)
 			}
 		}

@@ -5,16 +5,17 @@ import (
 	"fmt"
 	"math/big"
 	"net/url"
-	"regexp/syntax"
 	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/k3go/k3/grammar/internal/automaton"
 )
 
 // ErrUnsupported is wrapped by a *SchemaError for a keyword the package
 // cannot enforce, in a strict schema.
-var ErrUnsupported = errors.New("not supported")
+var ErrUnsupported = automaton.ErrUnsupported
 
 // ErrInvalidSchema is wrapped by a *SchemaError for a schema that is not
 // valid JSON Schema (a keyword with a value of the wrong kind, a $ref
@@ -158,7 +159,7 @@ type arrIR struct {
 
 type strIR struct {
 	min, max uint32
-	dfa      *dfa // nil: any content
+	dfa      *automaton.DFA // nil: any content
 }
 
 type numIR struct {
@@ -736,11 +737,11 @@ func (d *schemaDoc) count(ptr string, v *jv, kw string, def uint32) uint32 {
 
 func (d *schemaDoc) string(ptr string, v *jv) *strIR {
 	s := &strIR{min: d.count(ptr, v, "minLength", 0), max: d.count(ptr, v, "maxLength", unbounded)}
-	var dfas []*dfa
+	var dfas []*automaton.DFA
 	if p := v.get("pattern"); p != nil {
 		if p.kind != 's' {
 			d.invalid(ptr, "pattern", "must be a string")
-		} else if x, lo, hi, err := patternDFA(p.str); err != nil {
+		} else if x, lo, hi, err := automaton.Pattern(p.str); err != nil {
 			d.unsupported(ptr, "pattern", "%v", strings.TrimPrefix(err.Error(), "grammar: "))
 		} else {
 			dfas = append(dfas, x)
@@ -750,7 +751,7 @@ func (d *schemaDoc) string(ptr string, v *jv) *strIR {
 	if f := v.get("format"); f != nil {
 		if f.kind != 's' {
 			d.invalid(ptr, "format", "must be a string")
-		} else if x, maxLen, err := formatDFA(f.str); err != nil {
+		} else if x, maxLen, err := automaton.Format(f.str); err != nil {
 			d.unsupported(ptr, "format", "%v", err)
 		} else {
 			dfas = append(dfas, x)
@@ -762,7 +763,7 @@ func (d *schemaDoc) string(ptr string, v *jv) *strIR {
 			s.dfa = x
 			continue
 		}
-		y, err := product(s.dfa, x, false)
+		y, err := automaton.Product(s.dfa, x, false)
 		if err != nil {
 			d.unsupported(ptr, "pattern", "pattern and format together: %v", err)
 			break
@@ -815,60 +816,6 @@ func (d *schemaDoc) number(ptr string, v *jv, integer bool) *numIR {
 		}
 	}
 	return n
-}
-
-// patternDFA compiles a JSON Schema pattern (a search, unless anchored).
-// A pattern that is one character class repeated between lo and hi times
-// and anchored at both ends (^[a-z0-9_]{3,20}$, say) becomes the class
-// starred, with lo and hi as length bounds: counting in the automaton
-// would multiply its states, and its token classes with them.
-func patternDFA(expr string) (*dfa, uint32, uint32, error) {
-	if raw, err := syntax.Parse(expr, syntax.Perl); err == nil {
-		if class, lo, hi, ok := countedClass(raw); ok {
-			d, err := compileDFA(&syntax.Regexp{Op: syntax.OpStar, Sub: []*syntax.Regexp{class}}, false)
-			return d, lo, hi, err
-		}
-	}
-	re, err := parseRegexp(expr)
-	if err != nil {
-		return nil, 0, 0, err
-	}
-	d, err := compileDFA(re, true)
-	return d, 0, unbounded, err
-}
-
-// countedClass recognizes ^C{lo,hi}$ for one character class C.
-func countedClass(re *syntax.Regexp) (*syntax.Regexp, uint32, uint32, bool) {
-	if re.Op != syntax.OpConcat || len(re.Sub) != 3 || re.Sub[0].Op != syntax.OpBeginText || re.Sub[2].Op != syntax.OpEndText {
-		return nil, 0, 0, false
-	}
-	rep := re.Sub[1]
-	for rep.Op == syntax.OpCapture {
-		rep = rep.Sub[0]
-	}
-	var lo, hi int
-	switch rep.Op {
-	case syntax.OpRepeat:
-		lo, hi = rep.Min, rep.Max
-	case syntax.OpStar:
-		lo, hi = 0, -1
-	case syntax.OpPlus:
-		lo, hi = 1, -1
-	default:
-		return nil, 0, 0, false
-	}
-	c := rep.Sub[0]
-	switch {
-	case c.Op == syntax.OpCharClass, c.Op == syntax.OpAnyChar, c.Op == syntax.OpAnyCharNotNL,
-		c.Op == syntax.OpLiteral && len(c.Rune) == 1:
-	default:
-		return nil, 0, 0, false
-	}
-	h := uint32(unbounded)
-	if hi >= 0 {
-		h = uint32(hi)
-	}
-	return c, uint32(lo), h, true
 }
 
 // unitsOf returns r in millionths, if it is a whole number of them.
@@ -1027,7 +974,7 @@ func (d *schemaDoc) accepts(n *snode, v *jv) bool {
 			return false
 		}
 		c := uint32(utf8.RuneCountInString(v.str))
-		return c >= n.str.min && c <= n.str.max && (n.str.dfa == nil || n.str.dfa.matches(v.str))
+		return c >= n.str.min && c <= n.str.max && (n.str.dfa == nil || n.str.dfa.Matches(v.str))
 	case skNumber:
 		if v.kind != 'n' {
 			return false
