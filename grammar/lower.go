@@ -6,24 +6,25 @@ import (
 	"strings"
 
 	"github.com/k3go/k3/grammar/internal/automaton"
+	"github.com/k3go/k3/grammar/internal/jsonschema"
 )
 
 // lowerKey memoizes the nodes of a schema: one per layout (and per raw
 // string mode), so recursion shares them.
 type lowerKey struct {
-	n     *snode
+	n     *jsonschema.Node
 	style Style
 	raw   bool
 }
 
 // lowerSchema returns the node of the values of n, as JSON in style st,
 // or as raw strings.
-func (l *lowerer) lowerSchema(n *snode, st Style, raw bool) (int32, error) {
+func (l *lowerer) lowerSchema(n *jsonschema.Node, st Style, raw bool) (int32, error) {
 	if raw {
 		st = Style{}
 	}
-	for n.kind == skRef {
-		n = n.target
+	for n.Kind == jsonschema.KindRef {
+		n = n.Target
 	}
 	k := lowerKey{n, st, raw}
 	if id, ok := l.smemo[k]; ok {
@@ -31,23 +32,23 @@ func (l *lowerer) lowerSchema(n *snode, st Style, raw bool) (int32, error) {
 	}
 	p := l.p
 	fail := func() int32 { return p.add(node{kind: kFail, debug: describeSchema(n)}) }
-	switch n.kind {
-	case skNone, skPending:
+	switch n.Kind {
+	case jsonschema.KindNone, jsonschema.KindPending:
 		id := fail()
 		l.smemo[k] = id
 		return id, nil
-	case skAny:
+	case jsonschema.KindAny:
 		if raw {
-			return l.stringNode(n, &strIR{max: unbounded}, true, k)
+			return l.stringNode(n, &jsonschema.String{Max: unbounded}, true, k)
 		}
 		id := l.anyValue(st)
 		l.smemo[k] = id
 		return id, nil
-	case skUnion:
+	case jsonschema.KindUnion:
 		id := p.add(node{kind: kAlt, debug: describeSchema(n)})
 		l.smemo[k] = id
 		var kids []int32
-		for _, a := range n.alts {
+		for _, a := range n.Alts {
 			c, err := l.lowerSchema(a, st, raw)
 			if err != nil {
 				return 0, err
@@ -56,34 +57,34 @@ func (l *lowerer) lowerSchema(n *snode, st Style, raw bool) (int32, error) {
 		}
 		p.nodes[id].kids = kids
 		return id, nil
-	case skEnum:
+	case jsonschema.KindEnum:
 		return l.enumNode(n, st, raw, k)
-	case skString:
-		return l.stringNode(n, n.str, raw, k)
+	case jsonschema.KindString:
+		return l.stringNode(n, n.Str, raw, k)
 	}
 	if raw {
 		id := fail()
 		l.smemo[k] = id
 		return id, nil
 	}
-	switch n.kind {
-	case skObject:
+	switch n.Kind {
+	case jsonschema.KindObject:
 		idx := int32(len(p.objs))
 		p.objs = append(p.objs, objSpec{})
 		id := p.add(node{kind: kObject, aux: idx, debug: describeSchema(n)})
 		l.smemo[k] = id
 		o := objSpec{addl: -1, addlKey: -1, style: st}
 		var names []string
-		for _, pr := range n.obj.props {
-			v, err := l.lowerSchema(pr.s, st, false)
+		for _, pr := range n.Obj.Props {
+			v, err := l.lowerSchema(pr.Schema, st, false)
 			if err != nil {
 				return 0, err
 			}
-			o.props = append(o.props, objProp{name: pr.name, key: quoteJSON(pr.name), value: v, required: pr.required})
-			names = append(names, pr.name)
+			o.props = append(o.props, objProp{name: pr.Name, key: jsonschema.QuoteJSON(pr.Name), value: v, required: pr.Required})
+			names = append(names, pr.Name)
 		}
-		if n.obj.addl != nil {
-			v, err := l.lowerSchema(n.obj.addl, st, false)
+		if n.Obj.Addl != nil {
+			v, err := l.lowerSchema(n.Obj.Addl, st, false)
 			if err != nil {
 				return 0, err
 			}
@@ -96,21 +97,21 @@ func (l *lowerer) lowerSchema(n *snode, st Style, raw bool) (int32, error) {
 		}
 		p.objs[idx] = o
 		return id, nil
-	case skArray:
+	case jsonschema.KindArray:
 		idx := int32(len(p.arrs))
 		p.arrs = append(p.arrs, arrSpec{})
 		id := p.add(node{kind: kArray, aux: idx, debug: describeSchema(n)})
 		l.smemo[k] = id
-		a := arrSpec{items: -1, min: n.arr.min, max: n.arr.max, style: st}
-		for _, x := range n.arr.prefix {
+		a := arrSpec{items: -1, min: n.Arr.Min, max: n.Arr.Max, style: st}
+		for _, x := range n.Arr.Prefix {
 			v, err := l.lowerSchema(x, st, false)
 			if err != nil {
 				return 0, err
 			}
 			a.prefix = append(a.prefix, v)
 		}
-		if n.arr.items != nil {
-			v, err := l.lowerSchema(n.arr.items, st, false)
+		if n.Arr.Items != nil {
+			v, err := l.lowerSchema(n.Arr.Items, st, false)
 			if err != nil {
 				return 0, err
 			}
@@ -118,32 +119,32 @@ func (l *lowerer) lowerSchema(n *snode, st Style, raw bool) (int32, error) {
 		}
 		p.arrs[idx] = a
 		return id, nil
-	case skNumber:
+	case jsonschema.KindNumber:
 		id, err := l.numberNode(n)
 		if err != nil {
 			return 0, err
 		}
 		l.smemo[k] = id
 		return id, nil
-	case skBool:
+	case jsonschema.KindBool:
 		id := p.add(node{kind: kDFA, aux: l.addDFA(automaton.Bool()), debug: "a boolean"})
 		l.smemo[k] = id
 		return id, nil
-	case skNull:
+	case jsonschema.KindNull:
 		id := p.add(node{kind: kLit, lit: []sym{'n', 'u', 'l', 'l'}, debug: "null"})
 		l.smemo[k] = id
 		return id, nil
 	}
-	return 0, fmt.Errorf("%w: schema kind %d", ErrGrammar, n.kind)
+	return 0, fmt.Errorf("%w: schema kind %d", ErrGrammar, n.Kind)
 }
 
-func (l *lowerer) schemaErr(n *snode, kw string, err error) error {
-	return &SchemaError{Pointer: pointerOf(n.ptr, kw), Keyword: kw, Err: ErrUnsupported, Msg: strings.TrimPrefix(err.Error(), "grammar: ")}
+func (l *lowerer) schemaErr(n *jsonschema.Node, kw string, err error) error {
+	return &SchemaError{Pointer: jsonschema.PointerOf(n.Ptr, kw), Keyword: kw, Err: ErrUnsupported, Msg: strings.TrimPrefix(err.Error(), "grammar: ")}
 }
 
 // describeSchema is the debug text of a schema's node: it names the
 // schema's JSON pointer, which errors report.
-func describeSchema(n *snode) string { return schemaTag + n.ptr }
+func describeSchema(n *jsonschema.Node) string { return schemaTag + n.Ptr }
 
 // schemaTag starts the debug text of a node that comes from a schema.
 const schemaTag = "schema:"
@@ -160,8 +161,8 @@ func (l *lowerer) addString(s strSpec, debug string) int32 {
 
 // stringNode lowers a string schema: its length table is computed here,
 // where the bounds and the content automaton meet.
-func (l *lowerer) stringNode(n *snode, s *strIR, raw bool, k lowerKey) (int32, error) {
-	spec := strSpec{raw: raw, dfa: s.dfa, min: s.min, max: s.max}
+func (l *lowerer) stringNode(n *jsonschema.Node, s *jsonschema.String, raw bool, k lowerKey) (int32, error) {
+	spec := strSpec{raw: raw, dfa: s.DFA, min: s.Min, max: s.Max}
 	if spec.dfa != nil && (spec.min > 0 || spec.max != unbounded) {
 		top := int(spec.max)
 		if spec.max == unbounded {
@@ -186,13 +187,13 @@ func (l *lowerer) stringNode(n *snode, s *strIR, raw bool, k lowerKey) (int32, e
 // enumNode lowers literal values: strings as strings whose content is one
 // of the literals (so any spelling of their escapes is fine), the others
 // as their JSON text.
-func (l *lowerer) enumNode(n *snode, st Style, raw bool, k lowerKey) (int32, error) {
+func (l *lowerer) enumNode(n *jsonschema.Node, st Style, raw bool, k lowerKey) (int32, error) {
 	var strs, others []string
-	for _, v := range n.vals {
-		if v.kind == 's' {
-			strs = append(strs, v.str)
+	for _, v := range n.Vals {
+		if v.Kind == 's' {
+			strs = append(strs, v.Str)
 		} else if !raw {
-			others = append(others, v.format(Style{Python: st.Python}))
+			others = append(others, v.Format(st.Python))
 		}
 	}
 	var kids []int32
@@ -225,14 +226,14 @@ func (l *lowerer) enumNode(n *snode, st Style, raw bool, k lowerKey) (int32, err
 
 // numberNode lowers a number: a number with bounds or multipleOf (and any
 // integer) is checked digit by digit; a free number is a lexeme.
-func (l *lowerer) numberNode(n *snode) (int32, error) {
-	ni := n.num
-	if !ni.integer && ni.lo == nil && ni.hi == nil && ni.mult == nil {
+func (l *lowerer) numberNode(n *jsonschema.Node) (int32, error) {
+	ni := n.Num
+	if !ni.Integer && ni.Lo == nil && ni.Hi == nil && ni.Mult == nil {
 		return l.p.add(node{kind: kDFA, aux: l.addDFA(automaton.Number()), debug: "a number"}), nil
 	}
 	spec := numSpec{lo: -maxUnits, hi: maxUnits, mult: 1}
 	scale := big.NewRat(1, 1)
-	if !ni.integer {
+	if !ni.Integer {
 		spec.frac = 6
 		scale = big.NewRat(1_000_000, 1)
 	}
@@ -245,30 +246,30 @@ func (l *lowerer) numberNode(n *snode) (int32, error) {
 		}
 		return x.Int64()
 	}
-	if ni.lo != nil {
-		x := new(big.Rat).Mul(ni.lo, scale)
+	if ni.Lo != nil {
+		x := new(big.Rat).Mul(ni.Lo, scale)
 		c := ceilRat(x)
-		if ni.loExcl && x.IsInt() {
+		if ni.LoExcl && x.IsInt() {
 			c.Add(c, big.NewInt(1))
 		}
 		spec.lo = max(spec.lo, clamp(c))
 	}
-	if ni.hi != nil {
-		x := new(big.Rat).Mul(ni.hi, scale)
+	if ni.Hi != nil {
+		x := new(big.Rat).Mul(ni.Hi, scale)
 		f := floorRat(x)
-		if ni.hiExcl && x.IsInt() {
+		if ni.HiExcl && x.IsInt() {
 			f.Sub(f, big.NewInt(1))
 		}
 		spec.hi = min(spec.hi, clamp(f))
 	}
-	if ni.mult != nil {
+	if ni.Mult != nil {
 		var m *big.Int
-		if ni.integer {
+		if ni.Integer {
 			// An integer is a multiple of p/q (lowest terms) exactly when
 			// it is a multiple of p.
-			m = new(big.Int).Set(ni.mult.Num())
+			m = new(big.Int).Set(ni.Mult.Num())
 		} else {
-			m, _ = unitsOf(ni.mult)
+			m, _ = jsonschema.UnitsOf(ni.Mult)
 		}
 		if m.Cmp(big.NewInt(maxUnits)) > 0 {
 			m = big.NewInt(maxUnits + 1) // only 0 is a multiple in range
