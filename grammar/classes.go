@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	"github.com/k3go/k3/grammar/internal/automaton"
+	"github.com/k3go/k3/grammar/internal/lexer"
 )
 
 // Token classes. Inside a string (or a lexeme such as a regular
@@ -48,7 +49,7 @@ func (e *classEntry) bytes() int {
 
 // buildStringClass walks the trie from lexer state k.
 func buildStringClass(v *Vocab, k classKey) *classEntry {
-	spec := &strSpec{raw: k.raw, dfa: k.dfa, max: unbounded}
+	spec := &lexer.String{Raw: k.raw, DFA: k.dfa, Max: unbounded}
 	tr := &v.trie
 	type state struct {
 		sub   uint8
@@ -68,12 +69,12 @@ func buildStringClass(v *Vocab, k classKey) *classEntry {
 		d := int(tr.dep[i])
 		stack = stack[:d]
 		ps := stack[d-1]
-		nsub, nq, char, ok := spec.lex(ps.sub, ps.q, tr.by[i])
+		nsub, nq, char, ok := spec.Lex(ps.sub, ps.q, tr.by[i])
 		if !ok {
 			i = int(tr.skip[i])
 			continue
 		}
-		if nsub == sqClosed {
+		if nsub == lexer.SubClosed {
 			if k.dfa == nil || k.dfa.Accept[ps.q] {
 				for j := i; j < int(tr.skip[i]); j++ {
 					lo, hi := tr.records(j)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/k3go/k3/grammar/internal/automaton"
 	"github.com/k3go/k3/grammar/internal/jsonschema"
+	"github.com/k3go/k3/grammar/internal/lexer"
 )
 
 // lowerKey memoizes the nodes of a schema: one per layout (and per raw
@@ -93,7 +94,7 @@ func (l *lowerer) lowerSchema(n *jsonschema.Node, st Style, raw bool) (int32, er
 			if err != nil {
 				return 0, l.schemaErr(n, "properties", err)
 			}
-			o.addlKey = l.addString(strSpec{dfa: keyDFA, max: unbounded}, "a key")
+			o.addlKey = l.addString(lexer.String{DFA: keyDFA, Max: unbounded}, "a key")
 		}
 		p.objs[idx] = o
 		return id, nil
@@ -154,7 +155,7 @@ func (l *lowerer) addDFA(d *automaton.DFA) int32 {
 	return int32(len(l.p.dfas) - 1)
 }
 
-func (l *lowerer) addString(s strSpec, debug string) int32 {
+func (l *lowerer) addString(s lexer.String, debug string) int32 {
 	l.p.strs = append(l.p.strs, s)
 	return l.p.add(node{kind: kString, aux: int32(len(l.p.strs) - 1), debug: debug})
 }
@@ -162,20 +163,20 @@ func (l *lowerer) addString(s strSpec, debug string) int32 {
 // stringNode lowers a string schema: its length table is computed here,
 // where the bounds and the content automaton meet.
 func (l *lowerer) stringNode(n *jsonschema.Node, s *jsonschema.String, raw bool, k lowerKey) (int32, error) {
-	spec := strSpec{raw: raw, dfa: s.DFA, min: s.Min, max: s.Max}
-	if spec.dfa != nil && (spec.min > 0 || spec.max != unbounded) {
-		top := int(spec.max)
-		if spec.max == unbounded {
-			top = int(spec.min)
+	spec := lexer.String{Raw: raw, DFA: s.DFA, Min: s.Min, Max: s.Max}
+	if spec.DFA != nil && (spec.Min > 0 || spec.Max != unbounded) {
+		top := int(spec.Max)
+		if spec.Max == unbounded {
+			top = int(spec.Min)
 		}
-		ls, err := automaton.NewLens(spec.dfa, top, spec.max == unbounded)
+		ls, err := automaton.NewLens(spec.DFA, top, spec.Max == unbounded)
 		if err != nil {
 			return 0, l.schemaErr(n, "maxLength", err)
 		}
-		spec.lens = ls
+		spec.Lens = ls
 	}
 	var id int32
-	if spec.feasible() {
+	if spec.Feasible() {
 		id = l.addString(spec, describeSchema(n))
 	} else {
 		id = l.p.add(node{kind: kFail, debug: describeSchema(n)})
@@ -202,7 +203,7 @@ func (l *lowerer) enumNode(n *jsonschema.Node, st Style, raw bool, k lowerKey) (
 		if err != nil {
 			return 0, l.schemaErr(n, "enum", err)
 		}
-		kids = append(kids, l.addString(strSpec{raw: raw, dfa: d, max: unbounded}, describeSchema(n)))
+		kids = append(kids, l.addString(lexer.String{Raw: raw, DFA: d, Max: unbounded}, describeSchema(n)))
 	}
 	if len(others) > 0 {
 		d, err := automaton.Literals(others)
@@ -231,18 +232,18 @@ func (l *lowerer) numberNode(n *jsonschema.Node) (int32, error) {
 	if !ni.Integer && ni.Lo == nil && ni.Hi == nil && ni.Mult == nil {
 		return l.p.add(node{kind: kDFA, aux: l.addDFA(automaton.Number()), debug: "a number"}), nil
 	}
-	spec := numSpec{lo: -maxUnits, hi: maxUnits, mult: 1}
+	spec := lexer.Number{Lo: -lexer.MaxUnits, Hi: lexer.MaxUnits, Mult: 1}
 	scale := big.NewRat(1, 1)
 	if !ni.Integer {
-		spec.frac = 6
+		spec.Frac = 6
 		scale = big.NewRat(1_000_000, 1)
 	}
 	clamp := func(x *big.Int) int64 {
 		switch {
-		case x.Cmp(big.NewInt(maxUnits)) > 0:
-			return maxUnits
-		case x.Cmp(big.NewInt(-maxUnits)) < 0:
-			return -maxUnits
+		case x.Cmp(big.NewInt(lexer.MaxUnits)) > 0:
+			return lexer.MaxUnits
+		case x.Cmp(big.NewInt(-lexer.MaxUnits)) < 0:
+			return -lexer.MaxUnits
 		}
 		return x.Int64()
 	}
@@ -252,7 +253,7 @@ func (l *lowerer) numberNode(n *jsonschema.Node) (int32, error) {
 		if ni.LoExcl && x.IsInt() {
 			c.Add(c, big.NewInt(1))
 		}
-		spec.lo = max(spec.lo, clamp(c))
+		spec.Lo = max(spec.Lo, clamp(c))
 	}
 	if ni.Hi != nil {
 		x := new(big.Rat).Mul(ni.Hi, scale)
@@ -260,7 +261,7 @@ func (l *lowerer) numberNode(n *jsonschema.Node) (int32, error) {
 		if ni.HiExcl && x.IsInt() {
 			f.Sub(f, big.NewInt(1))
 		}
-		spec.hi = min(spec.hi, clamp(f))
+		spec.Hi = min(spec.Hi, clamp(f))
 	}
 	if ni.Mult != nil {
 		var m *big.Int
@@ -271,12 +272,12 @@ func (l *lowerer) numberNode(n *jsonschema.Node) (int32, error) {
 		} else {
 			m, _ = jsonschema.UnitsOf(ni.Mult)
 		}
-		if m.Cmp(big.NewInt(maxUnits)) > 0 {
-			m = big.NewInt(maxUnits + 1) // only 0 is a multiple in range
+		if m.Cmp(big.NewInt(lexer.MaxUnits)) > 0 {
+			m = big.NewInt(lexer.MaxUnits + 1) // only 0 is a multiple in range
 		}
-		spec.mult = m.Int64()
+		spec.Mult = m.Int64()
 	}
-	if !spec.feasible() {
+	if !spec.Feasible() {
 		return l.p.add(node{kind: kFail, debug: describeSchema(n)}), nil
 	}
 	l.p.nums = append(l.p.nums, spec)
@@ -322,7 +323,7 @@ func (l *lowerer) anyValue(st Style) int32 {
 
 func (l *lowerer) anyString() int32 {
 	if l.anyS < 0 {
-		l.anyS = l.addString(strSpec{max: unbounded}, "a string")
+		l.anyS = l.addString(lexer.String{Max: unbounded}, "a string")
 	}
 	return l.anyS
 }

@@ -195,7 +195,7 @@ func (r *runner) advance(t thread, s sym, out []thread) []thread {
 
 		case kString:
 			sp := &p.strs[n.aux]
-			st, ok, done := sp.step(t.f, s)
+			st, ok, done := stepString(sp, t.f, s)
 			if done {
 				if !r.pop(&t) {
 					return out
@@ -210,7 +210,7 @@ func (r *runner) advance(t thread, s sym, out []thread) []thread {
 
 		case kNum:
 			sp := &p.nums[n.aux]
-			st, ok, done := sp.step(t.f, s)
+			st, ok, done := stepNumber(sp, t.f, s)
 			if done {
 				if !r.pop(&t) {
 					return out
@@ -297,9 +297,9 @@ func (r *runner) frameCanEnd(f frame) bool {
 		}
 		return d.Accept[q]
 	case kString:
-		return p.strs[n.aux].canEnd(f)
+		return stringCanEnd(&p.strs[n.aux], f)
 	case kNum:
-		return p.nums[n.aux].canEnd(f)
+		return numberCanEnd(&p.nums[n.aux], f)
 	case kObject, kArray:
 		return f.a&0xff == phDone
 	}

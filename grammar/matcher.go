@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/k3go/k3/grammar/internal/automaton"
+	"github.com/k3go/k3/grammar/internal/lexer"
 )
 
 // Constraint is what a sampler needs to constrain generation: a source of
@@ -430,25 +431,25 @@ func (m *GrammarMatcher) fast(t thread, mask []uint64) bool {
 	case kString:
 		sp := &p.strs[n.aux]
 		sub := uint8(t.f.a)
-		if sub == sqStart && sp.raw {
-			sub = sqNormal
+		if sub == lexer.SubStart && sp.Raw {
+			sub = lexer.SubNormal
 		}
-		if sub == sqStart || sub == sqClosed {
+		if sub == lexer.SubStart || sub == lexer.SubClosed {
 			return false
 		}
 		q := int32(t.f.b)
-		if sp.dfa == nil {
+		if sp.DFA == nil {
 			q = 0
-		} else if uint8(t.f.a) == sqStart {
-			q = sp.dfa.Start
+		} else if uint8(t.f.a) == lexer.SubStart {
+			q = sp.DFA.Start
 		}
-		e := m.c.stringClass(classKey{dfa: sp.dfa, q: q, sub: sub, raw: sp.raw})
+		e := m.c.stringClass(classKey{dfa: sp.DFA, q: q, sub: sub, raw: sp.Raw})
 		c := t.f.c
 		switch {
-		case sp.dfa == nil || sp.lens == nil:
+		case sp.DFA == nil || sp.Lens == nil:
 			rem := uint32(unbounded)
-			if sp.max != unbounded {
-				rem = sp.max - c
+			if sp.Max != unbounded {
+				rem = sp.Max - c
 			}
 			if uint32(e.maxChars) <= rem {
 				or(mask, e.mask)
@@ -471,7 +472,7 @@ func (m *GrammarMatcher) fast(t thread, mask []uint64) bool {
 			or(mask, m.scratch)
 		default:
 			for _, r := range e.runs {
-				if sp.live(r.sub, r.q, c+uint32(r.chars)) {
+				if sp.Live(r.sub, r.q, c+uint32(r.chars)) {
 					for _, id := range e.ids[r.from:r.to] {
 						mask[id>>6] |= 1 << (id & 63)
 					}
@@ -480,8 +481,8 @@ func (m *GrammarMatcher) fast(t thread, mask []uint64) bool {
 		}
 		if e.exits.nodes() > 0 {
 			m.root[0] = t
-			m.root[0].f.a = sqClosed
-			m.walk(&e.exits, m.root[:], mask, exitCheck{n: c, min: sp.min, max: sp.max, on: true})
+			m.root[0].f.a = lexer.SubClosed
+			m.walk(&e.exits, m.root[:], mask, exitCheck{n: c, min: sp.Min, max: sp.Max, on: true})
 		}
 		return true
 	}

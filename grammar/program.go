@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/k3go/k3/grammar/internal/automaton"
+	"github.com/k3go/k3/grammar/internal/lexer"
 )
 
 // sym is one input symbol of a grammar: a byte (0..255) or a special
@@ -59,8 +60,8 @@ type program struct {
 	nodes    []node
 	specials []string // names of the special symbols, in symbol order
 	dfas     []*automaton.DFA
-	strs     []strSpec
-	nums     []numSpec
+	strs     []lexer.String
+	nums     []lexer.Number
 	objs     []objSpec
 	arrs     []arrSpec
 	root     int32
@@ -428,7 +429,7 @@ func (p *program) nodeNullable(i int32, nl []bool) bool {
 		d := p.dfas[n.aux]
 		return d.Start >= 0 && d.Accept[d.Start]
 	case kString:
-		return p.strs[n.aux].nullable()
+		return p.strs[n.aux].Nullable()
 	case kSeq:
 		for _, k := range n.kids {
 			if !nl[k] {
@@ -572,7 +573,7 @@ func (p *program) ownFirst(i int32, dst []uint64) {
 			}
 		}
 	case kString:
-		p.strs[n.aux].first(dst)
+		p.strs[n.aux].First(dst)
 	case kNum:
 		setBit(dst, '-')
 		for b := '0'; b <= '9'; b++ {

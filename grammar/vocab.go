@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/k3go/k3/grammar/internal/lexer"
 )
 
 // SpecialToken is a special (control) token of a vocabulary: a token that is
@@ -101,8 +103,8 @@ func NewVocab(tokens [][]byte, specials []SpecialToken) (*Vocab, error) {
 func (v *Vocab) prepare() int {
 	size := 0
 	for _, raw := range []bool{false, true} {
-		for sub := uint8(sqNormal); sub < sqClosed; sub++ {
-			if raw && sub >= sqEsc && sub <= sqU3 {
+		for sub := uint8(lexer.SubNormal); sub < lexer.SubClosed; sub++ {
+			if raw && sub >= lexer.SubEsc && sub <= lexer.SubU3 {
 				continue // no escapes in raw strings
 			}
 			k := classKey{sub: sub, raw: raw}
