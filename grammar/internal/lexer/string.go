@@ -210,6 +210,7 @@ func (s *String) Closable(q int32, n uint32) bool {
 	return n >= s.Min && n <= s.Max && (s.DFA == nil || s.DFA.Accept[q])
 }
 
+// Nullable reports whether the string may be empty (a raw one only).
 func (s *String) Nullable() bool { return s.Raw && s.Closable(s.StartQ(), 0) }
 
 // first sets the bytes the string can start with.
