@@ -17,6 +17,9 @@ var targets = []struct{ gen, pkg, asm, stubs string }{
 	{"./mxfp4", "quant", "../../quant/mxfp4_amd64.s", "../../quant/mxfp4_stub_amd64.go"},
 	{"./bf16merge", "bf16merge", "../platform/kernel/bf16merge/merge_amd64.s", "../platform/kernel/bf16merge/merge_stub_amd64.go"},
 	{"./expunpack", "expunpack", "../platform/kernel/expunpack/unpack_amd64.s", "../platform/kernel/expunpack/unpack_stub_amd64.go"},
+	// arm64 NEON (hand-rolled generator: avo has no arm64 back end).
+	{"./neon", "gemm", "../platform/kernel/gemm/neon_arm64.s", "../platform/kernel/gemm/neon_stub_arm64.go"},
+	{"./neon", "quant", "../../quant/mxfp4_arm64.s", "../../quant/mxfp4_stub_arm64.go"},
 }
 
 // TestRegenerate regenerates every assembly file and stub and fails if the
