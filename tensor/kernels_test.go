@@ -287,16 +287,28 @@ func FuzzMatMulDense(f *testing.F) {
 	f.Add(uint64(1), uint8(5), uint16(45), uint8(3), uint8(7), false)
 	f.Add(uint64(2), uint8(64), uint16(520), uint8(9), uint8(0), true)
 	f.Add(uint64(3), uint8(1), uint16(1), uint8(1), uint8(63), true)
-	f.Fuzz(func(t *testing.T, seed uint64, rows uint8, cols uint16, n uint8, off uint8, bf16 bool) {
-		r, c, nn := int(rows)%80+1, int(cols)%1100, int(n)%70+1
-		dt := F32
-		if bf16 {
-			dt = BF16
-		}
-		kerneltest.AllImplementations(t, pkg, func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(seed, uint64(off)))
-			newDenseCase(rng, dt, r, c, nn, off%4 == 0).run(t)
-		})
+	f.Fuzz(fuzzDense)
+}
+
+func fuzzDense(t *testing.T, seed uint64, rows uint8, cols uint16, n uint8, off uint8, bf16 bool) {
+	r, c, nn := int(rows)%80+1, int(cols)%1100, int(n)%70+1
+	dt := F32
+	if bf16 {
+		dt = BF16
+	}
+	kerneltest.AllImplementations(t, pkg, func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(seed, uint64(off)))
+		newDenseCase(rng, dt, r, c, nn, off%4 == 0).run(t)
+	})
+}
+
+// TestDenseRandomArgs runs FuzzMatMulDense's body on generated arguments
+// (see kerneltest.RandomArgs: CI uses it for the arm64 kernels under qemu).
+func TestDenseRandomArgs(t *testing.T) {
+	kerneltest.RandomArgs(t, 4, func(t *testing.T, rng *rand.Rand) {
+		seed, rows, cols, n, off, bf16 := rng.Uint64(), uint8(rng.Uint32()), uint16(rng.Uint32()), uint8(rng.IntN(16)), uint8(rng.Uint32()), rng.IntN(2) == 0
+		t.Logf("fuzz arguments: uint64(%d), uint8(%d), uint16(%d), uint8(%d), uint8(%d), bool(%v)", seed, rows, cols, n, off, bf16)
+		fuzzDense(t, seed, rows, cols, n, off, bf16)
 	})
 }
 
