@@ -80,3 +80,46 @@ func neonElem(w []byte, c int, bf16 bool) float32 {
 	}
 	return math.Float32frombits(binary.LittleEndian.Uint32(w[4*c:]))
 }
+
+// NEONDot returns the 32-lane dot product of x and y (the order of
+// tensor.Dot) over len(x)/32·32 elements; 0 if that is none.
+func NEONDot(x, y []float32) float32 {
+	n := len(x) / 32
+	if n == 0 {
+		return 0
+	}
+	_ = y[32*n-1]
+	return dotF32NEON(&x[0], &y[0], n)
+}
+
+// NEONAxpy computes y += s·x (product rounded, then added) over
+// len(y)/32·32 elements.
+func NEONAxpy(y []float32, s float32, x []float32) {
+	n := len(y) / 32
+	if n == 0 {
+		return
+	}
+	_ = x[32*n-1]
+	axpyF32NEON(&y[0], s, &x[0], n)
+}
+
+// NEONMatVecF64 writes to dst[r] the f64 lane-tree sum of float64(w)·x64
+// over blocks·16 columns of each of rows rows (stride bytes apart), in the
+// order of tensor.MatVecF64Acc.
+func NEONMatVecF64(dst []float64, w []byte, bf16 bool, stride, rows, blocks int, x64 []float64) {
+	if rows == 0 || blocks == 0 {
+		return
+	}
+	esz := 4
+	if bf16 {
+		esz = 2
+	}
+	_ = dst[rows-1]
+	_ = x64[16*blocks-1]
+	_ = w[(rows-1)*stride+16*blocks*esz-1]
+	if bf16 {
+		dotRowsF64BF16NEON(&dst[0], &w[0], stride, rows, blocks, &x64[0])
+	} else {
+		dotRowsF64F32NEON(&dst[0], &w[0], stride, rows, blocks, &x64[0])
+	}
+}

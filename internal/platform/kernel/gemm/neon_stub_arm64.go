@@ -59,3 +59,29 @@ func denseT4F32NEON(dst *float32, dstStride int, w *byte, stride int, rows int, 
 //
 //go:noescape
 func denseT4BF16NEON(dst *float32, dstStride int, w *byte, stride int, rows int, chunks int, x *float32, xStride int)
+
+// dotF32NEON returns the 32-lane tree dot product of blocks·32 elements (unfused, generic order).
+// Requires: arm64 ASIMD.
+//
+//go:noescape
+func dotF32NEON(a *float32, b *float32, blocks int) float32
+
+// axpyF32NEON computes y += a·x over blocks·32 elements (unfused, generic order).
+// Requires: arm64 ASIMD.
+//
+//go:noescape
+func axpyF32NEON(y *float32, a float32, x *float32, blocks int)
+
+// dotRowsF64F32NEON computes dst[r] = Σ_c float64(w[r][c])·x[c] over blocks·16 columns of F32 weights
+// (rows stride bytes apart) with 16 f64 lanes and a fixed tree (the same bits as the generic code).
+// Requires: arm64 ASIMD.
+//
+//go:noescape
+func dotRowsF64F32NEON(dst *float64, w *byte, stride int, rows int, blocks int, x *float64)
+
+// dotRowsF64BF16NEON computes dst[r] = Σ_c float64(w[r][c])·x[c] over blocks·16 columns of BF16 weights
+// (rows stride bytes apart) with 16 f64 lanes and a fixed tree (the same bits as the generic code).
+// Requires: arm64 ASIMD.
+//
+//go:noescape
+func dotRowsF64BF16NEON(dst *float64, w *byte, stride int, rows int, blocks int, x *float64)
