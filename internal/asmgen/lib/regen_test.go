@@ -79,3 +79,25 @@ func TestAVX2UsesNoEVEX(t *testing.T) {
 		}
 	}
 }
+
+// TestNEONRegisters checks that no arm64 function touches a register Go
+// reserves (R18 platform, R26 closure context, R27 the assembler's
+// temporary, R28 g, R29 frame pointer, R30 link register) or R16/R17, which
+// the linker may use in veneers.
+func TestNEONRegisters(t *testing.T) {
+	reserved := regexp.MustCompile(`\bR(1[678]|2[6-9]|30)\b|\bRSP\b`)
+	for _, tg := range targets {
+		if !strings.HasSuffix(tg.asm, "_arm64.s") {
+			continue
+		}
+		src, err := os.ReadFile(filepath.Join("..", tg.asm))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(src), "\n") {
+			if code, _, _ := strings.Cut(line, "//"); reserved.MatchString(code) {
+				t.Errorf("%s:%d: uses a reserved register: %s", tg.asm, i+1, line)
+			}
+		}
+	}
+}
