@@ -76,6 +76,8 @@ func main() {
 		axpy32()
 		rowsF64(false)
 		rowsF64(true)
+		fmaPeak()
+		readBW()
 	case "quant":
 		mxTable()
 		for t := 1; t <= mxMaxT; t++ {
@@ -624,6 +626,49 @@ func rowsF64(bf16 bool) {
 	i("ADD R2, R1, R1")
 	i("SUB $1, R3, R3")
 	i("B %s_row", name)
+	label(name + "_done")
+	i("RET")
+}
+
+// fmaPeak emits fmaPeakNEON: iters × 16 independent 4-lane FMLAs (enough
+// chains for four pipes of latency 4): the peak-rate probe of k3 bench.
+func fmaPeak() {
+	name := "fmaPeakNEON"
+	doc := "// fmaPeakNEON runs iters × 16 independent 4-lane FMAs (a peak-rate probe).\n// Requires: arm64 ASIMD."
+	text(name, 8, doc, "(iters int)")
+	i("MOVD iters+0(FP), R0")
+	i("CBZ R0, %s_done", name)
+	for k := 0; k < 16; k++ {
+		zero(16 + k)
+	}
+	i("VMOVI $1, V0.B16")
+	i("VMOVI $2, V1.B16")
+	label(name + "_loop")
+	for k := 0; k < 16; k++ {
+		fmla(16+k, 0, 1)
+	}
+	i("SUBS $1, R0, R0")
+	i("BNE %s_loop", name)
+	label(name + "_done")
+	i("RET")
+}
+
+// readBW emits readBWNEON: reads n bytes (a multiple of 256) with 128-bit
+// loads, 256 bytes per iteration: the bandwidth probe of k3 bench.
+func readBW() {
+	name := "readBWNEON"
+	doc := "// readBWNEON reads n bytes (a multiple of 256) through vector loads (a bandwidth probe).\n// Requires: arm64 ASIMD."
+	text(name, 16, doc, "(p *byte, n int)")
+	i("MOVD p+0(FP), R0")
+	i("MOVD n+8(FP), R1")
+	i("LSR $8, R1, R1")
+	i("CBZ R1, %s_done", name)
+	label(name + "_loop")
+	for k := 0; k < 4; k++ {
+		i("VLD1.P 64(R0), [V%d.S4, V%d.S4, V%d.S4, V%d.S4]", 4*k, 4*k+1, 4*k+2, 4*k+3)
+	}
+	i("SUBS $1, R1, R1")
+	i("BNE %s_loop", name)
 	label(name + "_done")
 	i("RET")
 }

@@ -123,3 +123,18 @@ func NEONMatVecF64(dst []float64, w []byte, bf16 bool, stride, rows, blocks int,
 		dotRowsF64F32NEON(&dst[0], &w[0], stride, rows, blocks, &x64[0])
 	}
 }
+
+// NEONFMAPeak runs iters × 16 independent 4-lane FMAs (8 flops each) and
+// returns the flops executed.
+func NEONFMAPeak(iters int) float64 {
+	fmaPeakNEON(iters)
+	return float64(iters) * 16 * 2 * 4
+}
+
+// NEONRead streams p (its length rounded down to 256 bytes) through vector
+// loads.
+func NEONRead(p []byte) {
+	if n := len(p) / 256 * 256; n > 0 {
+		readBWNEON(&p[0], n)
+	}
+}

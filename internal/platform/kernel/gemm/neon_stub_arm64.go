@@ -85,3 +85,15 @@ func dotRowsF64F32NEON(dst *float64, w *byte, stride int, rows int, blocks int, 
 //
 //go:noescape
 func dotRowsF64BF16NEON(dst *float64, w *byte, stride int, rows int, blocks int, x *float64)
+
+// fmaPeakNEON runs iters × 16 independent 4-lane FMAs (a peak-rate probe).
+// Requires: arm64 ASIMD.
+//
+//go:noescape
+func fmaPeakNEON(iters int)
+
+// readBWNEON reads n bytes (a multiple of 256) through vector loads (a bandwidth probe).
+// Requires: arm64 ASIMD.
+//
+//go:noescape
+func readBWNEON(p *byte, n int)
