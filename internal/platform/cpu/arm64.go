@@ -12,5 +12,9 @@ func init() {
 		BF16:    c.Supports(cpuid.BF16),
 		SVE:     c.Supports(cpuid.SVE),
 	}
-	HasNEON = asm && ARM64.ASIMD
+	// Advanced SIMD is part of every ARMv8-A core Go runs on (Go's own
+	// runtime uses it), so the NEON kernels do not wait for cpuid: it reads
+	// the features on Linux and macOS only, and reports none on Windows and
+	// the BSDs.
+	HasNEON = asm
 }

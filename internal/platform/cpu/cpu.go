@@ -39,16 +39,17 @@ var (
 	// HasAVX512 reports AVX-512 F, BW and VL with OS support for ZMM and
 	// opmask state (x/sys/cpu checks XCR0): the "avx512" kernels can run.
 	HasAVX512 = HasAVX2 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VL
-	// HasNEON reports an arm64 CPU with Advanced SIMD (ASIMD) in a build
-	// with assembly: the "neon" kernels can run. Set at start-up on arm64.
+	// HasNEON reports an arm64 build with assembly: the "neon" kernels can
+	// run (Advanced SIMD is architectural on arm64). Set at start-up.
 	HasNEON bool
 	// ARM64 holds the arm64 extensions k3 looks at (all false elsewhere).
 	ARM64 ARM64Features
 )
 
-// ARM64Features are the arm64 extensions reported by the CPU and OS. The
-// NEON kernels need only ASIMD; the others are reported (k3 doctor) but not
-// used: BFDOT/BFMMLA round differently from k3's f32 FMA chain (see
+// ARM64Features are the arm64 extensions reported by the CPU and OS (all
+// false where klauspost/cpuid cannot read them: Windows, the BSDs). The
+// NEON kernels need only ASIMD, which every arm64 core has; the others are
+// reported (k3 doctor) but not used: BFDOT/BFMMLA round differently from k3's f32 FMA chain (see
 // docs/PERFORMANCE.md), and SVE kernels do not exist yet.
 type ARM64Features struct {
 	ASIMD   bool // Advanced SIMD (NEON)
@@ -88,7 +89,7 @@ func Supported(name string) (ok bool, reason string) {
 			return false, "built without assembly (purego or not arm64)"
 		}
 		if !HasNEON {
-			return false, "not an arm64 CPU with Advanced SIMD (ASIMD)"
+			return false, "not an arm64 CPU"
 		}
 		return true, ""
 	}
