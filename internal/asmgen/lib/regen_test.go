@@ -20,6 +20,7 @@ var targets = []struct{ gen, pkg, asm, stubs string }{
 	// arm64 NEON (hand-rolled generator: avo has no arm64 back end).
 	{"./neon", "gemm", "../platform/kernel/gemm/neon_arm64.s", "../platform/kernel/gemm/neon_stub_arm64.go"},
 	{"./neon", "quant", "../../quant/mxfp4_arm64.s", "../../quant/mxfp4_stub_arm64.go"},
+	{"./neon", "bf16merge", "../platform/kernel/bf16merge/merge_arm64.s", "../platform/kernel/bf16merge/merge_stub_arm64.go"},
 }
 
 // TestRegenerate regenerates every assembly file and stub and fails if the

@@ -4,8 +4,11 @@
 // instructions the Go assembler lacks (vector FADD, FADDP) are emitted as
 // WORD with their encoding and the mnemonic in a comment.
 //
-//	-pkg gemm:  the dense F32/BF16 kernels (internal/platform/kernel/gemm/neon_arm64.s)
-//	-pkg quant: the MXFP4 kernels (quant/mxfp4_arm64.s)
+//	-pkg gemm:      the dense F32/BF16 kernels, the vector helpers and the
+//	                roofline probes (internal/platform/kernel/gemm/neon_arm64.s)
+//	-pkg quant:     the MXFP4 kernels (quant/mxfp4_arm64.s)
+//	-pkg bf16merge: the compressed trunk's word merge
+//	                (internal/platform/kernel/bf16merge/merge_arm64.s)
 //
 // Arithmetic contract, the same as the amd64 AVX2 kernels (L = 8 lanes, held
 // in two 4-lane vectors A = lanes 0..3 and B = lanes 4..7): the dot product
@@ -60,7 +63,7 @@ var asm, decl bytes.Buffer
 func main() {
 	flag.Parse()
 	if *out == "" || *stubs == "" {
-		fmt.Fprintln(os.Stderr, "usage: neon -out file.s -stubs file.go -pkg gemm|quant")
+		fmt.Fprintln(os.Stderr, "usage: neon -out file.s -stubs file.go -pkg gemm|quant|bf16merge")
 		os.Exit(2)
 	}
 	cmd := "go run ./neon " + strings.Join(os.Args[1:], " ")
@@ -78,6 +81,8 @@ func main() {
 		rowsF64(true)
 		fmaPeak()
 		readBW()
+	case "bf16merge":
+		merge()
 	case "quant":
 		mxTable()
 		for t := 1; t <= mxMaxT; t++ {
@@ -668,6 +673,40 @@ func readBW() {
 		i("VLD1.P 64(R0), [V%d.S4, V%d.S4, V%d.S4, V%d.S4]", 4*k, 4*k+1, 4*k+2, 4*k+3)
 	}
 	i("SUBS $1, R1, R1")
+	i("BNE %s_loop", name)
+	label(name + "_done")
+	i("RET")
+}
+
+// merge emits mergeNEON, bf16merge's word merge over n words (a multiple of
+// 32): the low byte of word i is (exp<<7)|(sm&0x7f) (SLI #7 into a copy of
+// sm), the high byte (sm&0x80)|(exp>>1) (SRI #1 into a copy of sm), and
+// ZIP1/ZIP2 interleave them into little-endian words.
+func merge() {
+	name := "mergeNEON"
+	doc := "// mergeNEON writes n (a multiple of 32) little-endian words (sm&0x80)<<8 | exp<<7 | sm&0x7f to dst.\n" +
+		"// Requires: arm64 ASIMD."
+	text(name, 32, doc, "(dst *byte, exp *byte, sm *byte, n int)")
+	i("MOVD dst+0(FP), R0")
+	i("MOVD exp+8(FP), R1")
+	i("MOVD sm+16(FP), R2")
+	i("MOVD n+24(FP), R3")
+	i("LSR $5, R3, R3")
+	i("CBZ R3, %s_done", name)
+	label(name + "_loop")
+	i("VLD1.P 32(R1), [V0.B16, V1.B16]") // exponent bytes
+	i("VLD1.P 32(R2), [V2.B16, V3.B16]") // sign and mantissa bytes
+	for k := 0; k < 2; k++ {
+		e, m, lo, hi := k, 2+k, 4+2*k, 5+2*k
+		i("VORR V%d.B16, V%d.B16, V%d.B16", m, m, lo)
+		i("VSLI $7, V%d.B16, V%d.B16", e, lo)
+		i("VORR V%d.B16, V%d.B16, V%d.B16", m, m, hi)
+		i("VSRI $1, V%d.B16, V%d.B16", e, hi)
+		i("VZIP1 V%d.B16, V%d.B16, V%d.B16", hi, lo, 16+2*k)
+		i("VZIP2 V%d.B16, V%d.B16, V%d.B16", hi, lo, 17+2*k)
+	}
+	i("VST1.P [V16.B16, V17.B16, V18.B16, V19.B16], 64(R0)")
+	i("SUBS $1, R3, R3")
 	i("BNE %s_loop", name)
 	label(name + "_done")
 	i("RET")
