@@ -103,9 +103,8 @@ func main() {
 // i emits one instruction line.
 func i(format string, args ...any) { fmt.Fprintf(&asm, "\t"+format+"\n", args...) }
 
+// label emits a label.
 func label(l string) { fmt.Fprintf(&asm, "%s:\n", l) }
-
-func comment(c string) { fmt.Fprintf(&asm, "\t// %s\n", c) }
 
 // word emits an instruction the Go assembler does not know.
 func word(enc uint32, mnemonic string) { i("WORD $0x%08x // %s", enc, mnemonic) }
