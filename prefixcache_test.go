@@ -2,6 +2,7 @@ package k3_test
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -290,6 +291,71 @@ func TestPrefixCacheGenerate(t *testing.T) {
 			mustSameBits(t, "next turn after a reply", got, wantLogits)
 			if w := len(exp.PromptIDs) + len(want) - 1; reused != w {
 				t.Fatalf("next turn: %d tokens restored, want %d (the prompt and the reply but its last token)", reused, w)
+			}
+		})
+	}
+}
+
+// passCtx is a context cancelled once its model has run a given number
+// of passes: a client that disconnects mid-prefill, at a point fixed by
+// the work done rather than by a clock.
+type passCtx struct {
+	context.Context
+	m     *k3.Model
+	after int64
+	once  sync.Once
+	done  chan struct{}
+}
+
+func (c *passCtx) poll() {
+	if c.m.Stats().Passes >= c.after {
+		c.once.Do(func() { close(c.done) })
+	}
+}
+
+func (c *passCtx) Done() <-chan struct{} { c.poll(); return c.done }
+
+func (c *passCtx) Err() error {
+	c.poll()
+	select {
+	case <-c.done:
+		return context.Canceled
+	default:
+		return nil
+	}
+}
+
+// TestPrefixCacheCancelMidPrefill cancels a long prefill after its first
+// passes: the step stops with the context's error before reading the rest
+// of the prompt's passes, what was prefilled stays in the cache, and a
+// retry restores it and gives the cold prefill's logits, bit for bit.
+func TestPrefixCacheCancelMidPrefill(t *testing.T) {
+	for _, name := range oracles {
+		t.Run(name, func(t *testing.T) {
+			ids := randomIDs(7, 96, 256)
+			want := coldLogits(t, name, ids)
+			cache := k3.PrefixCacheOptions{Dir: t.TempDir(), RAMBytes: 64 << 20, DiskBytes: -1, BlockTokens: 8, CheckpointBlocks: 2}
+			m, _ := openOracle(t, name, k3.Options{MaxContext: 256, MaxBatch: 8, PrefixCache: &cache})
+			s := m.NewSession()
+			base := m.Stats().Passes
+			ctx := &passCtx{Context: context.Background(), m: m, after: base + 3, done: make(chan struct{})}
+			_, err := s.Step(ctx, ids)
+			s.Close()
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("cancelled prefill: err %v, want context.Canceled", err)
+			}
+			// 96 tokens in passes of at most 8 rows are 12 passes; it
+			// stops at the first check after the third, between passes.
+			ran := m.Stats().Passes - base
+			if ran < 3 || ran > 4 {
+				t.Fatalf("cancelled after 3 passes, but %d ran", ran)
+			}
+			got, reused := stepFresh(t, m, ids)
+			mustSameBits(t, "retry after a cancelled prefill", got, want)
+			// The state where it stopped was kept (not only the
+			// checkpoint at 16 tokens): the retry resumes there.
+			if want := 8 * int(ran); reused != want {
+				t.Fatalf("cancelled after %d passes of 8 tokens: the retry restored %d tokens, want %d", ran, reused, want)
 			}
 		})
 	}
