@@ -24,3 +24,11 @@ func WithPread(opts FileOptions, hook func(pread func(int, []byte, int64) (int, 
 
 // ReadMemInfoFrom exposes the meminfo/cgroup parser on fake trees.
 var ReadMemInfoFrom = readMemInfo
+
+// WithMaxReadCall returns opts whose Reader reads at most n bytes per read
+// call (n rounded down to a multiple of Align, at least Align) instead of
+// MaxReadCall.
+func WithMaxReadCall(opts ReaderOptions, n int64) ReaderOptions {
+	opts.maxCall = n
+	return opts
+}
