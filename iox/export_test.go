@@ -32,3 +32,10 @@ func WithMaxReadCall(opts ReaderOptions, n int64) ReaderOptions {
 	opts.maxCall = n
 	return opts
 }
+
+// ReadSysctlMem reads the memory figures of goos ("darwin" or "freebsd")
+// from the sysctl values get returns.
+func ReadSysctlMem(goos string, get func(name string) (uint64, error)) (MemInfo, error) {
+	m := map[string]sysctlMem{"darwin": darwinMem, "freebsd": freebsdMem}[goos]
+	return readSysctlMem(m, get)
+}
