@@ -325,6 +325,9 @@ func cpuName() string {
 			}
 		}
 	}
+	if name := sysctlCPUName(); name != "" {
+		return name
+	}
 	return runtime.GOARCH
 }
 
