@@ -4,6 +4,10 @@ go 1.26.0
 
 require golang.org/x/sys v0.50.0
 
+// arm64 CPU features (ASIMD, ASIMDDP, BF16, SVE) for the NEON kernel
+// dispatch in internal/platform/cpu; imported on arm64 builds only.
+require github.com/klauspost/cpuid/v2 v2.4.2
+
 // huff0 codes the exponent bytes of the compressed packed trunk (k3 pack
 // --compress): fuzzed, with an amd64 asm 4-stream decoder.
 require github.com/klauspost/compress v1.20.4

@@ -96,6 +96,11 @@ type ConstrainOptions struct {
 	// MaxToolCalls bounds the calls of the tools channel (0 means
 	// DefaultMaxToolCalls). A named function is called once.
 	MaxToolCalls int
+	// Content, if not nil, is the grammar of the response channel's
+	// content, in place of a response format's JSON (a regular
+	// expression, say, which no response format expresses; the prompt
+	// does not mention it). It cannot be combined with a response format.
+	Content *grammar.Expr
 }
 
 // DefaultMaxToolCalls is the most calls in one answer when
@@ -153,8 +158,9 @@ func declaredTools(msgs []Message, opts Options) ([]tool, error) {
 
 // AnswerGrammar returns the grammar of an assistant answer to the prompt
 // Render(msgs, opts) ends with: what the model generates after it,
-// through <|end_of_msg|>. It returns nil when opts constrain nothing (no
-// response format, tool_choice auto and no strict tool): the answer is
+// through <|end_of_msg|>. It returns nil when opts and c constrain
+// nothing (no response format or content grammar, tool_choice auto and no
+// strict tool): the answer is
 // then sampled freely, exactly as without this function.
 func AnswerGrammar(msgs []Message, opts Options, c ConstrainOptions) (*grammar.Grammar, error) {
 	if opts.NoGenerationPrompt {
@@ -180,6 +186,12 @@ func AnswerGrammar(msgs []Message, opts Options, c ConstrainOptions) (*grammar.G
 			return nil, err
 		}
 		format = &e
+	}
+	if c.Content != nil {
+		if format != nil {
+			return nil, fmt.Errorf("%w: a response format and a content grammar at once", ErrConstraint)
+		}
+		format = c.Content
 	}
 	anyStrict := false
 	for _, t := range tools {

@@ -218,6 +218,34 @@ func TestAnswerGrammarErrors(t *testing.T) {
 	}
 }
 
+// TestAnswerGrammarContent: a content grammar constrains the response
+// channel as a response format's JSON would, thinking or not, and cannot
+// come with a response format.
+func TestAnswerGrammarContent(t *testing.T) {
+	tok := byteTokenizer()
+	re := grammar.Regexp(`[a-c]{1,3}`)
+	co := chat.ConstrainOptions{Content: &re}
+	for _, opts := range []chat.Options{{}, {NoThinking: true}} {
+		c := constraint(t, tok, opts, co)
+		for _, m := range []chat.Message{{Content: "a"}, {ReasoningContent: "hm", Content: "cab"}} {
+			if opts.NoThinking {
+				m.ReasoningContent = ""
+			}
+			if ok, at := follows(t, c, answerIDs(t, tok, m, opts)); !ok {
+				t.Errorf("%+v: %+v refused at id %d", opts, m, at)
+			}
+		}
+		for _, m := range []chat.Message{{Content: ""}, {Content: "abca"}, {Content: "x"}, {Content: "a", ToolCalls: []chat.ToolCall{call("search", `{"q": "x"}`)}}} {
+			if ok, _ := follows(t, c, answerIDs(t, tok, m, opts)); ok {
+				t.Errorf("%+v: %+v taken", opts, m)
+			}
+		}
+	}
+	if _, err := chat.AnswerGrammar(nil, chat.Options{ResponseFormat: &chat.ResponseFormat{Type: "json_object"}}, co); !errors.Is(err, chat.ErrConstraint) {
+		t.Errorf("content grammar with a response format: %v, want ErrConstraint", err)
+	}
+}
+
 func TestToolChoiceFunctionJSON(t *testing.T) {
 	var o chat.Options
 	if err := json.Unmarshal([]byte(`{"tool_choice":{"type":"function","function":{"name":"search"}}}`), &o); err != nil {

@@ -3,6 +3,8 @@ package grammar
 import (
 	"fmt"
 	"math"
+
+	"github.com/k3go/k3/grammar/internal/automaton"
 )
 
 // Grammar is a compiled grammar over bytes and special tokens,
@@ -66,7 +68,7 @@ type expr struct {
 	text   string
 	kids   []*expr
 	lo, hi int
-	dfa    *dfa
+	dfa    *automaton.DFA
 	schema *Schema
 	style  Style
 	err    error
@@ -123,20 +125,24 @@ func Text() Expr { return Expr{&expr{kind: eText}} }
 // the start and end of the text. An expression that fails to parse makes
 // Compile fail.
 func Regexp(expr string) Expr {
-	re, err := parseRegexp(expr)
+	re, err := automaton.ParseRegexp(expr)
 	if err != nil {
 		return Expr{errExpr(err)}
 	}
-	d, err := compileDFA(re, false)
+	d, err := automaton.Compile(re, false)
 	if err != nil {
 		return Expr{errExpr(err)}
 	}
 	return Expr{dfaExpr(d)}
 }
 
+// ErrRegexp is wrapped by the errors of regular expressions the package
+// cannot turn into an automaton.
+var ErrRegexp = automaton.ErrRegexp
+
 func errExpr(err error) *expr { return &expr{kind: eErr, err: err} }
 
-func dfaExpr(d *dfa) *expr { return &expr{kind: eDFA, dfa: d} }
+func dfaExpr(d *automaton.DFA) *expr { return &expr{kind: eDFA, dfa: d} }
 
 // Whitespace matches up to st.Whitespace bytes of whitespace, the
 // whitespace allowed around a whole JSON value in style st (none in
@@ -155,7 +161,7 @@ func wsExpr(sl slot) *expr {
 	for _, c := range chars {
 		lits = append(lits, string(c))
 	}
-	d, err := literalsDFA(lits)
+	d, err := automaton.Literals(lits)
 	if err != nil {
 		return errExpr(err)
 	}

@@ -3,27 +3,29 @@ package grammar
 import (
 	"fmt"
 	"math/big"
-	"regexp/syntax"
 	"strings"
-	"sync"
+
+	"github.com/k3go/k3/grammar/internal/automaton"
+	"github.com/k3go/k3/grammar/internal/jsonschema"
+	"github.com/k3go/k3/grammar/internal/lexer"
 )
 
 // lowerKey memoizes the nodes of a schema: one per layout (and per raw
 // string mode), so recursion shares them.
 type lowerKey struct {
-	n     *snode
+	n     *jsonschema.Node
 	style Style
 	raw   bool
 }
 
 // lowerSchema returns the node of the values of n, as JSON in style st,
 // or as raw strings.
-func (l *lowerer) lowerSchema(n *snode, st Style, raw bool) (int32, error) {
+func (l *lowerer) lowerSchema(n *jsonschema.Node, st Style, raw bool) (int32, error) {
 	if raw {
 		st = Style{}
 	}
-	for n.kind == skRef {
-		n = n.target
+	for n.Kind == jsonschema.KindRef {
+		n = n.Target
 	}
 	k := lowerKey{n, st, raw}
 	if id, ok := l.smemo[k]; ok {
@@ -31,23 +33,23 @@ func (l *lowerer) lowerSchema(n *snode, st Style, raw bool) (int32, error) {
 	}
 	p := l.p
 	fail := func() int32 { return p.add(node{kind: kFail, debug: describeSchema(n)}) }
-	switch n.kind {
-	case skNone, skPending:
+	switch n.Kind {
+	case jsonschema.KindNone, jsonschema.KindPending:
 		id := fail()
 		l.smemo[k] = id
 		return id, nil
-	case skAny:
+	case jsonschema.KindAny:
 		if raw {
-			return l.stringNode(n, &strIR{max: unbounded}, true, k)
+			return l.stringNode(n, &jsonschema.String{Max: unbounded}, true, k)
 		}
 		id := l.anyValue(st)
 		l.smemo[k] = id
 		return id, nil
-	case skUnion:
+	case jsonschema.KindUnion:
 		id := p.add(node{kind: kAlt, debug: describeSchema(n)})
 		l.smemo[k] = id
 		var kids []int32
-		for _, a := range n.alts {
+		for _, a := range n.Alts {
 			c, err := l.lowerSchema(a, st, raw)
 			if err != nil {
 				return 0, err
@@ -56,61 +58,61 @@ func (l *lowerer) lowerSchema(n *snode, st Style, raw bool) (int32, error) {
 		}
 		p.nodes[id].kids = kids
 		return id, nil
-	case skEnum:
+	case jsonschema.KindEnum:
 		return l.enumNode(n, st, raw, k)
-	case skString:
-		return l.stringNode(n, n.str, raw, k)
+	case jsonschema.KindString:
+		return l.stringNode(n, n.Str, raw, k)
 	}
 	if raw {
 		id := fail()
 		l.smemo[k] = id
 		return id, nil
 	}
-	switch n.kind {
-	case skObject:
+	switch n.Kind {
+	case jsonschema.KindObject:
 		idx := int32(len(p.objs))
 		p.objs = append(p.objs, objSpec{})
 		id := p.add(node{kind: kObject, aux: idx, debug: describeSchema(n)})
 		l.smemo[k] = id
 		o := objSpec{addl: -1, addlKey: -1, style: st}
 		var names []string
-		for _, pr := range n.obj.props {
-			v, err := l.lowerSchema(pr.s, st, false)
+		for _, pr := range n.Obj.Props {
+			v, err := l.lowerSchema(pr.Schema, st, false)
 			if err != nil {
 				return 0, err
 			}
-			o.props = append(o.props, objProp{name: pr.name, key: quoteJSON(pr.name), value: v, required: pr.required})
-			names = append(names, pr.name)
+			o.props = append(o.props, objProp{name: pr.Name, key: jsonschema.QuoteJSON(pr.Name), value: v, required: pr.Required})
+			names = append(names, pr.Name)
 		}
-		if n.obj.addl != nil {
-			v, err := l.lowerSchema(n.obj.addl, st, false)
+		if n.Obj.Addl != nil {
+			v, err := l.lowerSchema(n.Obj.Addl, st, false)
 			if err != nil {
 				return 0, err
 			}
 			o.addl = v
-			keyDFA, err := otherKeys(names)
+			keyDFA, err := automaton.OtherKeys(names)
 			if err != nil {
 				return 0, l.schemaErr(n, "properties", err)
 			}
-			o.addlKey = l.addString(strSpec{dfa: keyDFA, max: unbounded}, "a key")
+			o.addlKey = l.addString(lexer.String{DFA: keyDFA, Max: unbounded}, "a key")
 		}
 		p.objs[idx] = o
 		return id, nil
-	case skArray:
+	case jsonschema.KindArray:
 		idx := int32(len(p.arrs))
 		p.arrs = append(p.arrs, arrSpec{})
 		id := p.add(node{kind: kArray, aux: idx, debug: describeSchema(n)})
 		l.smemo[k] = id
-		a := arrSpec{items: -1, min: n.arr.min, max: n.arr.max, style: st}
-		for _, x := range n.arr.prefix {
+		a := arrSpec{items: -1, min: n.Arr.Min, max: n.Arr.Max, style: st}
+		for _, x := range n.Arr.Prefix {
 			v, err := l.lowerSchema(x, st, false)
 			if err != nil {
 				return 0, err
 			}
 			a.prefix = append(a.prefix, v)
 		}
-		if n.arr.items != nil {
-			v, err := l.lowerSchema(n.arr.items, st, false)
+		if n.Arr.Items != nil {
+			v, err := l.lowerSchema(n.Arr.Items, st, false)
 			if err != nil {
 				return 0, err
 			}
@@ -118,63 +120,63 @@ func (l *lowerer) lowerSchema(n *snode, st Style, raw bool) (int32, error) {
 		}
 		p.arrs[idx] = a
 		return id, nil
-	case skNumber:
+	case jsonschema.KindNumber:
 		id, err := l.numberNode(n)
 		if err != nil {
 			return 0, err
 		}
 		l.smemo[k] = id
 		return id, nil
-	case skBool:
-		id := p.add(node{kind: kDFA, aux: l.addDFA(boolDFA()), debug: "a boolean"})
+	case jsonschema.KindBool:
+		id := p.add(node{kind: kDFA, aux: l.addDFA(automaton.Bool()), debug: "a boolean"})
 		l.smemo[k] = id
 		return id, nil
-	case skNull:
+	case jsonschema.KindNull:
 		id := p.add(node{kind: kLit, lit: []sym{'n', 'u', 'l', 'l'}, debug: "null"})
 		l.smemo[k] = id
 		return id, nil
 	}
-	return 0, fmt.Errorf("%w: schema kind %d", ErrGrammar, n.kind)
+	return 0, fmt.Errorf("%w: schema kind %d", ErrGrammar, n.Kind)
 }
 
-func (l *lowerer) schemaErr(n *snode, kw string, err error) error {
-	return &SchemaError{Pointer: pointerOf(n.ptr, kw), Keyword: kw, Err: ErrUnsupported, Msg: strings.TrimPrefix(err.Error(), "grammar: ")}
+func (l *lowerer) schemaErr(n *jsonschema.Node, kw string, err error) error {
+	return &SchemaError{Pointer: jsonschema.PointerOf(n.Ptr, kw), Keyword: kw, Err: ErrUnsupported, Msg: strings.TrimPrefix(err.Error(), "grammar: ")}
 }
 
 // describeSchema is the debug text of a schema's node: it names the
 // schema's JSON pointer, which errors report.
-func describeSchema(n *snode) string { return schemaTag + n.ptr }
+func describeSchema(n *jsonschema.Node) string { return schemaTag + n.Ptr }
 
 // schemaTag starts the debug text of a node that comes from a schema.
 const schemaTag = "schema:"
 
-func (l *lowerer) addDFA(d *dfa) int32 {
+func (l *lowerer) addDFA(d *automaton.DFA) int32 {
 	l.p.dfas = append(l.p.dfas, d)
 	return int32(len(l.p.dfas) - 1)
 }
 
-func (l *lowerer) addString(s strSpec, debug string) int32 {
+func (l *lowerer) addString(s lexer.String, debug string) int32 {
 	l.p.strs = append(l.p.strs, s)
 	return l.p.add(node{kind: kString, aux: int32(len(l.p.strs) - 1), debug: debug})
 }
 
 // stringNode lowers a string schema: its length table is computed here,
 // where the bounds and the content automaton meet.
-func (l *lowerer) stringNode(n *snode, s *strIR, raw bool, k lowerKey) (int32, error) {
-	spec := strSpec{raw: raw, dfa: s.dfa, min: s.min, max: s.max}
-	if spec.dfa != nil && (spec.min > 0 || spec.max != unbounded) {
-		top := int(spec.max)
-		if spec.max == unbounded {
-			top = int(spec.min)
+func (l *lowerer) stringNode(n *jsonschema.Node, s *jsonschema.String, raw bool, k lowerKey) (int32, error) {
+	spec := lexer.String{Raw: raw, DFA: s.DFA, Min: s.Min, Max: s.Max}
+	if spec.DFA != nil && (spec.Min > 0 || spec.Max != unbounded) {
+		top := int(spec.Max)
+		if spec.Max == unbounded {
+			top = int(spec.Min)
 		}
-		ls, err := newLens(spec.dfa, top, spec.max == unbounded)
+		ls, err := automaton.NewLens(spec.DFA, top, spec.Max == unbounded)
 		if err != nil {
 			return 0, l.schemaErr(n, "maxLength", err)
 		}
-		spec.lens = ls
+		spec.Lens = ls
 	}
 	var id int32
-	if spec.feasible() {
+	if spec.Feasible() {
 		id = l.addString(spec, describeSchema(n))
 	} else {
 		id = l.p.add(node{kind: kFail, debug: describeSchema(n)})
@@ -186,25 +188,25 @@ func (l *lowerer) stringNode(n *snode, s *strIR, raw bool, k lowerKey) (int32, e
 // enumNode lowers literal values: strings as strings whose content is one
 // of the literals (so any spelling of their escapes is fine), the others
 // as their JSON text.
-func (l *lowerer) enumNode(n *snode, st Style, raw bool, k lowerKey) (int32, error) {
+func (l *lowerer) enumNode(n *jsonschema.Node, st Style, raw bool, k lowerKey) (int32, error) {
 	var strs, others []string
-	for _, v := range n.vals {
-		if v.kind == 's' {
-			strs = append(strs, v.str)
+	for _, v := range n.Vals {
+		if v.Kind == 's' {
+			strs = append(strs, v.Str)
 		} else if !raw {
-			others = append(others, v.format(Style{Python: st.Python}))
+			others = append(others, v.Format(st.Python))
 		}
 	}
 	var kids []int32
 	if len(strs) > 0 {
-		d, err := literalsDFA(strs)
+		d, err := automaton.Literals(strs)
 		if err != nil {
 			return 0, l.schemaErr(n, "enum", err)
 		}
-		kids = append(kids, l.addString(strSpec{raw: raw, dfa: d, max: unbounded}, describeSchema(n)))
+		kids = append(kids, l.addString(lexer.String{Raw: raw, DFA: d, Max: unbounded}, describeSchema(n)))
 	}
 	if len(others) > 0 {
-		d, err := literalsDFA(others)
+		d, err := automaton.Literals(others)
 		if err != nil {
 			return 0, l.schemaErr(n, "enum", err)
 		}
@@ -225,57 +227,57 @@ func (l *lowerer) enumNode(n *snode, st Style, raw bool, k lowerKey) (int32, err
 
 // numberNode lowers a number: a number with bounds or multipleOf (and any
 // integer) is checked digit by digit; a free number is a lexeme.
-func (l *lowerer) numberNode(n *snode) (int32, error) {
-	ni := n.num
-	if !ni.integer && ni.lo == nil && ni.hi == nil && ni.mult == nil {
-		return l.p.add(node{kind: kDFA, aux: l.addDFA(numberDFA()), debug: "a number"}), nil
+func (l *lowerer) numberNode(n *jsonschema.Node) (int32, error) {
+	ni := n.Num
+	if !ni.Integer && ni.Lo == nil && ni.Hi == nil && ni.Mult == nil {
+		return l.p.add(node{kind: kDFA, aux: l.addDFA(automaton.Number()), debug: "a number"}), nil
 	}
-	spec := numSpec{lo: -maxUnits, hi: maxUnits, mult: 1}
+	spec := lexer.Number{Lo: -lexer.MaxUnits, Hi: lexer.MaxUnits, Mult: 1}
 	scale := big.NewRat(1, 1)
-	if !ni.integer {
-		spec.frac = 6
+	if !ni.Integer {
+		spec.Frac = 6
 		scale = big.NewRat(1_000_000, 1)
 	}
 	clamp := func(x *big.Int) int64 {
 		switch {
-		case x.Cmp(big.NewInt(maxUnits)) > 0:
-			return maxUnits
-		case x.Cmp(big.NewInt(-maxUnits)) < 0:
-			return -maxUnits
+		case x.Cmp(big.NewInt(lexer.MaxUnits)) > 0:
+			return lexer.MaxUnits
+		case x.Cmp(big.NewInt(-lexer.MaxUnits)) < 0:
+			return -lexer.MaxUnits
 		}
 		return x.Int64()
 	}
-	if ni.lo != nil {
-		x := new(big.Rat).Mul(ni.lo, scale)
+	if ni.Lo != nil {
+		x := new(big.Rat).Mul(ni.Lo, scale)
 		c := ceilRat(x)
-		if ni.loExcl && x.IsInt() {
+		if ni.LoExcl && x.IsInt() {
 			c.Add(c, big.NewInt(1))
 		}
-		spec.lo = max(spec.lo, clamp(c))
+		spec.Lo = max(spec.Lo, clamp(c))
 	}
-	if ni.hi != nil {
-		x := new(big.Rat).Mul(ni.hi, scale)
+	if ni.Hi != nil {
+		x := new(big.Rat).Mul(ni.Hi, scale)
 		f := floorRat(x)
-		if ni.hiExcl && x.IsInt() {
+		if ni.HiExcl && x.IsInt() {
 			f.Sub(f, big.NewInt(1))
 		}
-		spec.hi = min(spec.hi, clamp(f))
+		spec.Hi = min(spec.Hi, clamp(f))
 	}
-	if ni.mult != nil {
+	if ni.Mult != nil {
 		var m *big.Int
-		if ni.integer {
+		if ni.Integer {
 			// An integer is a multiple of p/q (lowest terms) exactly when
 			// it is a multiple of p.
-			m = new(big.Int).Set(ni.mult.Num())
+			m = new(big.Int).Set(ni.Mult.Num())
 		} else {
-			m, _ = unitsOf(ni.mult)
+			m, _ = jsonschema.UnitsOf(ni.Mult)
 		}
-		if m.Cmp(big.NewInt(maxUnits)) > 0 {
-			m = big.NewInt(maxUnits + 1) // only 0 is a multiple in range
+		if m.Cmp(big.NewInt(lexer.MaxUnits)) > 0 {
+			m = big.NewInt(lexer.MaxUnits + 1) // only 0 is a multiple in range
 		}
-		spec.mult = m.Int64()
+		spec.Mult = m.Int64()
 	}
-	if !spec.feasible() {
+	if !spec.Feasible() {
 		return l.p.add(node{kind: kFail, debug: describeSchema(n)}), nil
 	}
 	l.p.nums = append(l.p.nums, spec)
@@ -312,8 +314,8 @@ func (l *lowerer) anyValue(st Style) int32 {
 	arrIdx := int32(len(p.arrs))
 	p.arrs = append(p.arrs, arrSpec{items: id, max: unbounded, style: st})
 	arr := p.add(node{kind: kArray, aux: arrIdx, debug: "a JSON array"})
-	num := p.add(node{kind: kDFA, aux: l.addDFA(numberDFA()), debug: "a number"})
-	b := p.add(node{kind: kDFA, aux: l.addDFA(boolDFA()), debug: "a boolean"})
+	num := p.add(node{kind: kDFA, aux: l.addDFA(automaton.Number()), debug: "a number"})
+	b := p.add(node{kind: kDFA, aux: l.addDFA(automaton.Bool()), debug: "a boolean"})
 	null := p.add(node{kind: kLit, lit: []sym{'n', 'u', 'l', 'l'}, debug: "null"})
 	p.nodes[id].kids = []int32{obj, arr, str, num, b, null}
 	return id
@@ -321,89 +323,7 @@ func (l *lowerer) anyValue(st Style) int32 {
 
 func (l *lowerer) anyString() int32 {
 	if l.anyS < 0 {
-		l.anyS = l.addString(strSpec{max: unbounded}, "a string")
+		l.anyS = l.addString(lexer.String{Max: unbounded}, "a string")
 	}
 	return l.anyS
-}
-
-// otherKeys is the content of keys that are none of names.
-func otherKeys(names []string) (*dfa, error) {
-	if len(names) == 0 {
-		return nil, nil
-	}
-	anyText, err := compileDFA(mustParse(`(?s:.*)`), false)
-	if err != nil {
-		return nil, err
-	}
-	lits, err := literalsDFA(names)
-	if err != nil {
-		return nil, err
-	}
-	return product(anyText, lits, true)
-}
-
-func mustParse(expr string) *syntax.Regexp {
-	re, err := parseRegexp(expr)
-	if err != nil {
-		panic(err)
-	}
-	return re
-}
-
-// Shared automata of fixed lexemes, built once.
-var (
-	numberDFA = onceDFA(`-?(?:0|[1-9][0-9]{0,15})(?:\.[0-9]{1,16})?(?:[eE][+-]?[0-9]{1,2})?`)
-	boolDFA   = onceDFA(`true|false`)
-)
-
-func onceDFA(expr string) func() *dfa {
-	return sync.OnceValue(func() *dfa {
-		d, err := compileDFA(mustParse(expr), false)
-		if err != nil {
-			panic(err)
-		}
-		d.shared = true
-		return d
-	})
-}
-
-// Formats, as regular expressions of their plainest valid form.
-const (
-	reDate = `(?:[0-9]{4}-(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])` +
-		`|[0-9]{4}-(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)` +
-		`|[0-9]{4}-02-(?:0[1-9]|1[0-9]|2[0-8])` +
-		`|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)-02-29)`
-	reTime  = `(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{1,9})?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])`
-	reUUID  = `[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}`
-	atext   = "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]"
-	label   = `[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?`
-	reEmail = atext + `+(?:\.` + atext + `+)*@` + label + `(?:\.` + label + `)+`
-)
-
-// A format is an automaton and, when its definition limits the length of
-// its parts, a maximum length short enough to keep every part within
-// them (an e-mail address of at most 64 characters has a local part of
-// at most 64 and labels of at most 63): counting in the automaton itself
-// would multiply its states.
-type format struct {
-	dfa    func() *dfa
-	maxLen uint32
-}
-
-var formats = map[string]format{
-	"date":      {onceDFA(reDate), unbounded},
-	"time":      {onceDFA(reTime), unbounded},
-	"date-time": {onceDFA(reDate + `T` + reTime), unbounded},
-	"uuid":      {onceDFA(reUUID), unbounded},
-	"email":     {onceDFA(reEmail), 64},
-}
-
-// formatDFA returns the automaton of a supported format and the longest
-// value it generates.
-func formatDFA(name string) (*dfa, uint32, error) {
-	f, ok := formats[name]
-	if !ok {
-		return nil, 0, fmt.Errorf("format %q cannot be enforced (supported: date-time, date, time, uuid, email)", name)
-	}
-	return f.dfa(), f.maxLen, nil
 }

@@ -163,7 +163,7 @@ func (r *runner) advance(t thread, s sym, out []thread) []thread {
 
 		case kDFA:
 			d := p.dfas[n.aux]
-			q := d.start
+			q := d.Start
 			if t.f.a > 0 {
 				q = int32(t.f.a - 1)
 			}
@@ -172,9 +172,9 @@ func (r *runner) advance(t thread, s sym, out []thread) []thread {
 			}
 			nx := int32(-1)
 			if s < symSpecial0 {
-				nx = d.next(q, byte(s))
+				nx = d.Next(q, byte(s))
 			}
-			if d.accept[q] {
+			if d.Accept[q] {
 				if nx < 0 {
 					if !r.pop(&t) {
 						return out
@@ -195,7 +195,7 @@ func (r *runner) advance(t thread, s sym, out []thread) []thread {
 
 		case kString:
 			sp := &p.strs[n.aux]
-			st, ok, done := sp.step(t.f, s)
+			st, ok, done := stepString(sp, t.f, s)
 			if done {
 				if !r.pop(&t) {
 					return out
@@ -210,7 +210,7 @@ func (r *runner) advance(t thread, s sym, out []thread) []thread {
 
 		case kNum:
 			sp := &p.nums[n.aux]
-			st, ok, done := sp.step(t.f, s)
+			st, ok, done := stepNumber(sp, t.f, s)
 			if done {
 				if !r.pop(&t) {
 					return out
@@ -291,15 +291,15 @@ func (r *runner) frameCanEnd(f frame) bool {
 		return true
 	case kDFA:
 		d := p.dfas[n.aux]
-		q := d.start
+		q := d.Start
 		if f.a > 0 {
 			q = int32(f.a - 1)
 		}
-		return d.accept[q]
+		return d.Accept[q]
 	case kString:
-		return p.strs[n.aux].canEnd(f)
+		return stringCanEnd(&p.strs[n.aux], f)
 	case kNum:
-		return p.nums[n.aux].canEnd(f)
+		return numberCanEnd(&p.nums[n.aux], f)
 	case kObject, kArray:
 		return f.a&0xff == phDone
 	}

@@ -8,6 +8,9 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+
+	"github.com/k3go/k3/grammar/internal/automaton"
+	"github.com/k3go/k3/grammar/internal/lexer"
 )
 
 // Constraint is what a sampler needs to constrain generation: a source of
@@ -79,9 +82,9 @@ type GrammarConstraint struct {
 	specSyms []sym
 	specIDs  [][]int32
 
-	classes    sync.Map // classKey → *classEntry, for strings with a dfa
+	classes    sync.Map // lexer.ClassKey → *lexer.ClassEntry, for strings with a dfa
 	classBytes atomic.Int64
-	lexemes    sync.Map // lexemeKey → *lexemeEntry
+	lexemes    sync.Map // lexemeKey → *lexer.LexemeEntry
 }
 
 // Constraint binds g to the vocabulary v. It fails when g names a special
@@ -125,35 +128,40 @@ func (c *GrammarConstraint) newMatcher() *GrammarMatcher {
 	return m
 }
 
+type lexemeKey struct {
+	dfa *automaton.DFA
+	q   int32
+}
+
 // maxClassBytes bounds the memory of the token classes one constraint
 // keeps for its patterns and formats; past it, classes are computed for
 // each mask and dropped (slower, but a hostile pattern cannot make a
 // request hold gigabytes).
 const maxClassBytes = 64 << 20
 
-func (c *GrammarConstraint) stringClass(k classKey) *classEntry {
-	cache, shared := &c.classes, k.dfa == nil || k.dfa.shared
+func (c *GrammarConstraint) stringClass(k lexer.ClassKey) *lexer.ClassEntry {
+	cache, shared := &c.classes, k.DFA == nil || k.DFA.Shared
 	if shared {
 		cache = &c.v.classes
 	}
 	if e, ok := cache.Load(k); ok {
-		return e.(*classEntry)
+		return e.(*lexer.ClassEntry)
 	}
-	e := buildStringClass(c.v, k)
-	if !shared && c.classBytes.Add(int64(e.bytes())) > maxClassBytes {
+	e := lexer.BuildStringClass(&c.v.trie, c.v.tokens, c.v.size, k)
+	if !shared && c.classBytes.Add(int64(e.Bytes())) > maxClassBytes {
 		return e
 	}
 	x, _ := cache.LoadOrStore(k, e)
-	return x.(*classEntry)
+	return x.(*lexer.ClassEntry)
 }
 
-func (c *GrammarConstraint) lexemeClass(d *dfa, q int32) *lexemeEntry {
+func (c *GrammarConstraint) lexemeClass(d *automaton.DFA, q int32) *lexer.LexemeEntry {
 	k := lexemeKey{d, q}
 	if e, ok := c.lexemes.Load(k); ok {
-		return e.(*lexemeEntry)
+		return e.(*lexer.LexemeEntry)
 	}
-	e, _ := c.lexemes.LoadOrStore(k, buildLexemeClass(c.v, d, q))
-	return e.(*lexemeEntry)
+	e, _ := c.lexemes.LoadOrStore(k, lexer.BuildLexemeClass(&c.v.trie, c.v.size, d, q))
+	return e.(*lexer.LexemeEntry)
 }
 
 // GrammarMatcher is the package's Matcher.
@@ -416,70 +424,70 @@ func (m *GrammarMatcher) fast(t thread, mask []uint64) bool {
 		return true
 	case kDFA:
 		d := p.dfas[n.aux]
-		q := d.start
+		q := d.Start
 		if t.f.a > 0 {
 			q = int32(t.f.a - 1)
 		}
 		if q < 0 || m.followTakesBytes(t) {
 			return false
 		}
-		or(mask, m.c.lexemeClass(d, q).mask)
+		or(mask, m.c.lexemeClass(d, q).Mask)
 		return true
 	case kString:
 		sp := &p.strs[n.aux]
 		sub := uint8(t.f.a)
-		if sub == sqStart && sp.raw {
-			sub = sqNormal
+		if sub == lexer.SubStart && sp.Raw {
+			sub = lexer.SubNormal
 		}
-		if sub == sqStart || sub == sqClosed {
+		if sub == lexer.SubStart || sub == lexer.SubClosed {
 			return false
 		}
 		q := int32(t.f.b)
-		if sp.dfa == nil {
+		if sp.DFA == nil {
 			q = 0
-		} else if uint8(t.f.a) == sqStart {
-			q = sp.dfa.start
+		} else if uint8(t.f.a) == lexer.SubStart {
+			q = sp.DFA.Start
 		}
-		e := m.c.stringClass(classKey{dfa: sp.dfa, q: q, sub: sub, raw: sp.raw})
+		e := m.c.stringClass(lexer.ClassKey{DFA: sp.DFA, Q: q, Sub: sub, Raw: sp.Raw})
 		c := t.f.c
 		switch {
-		case sp.dfa == nil || sp.lens == nil:
+		case sp.DFA == nil || sp.Lens == nil:
 			rem := uint32(unbounded)
-			if sp.max != unbounded {
-				rem = sp.max - c
+			if sp.Max != unbounded {
+				rem = sp.Max - c
 			}
-			if uint32(e.maxChars) <= rem {
-				or(mask, e.mask)
+			if uint32(e.MaxChars) <= rem {
+				or(mask, e.Mask)
 				break
 			}
 			// The tokens are sorted by characters: those that fit are a
 			// prefix. Set them one by one when they are few, else take
 			// the class's mask and clear the few long ones.
-			fit, _ := slices.BinarySearchFunc(e.chars, rem+1, func(c uint16, r uint32) int { return cmp.Compare(uint32(c), r) })
-			if fit <= len(e.ids)/4 {
-				for _, id := range e.ids[:fit] {
+			fit, _ := slices.BinarySearchFunc(e.Chars, rem+1, func(c uint16, r uint32) int { return cmp.Compare(uint32(c), r) })
+			if fit <= len(e.IDs)/4 {
+				for _, id := range e.IDs[:fit] {
 					mask[id>>6] |= 1 << (id & 63)
 				}
 				break
 			}
-			m.scratch = append(m.scratch[:0], e.mask...)
-			for _, id := range e.ids[fit:] {
+			m.scratch = append(m.scratch[:0], e.Mask...)
+			for _, id := range e.IDs[fit:] {
 				m.scratch[id>>6] &^= 1 << (id & 63)
 			}
 			or(mask, m.scratch)
 		default:
-			for _, r := range e.runs {
-				if sp.live(r.sub, r.q, c+uint32(r.chars)) {
-					for _, id := range e.ids[r.from:r.to] {
+			for _, r := range e.Runs {
+				if sp.Live(r.Sub, r.Q, c+uint32(r.Chars)) {
+					for _, id := range e.IDs[r.From:r.To] {
 						mask[id>>6] |= 1 << (id & 63)
 					}
 				}
 			}
 		}
-		if e.exits.nodes() > 0 {
+		if e.Exits.Nodes() > 0 {
 			m.root[0] = t
-			m.root[0].f.a = sqClosed
-			m.walk(&e.exits, m.root[:], mask, exitCheck{n: c, min: sp.min, max: sp.max, on: true})
+			m.root[0].f.a = lexer.SubClosed
+			m.walk(&e.Exits, m.root[:], mask, exitCheck{n: c, min: sp.Min, max: sp.Max, on: true})
 		}
 		return true
 	}
@@ -512,7 +520,7 @@ func or(dst, src []uint64) {
 // walk sets in mask the tokens of trie tr that some thread of roots
 // takes whole. With chk, the trie is a string's exit trie: a token
 // counts only if its characters before the quote keep the bounds.
-func (m *GrammarMatcher) walk(tr *trie, roots []thread, mask []uint64, chk exitCheck) {
+func (m *GrammarMatcher) walk(tr *lexer.Trie, roots []thread, mask []uint64, chk exitCheck) {
 	base := len(m.r.arena)
 	tb := append(m.tbuf[:0], roots...)
 	if cap(m.setLo) < 64 {
@@ -521,27 +529,27 @@ func (m *GrammarMatcher) walk(tr *trie, roots []thread, mask []uint64, chk exitC
 	lo, hi, marks := m.setLo[:1], m.setHi[:1], m.marks[:1]
 	lo[0], hi[0], marks[0] = 0, int32(len(tb)), int32(base)
 	hit := func(node int) {
-		a, b := tr.records(node)
+		a, b := tr.Records(node)
 		for x := a; x < b; x++ {
 			if chk.on {
-				n := chk.n + tr.aux[x]
+				n := chk.n + tr.Aux[x]
 				if n < chk.min || n > chk.max {
 					continue
 				}
 			}
-			id := tr.ids[x]
+			id := tr.IDs[x]
 			mask[id>>6] |= 1 << (id & 63)
 		}
 	}
 	if len(tb) > 0 {
 		hit(0)
 	}
-	for i := 1; i < tr.nodes(); {
-		d := int(tr.dep[i])
+	for i := 1; i < tr.Nodes(); {
+		d := int(tr.Dep[i])
 		tb = tb[:hi[d-1]]
 		m.r.arena = m.r.arena[:marks[d-1]]
 		start := int32(len(tb))
-		s := sym(tr.by[i])
+		s := sym(tr.By[i])
 		for k := lo[d-1]; k < hi[d-1]; k++ {
 			tb = m.r.advance(tb[k], s, tb)
 		}
@@ -553,14 +561,14 @@ func (m *GrammarMatcher) walk(tr *trie, roots []thread, mask []uint64, chk exitC
 			}
 		}
 		if int32(len(tb)) == start {
-			i = int(tr.skip[i])
+			i = int(tr.Skip[i])
 			continue
 		}
 		for len(lo) <= d {
 			lo, hi, marks = append(lo, 0), append(hi, 0), append(marks, 0)
 		}
 		lo[d], hi[d], marks[d] = start, int32(len(tb)), int32(len(m.r.arena))
-		if tr.rec[i] < tr.rec[i+1] {
+		if tr.Rec[i] < tr.Rec[i+1] {
 			hit(i)
 		}
 		i++

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"math"
 	"strings"
+
+	"github.com/k3go/k3/grammar/internal/automaton"
+	"github.com/k3go/k3/grammar/internal/lexer"
 )
 
 // sym is one input symbol of a grammar: a byte (0..255) or a special
@@ -56,9 +59,9 @@ const unbounded = math.MaxUint32
 type program struct {
 	nodes    []node
 	specials []string // names of the special symbols, in symbol order
-	dfas     []*dfa
-	strs     []strSpec
-	nums     []numSpec
+	dfas     []*automaton.DFA
+	strs     []lexer.String
+	nums     []lexer.Number
 	objs     []objSpec
 	arrs     []arrSpec
 	root     int32
@@ -246,7 +249,7 @@ func (p *program) nodeProductive(i int32, prod []bool) bool {
 	case kLit, kText, kString, kNum:
 		return true // strings and numbers with no valid value are lowered to kFail
 	case kDFA:
-		return p.dfas[n.aux].start >= 0
+		return p.dfas[n.aux].Start >= 0
 	case kSeq:
 		for _, k := range n.kids {
 			if !prod[k] {
@@ -424,9 +427,9 @@ func (p *program) nodeNullable(i int32, nl []bool) bool {
 		return true
 	case kDFA:
 		d := p.dfas[n.aux]
-		return d.start >= 0 && d.accept[d.start]
+		return d.Start >= 0 && d.Accept[d.Start]
 	case kString:
-		return p.strs[n.aux].nullable()
+		return p.strs[n.aux].Nullable()
 	case kSeq:
 		for _, k := range n.kids {
 			if !nl[k] {
@@ -565,12 +568,12 @@ func (p *program) ownFirst(i int32, dst []uint64) {
 	case kDFA:
 		d := p.dfas[n.aux]
 		for b := range 256 {
-			if d.start >= 0 && d.next(d.start, byte(b)) >= 0 {
+			if d.Start >= 0 && d.Next(d.Start, byte(b)) >= 0 {
 				setBit(dst, b)
 			}
 		}
 	case kString:
-		p.strs[n.aux].first(dst)
+		p.strs[n.aux].First(dst)
 	case kNum:
 		setBit(dst, '-')
 		for b := '0'; b <= '9'; b++ {

@@ -1,12 +1,12 @@
 package grammar
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
+
+	"github.com/k3go/k3/grammar/internal/lexer"
 )
 
 // SpecialToken is a special (control) token of a vocabulary: a token that is
@@ -33,11 +33,11 @@ type Vocab struct {
 	specials []SpecialToken
 	byName   map[string]int // special name → index in specials
 	symOf    []int32        // id → index in specials, or -1
-	trie     trie
+	trie     lexer.Trie
 	ordinary []uint64 // mask of every ordinary token
 
 	// classes holds the string token classes that depend on no grammar
-	// (plain strings, and formats), keyed by classKey; prepared is the
+	// (plain strings, and formats), keyed by lexer.ClassKey; prepared is the
 	// size of those of plain strings.
 	classes  sync.Map
 	prepared int
@@ -89,7 +89,7 @@ func NewVocab(tokens [][]byte, specials []SpecialToken) (*Vocab, error) {
 		v.tokens[id] = string(b)
 		v.ordinary[id>>6] |= 1 << (id & 63)
 	}
-	v.trie = buildTrie(v.tokens)
+	v.trie = lexer.BuildTrie(v.tokens)
 	v.prepared = v.prepare()
 	return v, nil
 }
@@ -101,16 +101,16 @@ func NewVocab(tokens [][]byte, specials []SpecialToken) (*Vocab, error) {
 func (v *Vocab) prepare() int {
 	size := 0
 	for _, raw := range []bool{false, true} {
-		for sub := uint8(sqNormal); sub < sqClosed; sub++ {
-			if raw && sub >= sqEsc && sub <= sqU3 {
+		for sub := uint8(lexer.SubNormal); sub < lexer.SubClosed; sub++ {
+			if raw && sub >= lexer.SubEsc && sub <= lexer.SubU3 {
 				continue // no escapes in raw strings
 			}
-			k := classKey{sub: sub, raw: raw}
+			k := lexer.ClassKey{Sub: sub, Raw: raw}
 			e, ok := v.classes.Load(k)
 			if !ok {
-				e, _ = v.classes.LoadOrStore(k, buildStringClass(v, k))
+				e, _ = v.classes.LoadOrStore(k, lexer.BuildStringClass(&v.trie, v.tokens, v.size, k))
 			}
-			size += e.(*classEntry).bytes()
+			size += e.(*lexer.ClassEntry).Bytes()
 		}
 	}
 	return size
@@ -146,94 +146,4 @@ func (v *Vocab) TokenBytes(id int) ([]byte, bool) {
 		return nil, false
 	}
 	return []byte(v.tokens[id]), true
-}
-
-// trie holds token byte strings in preorder: node i has the byte by[i]
-// at depth dep[i] (the root, node 0, has depth 0 and no byte), its
-// subtree is the nodes [i, skip[i]), and the tokens ending there are
-// ids[rec[i]:rec[i+1]].
-type trie struct {
-	by   []byte
-	dep  []uint16
-	skip []int32
-	rec  []int32
-	ids  []int32
-	// aux, when set, carries one value per entry of ids (the characters
-	// before the quote, in a string's exit trie).
-	aux []uint32
-}
-
-func (t *trie) nodes() int { return len(t.by) }
-
-// buildTrie builds the trie of the non-empty strings in toks, keyed by
-// their index.
-func buildTrie(toks []string) trie {
-	var order []int32
-	for id, s := range toks {
-		if s != "" {
-			order = append(order, int32(id))
-		}
-	}
-	slices.SortFunc(order, func(a, b int32) int {
-		if c := strings.Compare(toks[a], toks[b]); c != 0 {
-			return c
-		}
-		return cmp.Compare(a, b)
-	})
-	keys := make([]string, len(order))
-	for k, id := range order {
-		keys[k] = toks[id]
-	}
-	return buildTrieFrom(keys, order, nil)
-}
-
-// buildTrieFrom builds a trie of keys (sorted, possibly repeated or
-// empty), recording ids[k] (and aux[k], if aux is not nil) at the node of
-// keys[k].
-func buildTrieFrom(keys []string, ids []int32, aux []uint32) trie {
-	t := trie{by: []byte{0}, dep: []uint16{0}, skip: []int32{0}, rec: []int32{0}}
-	t.ids = make([]int32, 0, len(ids))
-	if aux != nil {
-		t.aux = make([]uint32, 0, len(aux))
-	}
-	path := []int32{0} // node at each depth of the current key
-	prev := ""
-	for k, key := range keys {
-		lcp := 0
-		for lcp < len(key) && lcp < len(prev) && key[lcp] == prev[lcp] {
-			lcp++
-		}
-		// Close the nodes deeper than the shared prefix.
-		for len(path) > lcp+1 {
-			n := path[len(path)-1]
-			t.skip[n] = int32(len(t.by))
-			path = path[:len(path)-1]
-		}
-		for d := lcp; d < len(key); d++ {
-			t.by = append(t.by, key[d])
-			t.dep = append(t.dep, uint16(d+1))
-			t.skip = append(t.skip, 0)
-			t.rec = append(t.rec, int32(len(t.ids)))
-			path = append(path, int32(len(t.by)-1))
-		}
-		// Every node after the key's own node starts past its record, so
-		// the node's records run to the next node's start.
-		t.ids = append(t.ids, ids[k])
-		if aux != nil {
-			t.aux = append(t.aux, aux[k])
-		}
-		prev = key
-	}
-	for len(path) > 0 {
-		n := path[len(path)-1]
-		t.skip[n] = int32(len(t.by))
-		path = path[:len(path)-1]
-	}
-	t.rec = append(t.rec, int32(len(t.ids)))
-	return t
-}
-
-// records returns the range of ids (and aux) ending at node i.
-func (t *trie) records(i int) (int32, int32) {
-	return t.rec[i], t.rec[i+1]
 }

@@ -42,7 +42,8 @@ func init() {
 func active() *Impl { return reg.Current() }
 
 // Implementations lists the kernel implementations this CPU can run,
-// slowest first ("generic", "avx2", "avx512").
+// slowest first ("generic", then "avx2", "avx512" on amd64 or "neon" on
+// arm64).
 func Implementations() []string { return reg.Names() }
 
 // ImplementationStatus reports every compiled-in implementation, including

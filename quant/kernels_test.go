@@ -314,15 +314,28 @@ func FuzzMatMulMXFP4(f *testing.F) {
 	f.Add(uint64(1), uint8(5), uint8(3), uint8(3), uint8(7), false)
 	f.Add(uint64(2), uint8(64), uint8(17), uint8(9), uint8(1), true)
 	f.Add(uint64(3), uint8(1), uint8(1), uint8(1), uint8(63), true)
-	f.Fuzz(func(t *testing.T, seed uint64, rows, groups, n, off uint8, special bool) {
-		r, g, nn := int(rows)%80+1, int(groups)%40+1, int(n)%70+1
-		mode := 0
-		if special {
-			mode = 1
-		}
-		kerneltest.AllImplementations(t, pkg, func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(seed, uint64(off)))
-			newMXCase(rng, r, 32*g, nn, mode, special && off%2 == 0).run(t)
-		})
+	f.Fuzz(fuzzMXFP4)
+}
+
+func fuzzMXFP4(t *testing.T, seed uint64, rows, groups, n, off uint8, special bool) {
+	r, g, nn := int(rows)%80+1, int(groups)%40+1, int(n)%70+1
+	mode := 0
+	if special {
+		mode = 1
+	}
+	kerneltest.AllImplementations(t, pkg, func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(seed, uint64(off)))
+		newMXCase(rng, r, 32*g, nn, mode, special && off%2 == 0).run(t)
+	})
+}
+
+// TestMXFP4RandomArgs runs FuzzMatMulMXFP4's body on generated arguments
+// (see kerneltest.RandomArgs: CI uses it for the arm64 kernels under qemu).
+func TestMXFP4RandomArgs(t *testing.T) {
+	kerneltest.RandomArgs(t, 4, func(t *testing.T, rng *rand.Rand) {
+		u := func() uint8 { return uint8(rng.Uint32()) }
+		seed, rows, groups, n, off, special := rng.Uint64(), u(), u(), u()%16, u(), rng.IntN(2) == 0
+		t.Logf("fuzz arguments: uint64(%d), uint8(%d), uint8(%d), uint8(%d), uint8(%d), bool(%v)", seed, rows, groups, n, off, special)
+		fuzzMXFP4(t, seed, rows, groups, n, off, special)
 	})
 }

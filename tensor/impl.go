@@ -51,7 +51,8 @@ func init() {
 func active() *Impl { return reg.Current() }
 
 // Implementations lists the names of the kernel implementations this CPU
-// can run, slowest first ("generic", "avx2", "avx512").
+// can run, slowest first ("generic", then "avx2", "avx512" on amd64 or
+// "neon" on arm64).
 func Implementations() []string { return reg.Names() }
 
 // ImplementationStatus reports every compiled-in implementation, including
@@ -61,10 +62,10 @@ func ImplementationStatus() []ImplStatus { return reg.All() }
 // Implementation returns the name of the selected implementation.
 //
 // The selection is made once at start-up: the K3_KERNELS environment
-// variable (generic, avx2, avx512) if it names an available implementation,
-// else the fastest one that passed its self-check. GODEBUG=cpu.avx512f=off
-// and similar settings hide CPU features; the purego build tag leaves only
-// generic.
+// variable (generic, avx2, avx512, neon) if it names an available
+// implementation, else the fastest one that passed its self-check.
+// GODEBUG=cpu.avx512f=off and similar settings hide amd64 CPU features; the
+// purego build tag leaves only generic.
 func Implementation() string { return reg.CurrentName() }
 
 // SetImplementation selects a kernel implementation by name for the whole

@@ -3,6 +3,7 @@ package tensor
 import (
 	"encoding/binary"
 	"fmt"
+	"hash/fnv"
 	"math"
 	"math/rand/v2"
 	"sync"
@@ -286,16 +287,28 @@ func FuzzMatMulDense(f *testing.F) {
 	f.Add(uint64(1), uint8(5), uint16(45), uint8(3), uint8(7), false)
 	f.Add(uint64(2), uint8(64), uint16(520), uint8(9), uint8(0), true)
 	f.Add(uint64(3), uint8(1), uint16(1), uint8(1), uint8(63), true)
-	f.Fuzz(func(t *testing.T, seed uint64, rows uint8, cols uint16, n uint8, off uint8, bf16 bool) {
-		r, c, nn := int(rows)%80+1, int(cols)%1100, int(n)%70+1
-		dt := F32
-		if bf16 {
-			dt = BF16
-		}
-		kerneltest.AllImplementations(t, pkg, func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(seed, uint64(off)))
-			newDenseCase(rng, dt, r, c, nn, off%4 == 0).run(t)
-		})
+	f.Fuzz(fuzzDense)
+}
+
+func fuzzDense(t *testing.T, seed uint64, rows uint8, cols uint16, n uint8, off uint8, bf16 bool) {
+	r, c, nn := int(rows)%80+1, int(cols)%1100, int(n)%70+1
+	dt := F32
+	if bf16 {
+		dt = BF16
+	}
+	kerneltest.AllImplementations(t, pkg, func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(seed, uint64(off)))
+		newDenseCase(rng, dt, r, c, nn, off%4 == 0).run(t)
+	})
+}
+
+// TestDenseRandomArgs runs FuzzMatMulDense's body on generated arguments
+// (see kerneltest.RandomArgs: CI uses it for the arm64 kernels under qemu).
+func TestDenseRandomArgs(t *testing.T) {
+	kerneltest.RandomArgs(t, 4, func(t *testing.T, rng *rand.Rand) {
+		seed, rows, cols, n, off, bf16 := rng.Uint64(), uint8(rng.Uint32()), uint16(rng.Uint32()), uint8(rng.IntN(16)), uint8(rng.Uint32()), rng.IntN(2) == 0
+		t.Logf("fuzz arguments: uint64(%d), uint8(%d), uint16(%d), uint8(%d), uint8(%d), bool(%v)", seed, rows, cols, n, off, bf16)
+		fuzzDense(t, seed, rows, cols, n, off, bf16)
 	})
 }
 
@@ -303,5 +316,46 @@ func TestErrorBoundExample(t *testing.T) {
 	b := ErrorBound([]float32{1, 2}, []float32{3, -4})
 	if want := (2.0/4+64)*0x1p-24*11 + 2*0x1p-149; b != want {
 		t.Fatal(fmt.Sprint(b, want))
+	}
+}
+
+// chainGolden is the FNV-64a hash of the outputs of TestEightLaneChainGolden,
+// computed by the AVX2 kernels on amd64 and by the NEON kernels under
+// qemu-aarch64.
+const chainGolden = 0xe23e7855e76ed5d3
+
+// TestEightLaneChainGolden pins the bits of the 8-lane FMA chain that the
+// AVX2 and the NEON kernels share (lane c mod 8, one FMA per element, the
+// lane tree, then the tail): both must give the same bits on the same
+// inputs, mat-vec, direct multi-token and GEMM paths alike, so a model runs
+// to the same bits on an x86 and an arm64 machine with these kernels.
+func TestEightLaneChainGolden(t *testing.T) {
+	ran := false
+	for _, name := range []string{"avx2", "neon"} {
+		impl, ok := reg.Lookup(name)
+		if !ok {
+			continue
+		}
+		ran = true
+		rng := rand.New(rand.NewPCG(27, 27))
+		h := fnv.New64a()
+		var b [4]byte
+		for _, s := range [][3]int{{13, 64, 1}, {9, 45, 3}, {70, 1031, 1}, {37, 520, 5}, {50, 264, 12}} {
+			for _, dt := range []DType{BF16, F32} {
+				c := newDenseCase(rng, dt, s[0], s[1], s[2], false)
+				dst := make([]float32, c.n*c.rows)
+				impl.MatMul(dst, c.w, c.x, c.n)
+				for _, v := range dst {
+					binary.LittleEndian.PutUint32(b[:], math.Float32bits(v))
+					h.Write(b[:])
+				}
+			}
+		}
+		if got := h.Sum64(); got != chainGolden {
+			t.Errorf("%s: outputs hash to %#x, want %#x", name, got, uint64(chainGolden))
+		}
+	}
+	if !ran {
+		t.Skip("no AVX2 or NEON kernels here")
 	}
 }

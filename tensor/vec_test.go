@@ -115,49 +115,61 @@ func TestMatVecF64Acc(t *testing.T) {
 func FuzzVec(f *testing.F) {
 	f.Add(uint64(1), uint16(77), uint8(3), uint8(5), false)
 	f.Add(uint64(2), uint16(7168), uint8(1), uint8(0), true)
-	f.Fuzz(func(t *testing.T, seed uint64, n uint16, rows, off uint8, special bool) {
-		cols, nr := int(n)%8000, int(rows)%9+1
-		rng := rand.New(rand.NewPCG(seed, uint64(off)))
-		o := int(off) % 16
-		a := make([]float32, cols+o)[o:]
-		b := make([]float32, cols)
-		for i := range a {
-			a[i], b[i] = float32(rng.NormFloat64()), float32(rng.NormFloat64())
-			if special && rng.IntN(50) == 0 {
-				a[i] = []float32{float32(math.NaN()), float32(math.Inf(-1)), 1e-40}[rng.IntN(3)]
+	f.Fuzz(fuzzVec)
+}
+
+func fuzzVec(t *testing.T, seed uint64, n uint16, rows, off uint8, special bool) {
+	cols, nr := int(n)%8000, int(rows)%9+1
+	rng := rand.New(rand.NewPCG(seed, uint64(off)))
+	o := int(off) % 16
+	a := make([]float32, cols+o)[o:]
+	b := make([]float32, cols)
+	for i := range a {
+		a[i], b[i] = float32(rng.NormFloat64()), float32(rng.NormFloat64())
+		if special && rng.IntN(50) == 0 {
+			a[i] = []float32{float32(math.NaN()), float32(math.Inf(-1)), 1e-40}[rng.IntN(3)]
+		}
+	}
+	w := make([]byte, nr*cols*2+o)[o:]
+	for i := range w {
+		w[i] = byte(rng.Uint32())
+	}
+	m := Mat{DType: BF16, Rows: nr, Cols: cols, Data: w}
+	ref := make([]float32, nr)
+	for r := range ref {
+		ref[r] = float32(dotF64Generic(w[r*cols*2:(r+1)*cols*2], true, a))
+	}
+	wantDot := dotGeneric(a, b)
+	wantY := append([]float32(nil), b...)
+	axpyGeneric(wantY, 0.75, a)
+	kerneltest.AllImplementations(t, pkg, func(t *testing.T) {
+		if g := Dot(a, b); !same(g, wantDot) {
+			t.Fatalf("Dot: %v, generic %v", g, wantDot)
+		}
+		y := append([]float32(nil), b...)
+		Axpy(y, 0.75, a)
+		for i := range y {
+			if !same(y[i], wantY[i]) {
+				t.Fatalf("Axpy element %d: %v, generic %v", i, y[i], wantY[i])
 			}
 		}
-		w := make([]byte, nr*cols*2+o)[o:]
-		for i := range w {
-			w[i] = byte(rng.Uint32())
+		got := make([]float32, nr)
+		MatVecF64Acc(nil, got, m, a)
+		for r := range got {
+			if !same(got[r], ref[r]) {
+				t.Fatalf("MatVecF64Acc row %d: %v, generic %v", r, got[r], ref[r])
+			}
 		}
-		m := Mat{DType: BF16, Rows: nr, Cols: cols, Data: w}
-		ref := make([]float32, nr)
-		for r := range ref {
-			ref[r] = float32(dotF64Generic(w[r*cols*2:(r+1)*cols*2], true, a))
-		}
-		wantDot := dotGeneric(a, b)
-		wantY := append([]float32(nil), b...)
-		axpyGeneric(wantY, 0.75, a)
-		kerneltest.AllImplementations(t, pkg, func(t *testing.T) {
-			if g := Dot(a, b); !same(g, wantDot) {
-				t.Fatalf("Dot: %v, generic %v", g, wantDot)
-			}
-			y := append([]float32(nil), b...)
-			Axpy(y, 0.75, a)
-			for i := range y {
-				if !same(y[i], wantY[i]) {
-					t.Fatalf("Axpy element %d: %v, generic %v", i, y[i], wantY[i])
-				}
-			}
-			got := make([]float32, nr)
-			MatVecF64Acc(nil, got, m, a)
-			for r := range got {
-				if !same(got[r], ref[r]) {
-					t.Fatalf("MatVecF64Acc row %d: %v, generic %v", r, got[r], ref[r])
-				}
-			}
-		})
+	})
+}
+
+// TestVecRandomArgs runs FuzzVec's body on generated arguments (see
+// kerneltest.RandomArgs: CI uses it for the arm64 kernels under qemu).
+func TestVecRandomArgs(t *testing.T) {
+	kerneltest.RandomArgs(t, 4, func(t *testing.T, rng *rand.Rand) {
+		seed, n, rows, off, special := rng.Uint64(), uint16(rng.Uint32()), uint8(rng.Uint32()), uint8(rng.Uint32()), rng.IntN(2) == 0
+		t.Logf("fuzz arguments: uint64(%d), uint16(%d), uint8(%d), uint8(%d), bool(%v)", seed, n, rows, off, special)
+		fuzzVec(t, seed, n, rows, off, special)
 	})
 }
 

@@ -17,13 +17,19 @@ import (
 	"github.com/k3go/k3/internal/app/cli"
 )
 
-// newChat starts a conversation with the chat flags.
-func (o *runOpts) newChat(m *k3.Model) (*k3.Conversation, error) {
-	co := chat.Options{NoThinking: o.noThinking}
+// chatOptions are the chat format's options of the chat flags: thinking,
+// effort, and the response format of --json-schema or --json-object.
+func (o *runOpts) chatOptions() chat.Options {
+	co := chat.Options{NoThinking: o.noThinking, ResponseFormat: o.cons.ResponseFormat()}
 	if !o.noThinking {
 		co.ThinkingEffort = o.effort
 	}
-	return m.NewChat(k3.ChatOptions{System: o.system, Options: co})
+	return co
+}
+
+// newChat starts a conversation with the chat flags.
+func (o *runOpts) newChat(m *k3.Model) (*k3.Conversation, error) {
+	return m.NewChat(k3.ChatOptions{System: o.system, Options: o.chatOptions()})
 }
 
 // chatTurn sends one user message and prints the reply.

@@ -14,6 +14,7 @@ import (
 	"github.com/k3go/k3"
 	"github.com/k3go/k3/internal/app/cli"
 	"github.com/k3go/k3/internal/engine/planner"
+	k3cpu "github.com/k3go/k3/internal/platform/cpu"
 	"github.com/k3go/k3/iox"
 	"github.com/k3go/k3/quant"
 	"github.com/k3go/k3/tensor"
@@ -348,9 +349,13 @@ func cpuFeatures() []string {
 		add("avx512vnni", cpu.X86.HasAVX512VNNI)
 		add("avx512bf16", cpu.X86.HasAVX512BF16)
 	case "arm64":
-		add("asimd", cpu.ARM64.HasASIMD)
-		add("asimddp", cpu.ARM64.HasASIMDDP)
-		add("sve", cpu.ARM64.HasSVE)
+		// From klauspost/cpuid (the NEON kernels' dispatch), which also
+		// sees BF16; x/sys/cpu does not.
+		a := k3cpu.ARM64
+		add("asimd", a.ASIMD)
+		add("asimddp", a.ASIMDDP)
+		add("bf16", a.BF16)
+		add("sve", a.SVE)
 	}
 	if len(f) == 0 {
 		f = []string{"(none of interest)"}

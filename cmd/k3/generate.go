@@ -67,13 +67,21 @@ func runGenerate(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 	seed := fs.Uint64("seed", 1, "sampling seed")
 	mode := fs.String("mode", "incremental", "decoding `mode`: incremental (carried state) or full (re-forward per token)")
 	spec := fs.Int("spec", 0, "speculative decoding: verify up to `N` drafted tokens (prompt lookup) per pass over the weights; the ids are exactly those of plain decoding (0 = off)")
-	asJSON := fs.Bool("json", false, "print one JSON object")
+	asJSON := fs.Bool("json", false, "print one JSON object (with a constraint, the generated text too); to constrain the output to JSON, see --json-object and --json-schema")
 	stats := fs.Bool("stats", false, "print I/O, cache, time and memory statistics (a \"stats\" object with --json)")
 	batchFile := fs.String("batch-file", "", "decode many prompts together in shared passes: one comma-separated prompt of ids per `file` line (blank lines and # comments skipped); without --max-context each session holds the longest prompt plus --max-tokens")
 	sessions := fs.Int("sessions", 0, "with --batch-file: at most `N` prompts decoded at once, each holding a session's state (0 = all of them)")
 	maxBatch := fs.Int("max-batch", 0, "most token `rows` one pass over the weights carries, summed over the sessions in it (0 = max(sessions, 64) with --batch-file, else the prefill chunk)")
+	var cons cli.ConstraintFlags
+	cons.Register(fs)
 	if err := cli.Parse(fs, args); err != nil {
 		return err
+	}
+	if err := cons.Check(); err != nil {
+		return err
+	}
+	for _, s := range cons.Ignored() {
+		fmt.Fprintf(stderr, "k3 generate: --schema-lenient: not enforced: %s\n", s)
 	}
 	if *batchFile != "" && *ids != "" {
 		return cli.Usagef("give --ids or --batch-file, not both")
@@ -101,15 +109,15 @@ func runGenerate(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 	if *spec > 0 && md.full {
 		return cli.Usagef("--spec needs --mode incremental")
 	}
-	if md.full && (*temperature != 0 || *batchFile != "") {
-		return cli.Usagef("--mode full decodes one prompt greedily: no --temperature, no --batch-file")
+	if md.full && (*temperature != 0 || *batchFile != "" || cons.Set()) {
+		return cli.Usagef("--mode full decodes one prompt greedily: no --temperature, no --batch-file, no constraint")
 	}
 	opts := k3.GenerateOptions{MaxTokens: *maxTokens, Speculate: *spec, Sampling: k3.SamplingOptions{
 		Temperature: float32(*temperature), TopK: *topK, TopP: float32(*topP), MinP: float32(*minP), Seed: *seed}}
 	ctx, cancel := cli.SignalContext()
 	defer cancel()
 	if batch != nil {
-		return generateBatch(ctx, &mf, *batchFile, batch, batchRun{opts: opts, sessions: *sessions, maxBatch: *maxBatch,
+		return generateBatch(ctx, &mf, *batchFile, batch, batchRun{opts: opts, cons: &cons, sessions: *sessions, maxBatch: *maxBatch,
 			json: *asJSON, stats: *stats}, stdout, stderr)
 	}
 	m, err := mf.OpenWith(ctx, func(o *k3.Options) { o.MaxBatch, o.Speculate = *maxBatch, *spec })
@@ -117,6 +125,9 @@ func runGenerate(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 		return err
 	}
 	defer m.Close()
+	if opts.Constraint, err = cons.Constraint(m); err != nil {
+		return err
+	}
 	var gen []int
 	emit := func(id int) {
 		gen = append(gen, id)
@@ -138,10 +149,11 @@ func runGenerate(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 	}
 	if *asJSON {
 		out := struct {
-			PromptIDs    []int          `json:"prompt_ids"`
-			GeneratedIDs []int          `json:"generated_ids"`
-			Stats        *cli.StatsJSON `json:"stats,omitempty"`
-		}{PromptIDs: prompt, GeneratedIDs: append([]int{}, gen...)}
+			PromptIDs     []int          `json:"prompt_ids"`
+			GeneratedIDs  []int          `json:"generated_ids"`
+			GeneratedText *string        `json:"generated_text,omitempty"`
+			Stats         *cli.StatsJSON `json:"stats,omitempty"`
+		}{PromptIDs: prompt, GeneratedIDs: append([]int{}, gen...), GeneratedText: constrainedText(m, opts, gen)}
 		if *stats {
 			out.Stats = cli.NewStatsJSON(m.Stats())
 		}
@@ -255,11 +267,22 @@ func readBatchFile(path string) ([]batchPrompt, error) {
 	return ps, nil
 }
 
+// constrainedText is the text of the generated ids under a constraint
+// (what the constraint made valid), nil without one.
+func constrainedText(m *k3.Model, opts k3.GenerateOptions, ids []int) *string {
+	if opts.Constraint == nil {
+		return nil
+	}
+	s := m.Tokenizer().DecodeLenient(ids)
+	return &s
+}
+
 // batchRun is what generateBatch needs from the command line.
 type batchRun struct {
 	opts        k3.GenerateOptions
-	sessions    int // at most this many prompts at once; 0: all
-	maxBatch    int // 0: max(sessions, 64)
+	cons        *cli.ConstraintFlags // bound to the model once it is open
+	sessions    int                  // at most this many prompts at once; 0: all
+	maxBatch    int                  // 0: max(sessions, 64)
 	json, stats bool
 }
 
@@ -296,6 +319,13 @@ func generateBatch(ctx context.Context, mf *cli.ModelFlags, path string, ps []ba
 		return err
 	}
 	defer m.Close()
+	if br.cons != nil {
+		// One constraint for all the prompts: each generation follows it
+		// with a matcher of its own.
+		if br.opts.Constraint, err = br.cons.Constraint(m); err != nil {
+			return err
+		}
+	}
 	V := m.Config().Vocab
 	for _, p := range ps {
 		for _, id := range p.ids {
@@ -355,15 +385,16 @@ func generateBatch(ctx context.Context, mf *cli.ModelFlags, path string, ps []ba
 
 	if br.json {
 		type result struct {
-			PromptIDs    []int `json:"prompt_ids"`
-			GeneratedIDs []int `json:"generated_ids"`
+			PromptIDs     []int   `json:"prompt_ids"`
+			GeneratedIDs  []int   `json:"generated_ids"`
+			GeneratedText *string `json:"generated_text,omitempty"`
 		}
 		out := struct {
 			Results []result        `json:"results"`
 			Stats   *batchStatsJSON `json:"stats,omitempty"`
 		}{Results: make([]result, len(ps))}
 		for i, p := range ps {
-			out.Results[i] = result{PromptIDs: p.ids, GeneratedIDs: append([]int{}, gen[i]...)}
+			out.Results[i] = result{PromptIDs: p.ids, GeneratedIDs: append([]int{}, gen[i]...), GeneratedText: constrainedText(m, br.opts, gen[i])}
 		}
 		if br.stats {
 			out.Stats = toBatchStatsJSON(m.Stats())

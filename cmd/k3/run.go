@@ -58,6 +58,19 @@ a terminal, control tokens ([BOS], [PAD], ...) are not shown and bytes that
 are not UTF-8 are shown as U+FFFD; into a pipe a continuation is the
 model's exact bytes.
 
+Constrained output: --json-schema FILE allows only a JSON value valid
+under the schema in FILE (strict: a keyword k3 cannot enforce is an error
+that names it and its JSON pointer; --schema-lenient enforces the rest, as
+the API's "strict": false does); --json-object any JSON object (the API's
+response_format json_object: --json above is the command's own output, not
+this); --regex PATTERN text the expression (Go's regexp/syntax) matches as
+a whole. Every token is masked to those that keep the output valid. A
+continuation is constrained from its first token and ends once the value
+is complete. In a chat the reasoning stays free and the answer is
+constrained (a schema or an object is also stated in the prompt, as the
+server renders response_format). If --max-tokens runs out first the
+output is cut short ("max_tokens"), never repaired.
+
 In the interactive chat, Ctrl-C at the prompt says how to leave (a second
 one leaves); Ctrl-D on a terminal ends the chat, during a reply too (the
 reply stops at the next token).
@@ -80,6 +93,7 @@ type runOpts struct {
 	noSpecial, ignoreEOS bool
 	stats                bool
 	json                 bool
+	cons                 cli.ConstraintFlags
 	gen                  k3.GenerateOptions
 	show                 *display // cleans chat text; set once the model is open
 }
@@ -106,7 +120,8 @@ func runRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.gen.MaxTokens, "max-tokens", 256, "most tokens to generate per reply")
 	fs.IntVar(&o.gen.Speculate, "spec", 0, "speculative decoding: verify up to `N` drafted tokens (prompt lookup) per pass over the weights; the text is exactly that of plain decoding (0 = off)")
 	temperature := fs.Float64("temperature", defaultTemperature, "sampling temperature (0 = greedy)")
-	fs.BoolVar(&o.json, "json", false, "print one JSON object (text, token counts, stop reason) instead of streaming; not for the interactive chat")
+	fs.BoolVar(&o.json, "json", false, "print one JSON object (text, token counts, stop reason) instead of streaming; not for the interactive chat (to constrain the text to JSON, see --json-object and --json-schema)")
+	o.cons.Register(fs)
 	fs.IntVar(&o.gen.Sampling.TopK, "top-k", 0, "keep the K most likely tokens (0 = all)")
 	topP := fs.Float64("top-p", 0, "nucleus sampling: keep the most likely tokens up to this probability (0 or 1 = off)")
 	minP := fs.Float64("min-p", 0, "drop tokens less likely than this fraction of the best (0 = off)")
@@ -130,6 +145,12 @@ func runRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	s.RepetitionPenalty, s.PresencePenalty, s.FrequencyPenalty = float32(*repPen), float32(*presPen), float32(*freqPen)
 	if err := o.check(fs); err != nil {
 		return err
+	}
+	if err := o.cons.Check(); err != nil {
+		return err
+	}
+	for _, s := range o.cons.Ignored() {
+		fmt.Fprintf(stderr, "k3 run: --schema-lenient: not enforced: %s\n", s)
 	}
 
 	promptGiven := o.prompt != "" || o.promptFile != ""
@@ -172,6 +193,9 @@ func runRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	}
 	defer m.Close()
 	o.show = newDisplay(m.Tokenizer())
+	if err := o.constrain(m, o.chat || interactive); err != nil {
+		return err
+	}
 	ctx = context.Background()
 	start := m.Stats()
 	var n tokenCount
@@ -226,6 +250,30 @@ func (o *runOpts) check(fs *flag.FlagSet) error {
 		return cli.Usagef("--effort needs thinking (not with --thinking=false)")
 	}
 	return nil
+}
+
+// constrain sets what --json-schema, --json-object and --regex require of
+// the output. A continuation's text is constrained whole. In a chat the
+// reasoning stays free and the response channel is constrained: a schema
+// or an object is the chat's response format (newChat sets it, and the
+// conversation enforces it as the server does); a regular expression,
+// which no response format expresses, is the response's content grammar.
+func (o *runOpts) constrain(m *k3.Model, isChat bool) error {
+	if !isChat {
+		c, err := o.cons.Constraint(m)
+		o.gen.Constraint = c
+		return err
+	}
+	re, ok := o.cons.Regexp()
+	if !ok {
+		return nil
+	}
+	g, err := chat.AnswerGrammar(nil, o.chatOptions().WithDefaults(), chat.ConstrainOptions{Content: &re})
+	if err != nil {
+		return cli.Usagef("--regex %q: %v", o.cons.Regex, err)
+	}
+	o.gen.Constraint, err = cli.Bind(m, g)
+	return err
 }
 
 // open loads the model: --model, or the quickstart checkpoint.

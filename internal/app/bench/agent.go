@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -61,15 +62,16 @@ func (tr *agentTrace) prompt(k int) []int {
 // agentTurn is one turn of the agent benchmark, measured with the prefix
 // cache and without it.
 type agentTurn struct {
-	Turn          int     `json:"turn"`
-	PromptTokens  int     `json:"prompt_tokens"`
-	CachedTokens  int64   `json:"cached_tokens"`
-	CachedShare   float64 `json:"cached_share"`
-	TTFT          float64 `json:"ttft_seconds"`
-	TTFTUncached  float64 `json:"ttft_uncached_seconds"`
-	TTFTRatio     float64 `json:"ttft_ratio"`
+	Turn         int     `json:"turn"`
+	PromptTokens int     `json:"prompt_tokens"`
+	CachedTokens int64   `json:"cached_tokens"`
+	CachedShare  float64 `json:"cached_share"`
+	TTFT         float64 `json:"ttft_seconds"`
+	// The uncached fields are zero for a turn --uncached-turns left out.
+	TTFTUncached  float64 `json:"ttft_uncached_seconds,omitempty"`
+	TTFTRatio     float64 `json:"ttft_ratio,omitempty"`
 	BytesRead     int64   `json:"bytes_read"`
-	BytesUncached int64   `json:"bytes_read_uncached"`
+	BytesUncached int64   `json:"bytes_read_uncached,omitempty"`
 }
 
 type agentResult struct {
@@ -86,6 +88,10 @@ type agentResult struct {
 	MaxTTFTRatioLater   float64 `json:"max_ttft_ratio_turns_2_on"`
 	MinCachedShareLater float64 `json:"min_cached_share_turns_2_on"`
 	PrefixDir           string  `json:"prefix_cache_dir"`
+	// The process's peak RSS while each model ran (VmHWM, reset before
+	// each), so the cached run's can be held against the budget.
+	PeakRSSCached   int64 `json:"peak_rss_cached_bytes"`
+	PeakRSSUncached int64 `json:"peak_rss_uncached_bytes"`
 }
 
 // agentFlags are bench-serve --agent's own flags.
@@ -94,6 +100,25 @@ type agentFlags struct {
 	seed                                     uint64
 	json                                     bool
 	tokenizer                                string // --tokenizer
+	// uncached lists the turns (0-based) also measured without the cache;
+	// nil means every turn.
+	uncached map[int]bool
+}
+
+// parseTurns parses --uncached-turns: 1-based turn numbers up to turns.
+func parseTurns(s string, turns int) (map[int]bool, error) {
+	if s == "" {
+		return nil, nil
+	}
+	out := map[int]bool{}
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || n > turns {
+			return nil, cli.Usagef("--uncached-turns: %q is not a turn between 1 and %d", f, turns)
+		}
+		out[n-1] = true
+	}
+	return out, nil
 }
 
 // runAgent replays an agent-like trace twice, each turn one streamed
@@ -136,6 +161,9 @@ func runAgent(mf *cli.ModelFlags, af agentFlags, stdout, stderr io.Writer) error
 			o.Dir = dir
 			opts.PrefixCache = o
 		}
+		// The first model's memory goes back to the OS before the second
+		// opens, and each run's peak RSS is its own.
+		resetPeakRSS()
 		m, err := k3.OpenContext(context.Background(), mf.Dir, opts)
 		if err != nil {
 			return err
@@ -143,22 +171,30 @@ func runAgent(mf *cli.ModelFlags, af agentFlags, stdout, stderr io.Writer) error
 		res.BudgetBytes = m.Stats().BudgetBytes
 		tr := newAgentTrace(af.seed, m.Config().Vocab, af.header, af.tail, af.turns, af.user, af.reply)
 		err = replayAgent(m, mf.MaxContext, tr, af, cached, &res, stderr)
+		if peak := m.Stats().PeakRSSBytes; cached {
+			res.PeakRSSCached = peak
+		} else {
+			res.PeakRSSUncached = peak
+		}
 		m.Close()
 		if err != nil {
 			return err
 		}
 	}
-	n := 0
+	n, measured := 0, 0
 	for _, t := range res.Turns[1:] {
-		res.MeanTTFTRatioLater += t.TTFTRatio
-		res.MaxTTFTRatioLater = max(res.MaxTTFTRatioLater, t.TTFTRatio)
+		if t.TTFTUncached > 0 {
+			res.MeanTTFTRatioLater += t.TTFTRatio
+			res.MaxTTFTRatioLater = max(res.MaxTTFTRatioLater, t.TTFTRatio)
+			measured++
+		}
 		if n == 0 || t.CachedShare < res.MinCachedShareLater {
 			res.MinCachedShareLater = t.CachedShare
 		}
 		n++
 	}
-	if n > 0 {
-		res.MeanTTFTRatioLater /= float64(n)
+	if measured > 0 {
+		res.MeanTTFTRatioLater /= float64(measured)
 	}
 	if af.json {
 		return json.NewEncoder(stdout).Encode(res)
@@ -167,10 +203,16 @@ func runAgent(mf *cli.ModelFlags, af agentFlags, stdout, stderr io.Writer) error
 		res.Model, human(res.BudgetBytes), af.header, af.tail, af.turns, af.user, af.reply)
 	fmt.Fprintf(stdout, "%5s %8s %8s %7s %10s %10s %7s %10s %10s\n", "turn", "prompt", "cached", "share", "TTFT s", "uncached", "ratio", "GB read", "uncached")
 	for _, t := range res.Turns {
+		if t.TTFTUncached == 0 {
+			fmt.Fprintf(stdout, "%5d %8d %8d %6.1f%% %10.2f %10s %7s %10.2f %10s\n", t.Turn, t.PromptTokens, t.CachedTokens, 100*t.CachedShare,
+				t.TTFT, "-", "-", float64(t.BytesRead)/1e9, "-")
+			continue
+		}
 		fmt.Fprintf(stdout, "%5d %8d %8d %6.1f%% %10.2f %10.2f %7.3f %10.2f %10.2f\n", t.Turn, t.PromptTokens, t.CachedTokens, 100*t.CachedShare,
 			t.TTFT, t.TTFTUncached, t.TTFTRatio, float64(t.BytesRead)/1e9, float64(t.BytesUncached)/1e9)
 	}
-	fmt.Fprintf(stdout, "turns 2-%d: TTFT %.3fx of uncached on average (at most %.3fx); at least %.1f%% of each prompt restored\n",
+	fmt.Fprintf(stdout, "peak RSS: %s with the prefix cache, %s without (budget %s)\n", human(res.PeakRSSCached), human(res.PeakRSSUncached), human(res.BudgetBytes))
+	fmt.Fprintf(stdout, "turns 2-%d: TTFT %.3fx of uncached on average over the turns measured both ways (at most %.3fx); at least %.1f%% of each prompt restored\n",
 		af.turns, res.MeanTTFTRatioLater, res.MaxTTFTRatioLater, 100*res.MinCachedShareLater)
 	return nil
 }
@@ -192,6 +234,9 @@ func replayAgent(m *k3.Model, maxContext int, tr *agentTrace, af agentFlags, cac
 	defer hs.Close()
 	url := "http://" + ln.Addr().String() + "/v1/completions"
 	for k := range af.turns {
+		if !cached && af.uncached != nil && !af.uncached[k] {
+			continue
+		}
 		prompt := tr.prompt(k)
 		before := m.Stats()
 		ttft, err := firstToken(url, prompt, af.tokens)

@@ -76,6 +76,7 @@ func RunServe(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	headerTail := fs.Int("header-tail", 0, "with --agent: the header's last `N` tokens are new every turn (a date, a status line): the cache restores the last checkpoint before them, and the rest of the prompt is computed again")
 	userTokens := fs.Int("user-tokens", 60, "with --agent: tokens of each turn's new message")
 	replyTokens := fs.Int("reply-tokens", 120, "with --agent: tokens of each reply the trace resends")
+	uncachedTurns := fs.String("uncached-turns", "", "with --agent: the `turns` (comma separated, 1-based) also measured without the prefix cache (default: all); an uncached turn prefills its whole prompt, so on a slow model a few of them bound the run's time")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
@@ -86,7 +87,11 @@ func RunServe(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		if *headerTail < 0 || *headerTail > *header {
 			return cli.Usagef("--header-tail must be between 0 and --header")
 		}
-		return runAgent(&mf, agentFlags{turns: *turns, header: *header, tail: *headerTail, tokenizer: *tokDir, user: *userTokens, reply: *replyTokens, tokens: *tokens, seed: *seed, json: *asJSON}, stdout, stderr)
+		only, err := parseTurns(*uncachedTurns, *turns)
+		if err != nil {
+			return err
+		}
+		return runAgent(&mf, agentFlags{uncached: only, turns: *turns, header: *header, tail: *headerTail, tokenizer: *tokDir, user: *userTokens, reply: *replyTokens, tokens: *tokens, seed: *seed, json: *asJSON}, stdout, stderr)
 	}
 	levels, err := cli.ParseBatchSizes(*clients)
 	if err != nil {

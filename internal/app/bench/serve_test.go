@@ -70,7 +70,7 @@ func TestBenchServeAgent(t *testing.T) {
 	// blocks of 8 before them cached but no state there, and keeps one;
 	// from turn 3 on those 32 tokens are restored.
 	code, out, stderr = runCmd(t, "bench-serve", "--model", testmodel.Dir(t), "--agent", "--turns", "4", "--header", "40", "--header-tail", "4",
-		"--prefix-cache-block", "8", "--user-tokens", "5", "--reply-tokens", "7", "--tokens", "2", "--json")
+		"--prefix-cache-block", "8", "--user-tokens", "5", "--reply-tokens", "7", "--tokens", "2", "--uncached-turns", "1,4", "--json")
 	if code != cli.ExitOK {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
@@ -86,5 +86,15 @@ func TestBenchServeAgent(t *testing.T) {
 		if turn.CachedTokens != want {
 			t.Errorf("changing header tail, turn %d: %d tokens restored, want %d", i+1, turn.CachedTokens, want)
 		}
+		// --uncached-turns 1,4: only those turns ran without the cache.
+		if measured := turn.TTFTUncached > 0; measured != (i == 0 || i == 3) {
+			t.Errorf("--uncached-turns 1,4: turn %d measured uncached: %v", i+1, measured)
+		}
+	}
+	if strings.Count(stderr, "(uncached)") != 2 {
+		t.Errorf("--uncached-turns 1,4 ran another number of uncached turns:\n%s", stderr)
+	}
+	if code, _, stderr := runCmd(t, "bench-serve", "--model", testmodel.Dir(t), "--agent", "--turns", "4", "--uncached-turns", "2,5"); code != cli.ExitUsage || !strings.Contains(stderr, "between 1 and 4") {
+		t.Errorf("--uncached-turns 5 of 4 turns: exit %d: %s", code, stderr)
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+
+	"github.com/k3go/k3/internal/app/server/internal/wire"
 )
 
 // decodeAgent reads the JSON body of a request to one of the coding
@@ -18,7 +20,7 @@ import (
 // per field name: the agents add fields with their releases, and a field
 // a real client sends must never get a 400. Every field the two APIs
 // document is in the structs, those that mean nothing here as well.
-func (s *Server) decodeAgent(w http.ResponseWriter, r *http.Request, v any) *apiError {
+func (s *Server) decodeAgent(w http.ResponseWriter, r *http.Request, v any) *wire.APIError {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
 	if err != nil {
 		return s.bodyError(w, err)

@@ -12,11 +12,12 @@ import (
 
 	"github.com/k3go/k3"
 	"github.com/k3go/k3/chat"
+	"github.com/k3go/k3/internal/app/server/internal/wire"
 )
 
 // chatRequest is a POST /v1/chat/completions body.
 type chatRequest struct {
-	params
+	wire.Params
 	Messages            []json.RawMessage    `json:"messages"`
 	MaxTokens           *int                 `json:"max_tokens"`
 	MaxCompletionTokens *int                 `json:"max_completion_tokens"`
@@ -27,7 +28,10 @@ type chatRequest struct {
 	ToolChoice          json.RawMessage      `json:"tool_choice"`
 	ResponseFormat      *chat.ResponseFormat `json:"response_format"`
 	ReasoningEffort     string               `json:"reasoning_effort"`
-	Thinking            *struct {
+	// PromptCacheKey groups requests that share a prefix: the access log
+	// records it, for a router (the prefix cache itself needs no key).
+	PromptCacheKey string `json:"prompt_cache_key"`
+	Thinking       *struct {
 		Type string `json:"type"`
 	} `json:"thinking"`
 }
@@ -84,12 +88,12 @@ type chatUsageJSON struct {
 	} `json:"completion_tokens_details"`
 }
 
-func chatUsage(r *turnResult) *chatUsageJSON {
-	u := &chatUsageJSON{usage: usage{PromptTokens: r.promptTokens, CompletionTokens: r.completionTokens()}}
+func chatUsage(r *wire.TurnResult) *chatUsageJSON {
+	u := &chatUsageJSON{usage: usage{PromptTokens: r.PromptTokens, CompletionTokens: r.CompletionTokens()}}
 	u.TotalTokens = u.PromptTokens + u.CompletionTokens
-	u.PromptTokensDetails.CachedTokens = r.cachedTokens
-	for _, c := range r.choices {
-		u.CompletionTokensDetails.ReasoningTokens += c.reasoningTokens
+	u.PromptTokensDetails.CachedTokens = r.CachedTokens
+	for _, c := range r.Choices {
+		u.CompletionTokensDetails.ReasoningTokens += c.ReasoningTokens
 	}
 	return u
 }
@@ -97,15 +101,15 @@ func chatUsage(r *turnResult) *chatUsageJSON {
 // chatMessages reads the messages: roles system (or developer), user,
 // assistant (with reasoning_content and tool_calls) and tool; content a
 // string or text parts.
-func chatMessages(raw []json.RawMessage) ([]chat.Message, *apiError) {
+func chatMessages(raw []json.RawMessage) ([]chat.Message, *wire.APIError) {
 	if len(raw) == 0 {
-		return nil, badRequest("messages", "", "messages must not be empty")
+		return nil, wire.BadRequest("messages", "", "messages must not be empty")
 	}
 	msgs := make([]chat.Message, len(raw))
 	for i, r := range raw {
 		var m chat.Message
 		if err := json.Unmarshal(r, &m); err != nil {
-			return nil, badRequest(fmt.Sprintf("messages[%d]", i), "", "messages[%d] is not a valid message: %s", i, jsonMessage(err))
+			return nil, wire.BadRequest(fmt.Sprintf("messages[%d]", i), "", "messages[%d] is not a valid message: %s", i, wire.JSONMessage(err))
 		}
 		switch m.Role {
 		case "developer":
@@ -116,11 +120,11 @@ func chatMessages(raw []json.RawMessage) ([]chat.Message, *apiError) {
 				m.Tool, m.Name = m.Name, ""
 			}
 		default:
-			return nil, badRequest(fmt.Sprintf("messages[%d].role", i), "", "role %q is not supported (system, developer, user, assistant, tool)", m.Role)
+			return nil, wire.BadRequest(fmt.Sprintf("messages[%d].role", i), "", "role %q is not supported (system, developer, user, assistant, tool)", m.Role)
 		}
 		for _, p := range m.Parts {
 			if p.Type != "text" {
-				return nil, badRequest(fmt.Sprintf("messages[%d].content", i), "", "content parts of type %q are not supported", p.Type)
+				return nil, wire.BadRequest(fmt.Sprintf("messages[%d].content", i), "", "content parts of type %q are not supported", p.Type)
 			}
 		}
 		msgs[i] = m
@@ -131,57 +135,58 @@ func chatMessages(raw []json.RawMessage) ([]chat.Message, *apiError) {
 // chatTurn translates a chat completions request into the internal turn:
 // tools, tool_choice, response_format, parallel_tool_calls,
 // reasoning_effort (K3's low, high, max) and thinking.
-func chatTurn(req *chatRequest, msgs []chat.Message) (*turn, *apiError) {
-	t := &turn{msgs: msgs, params: req.params, format: req.ResponseFormat, formatParam: "response_format", maxParam: "max_tokens"}
+func chatTurn(req *chatRequest, msgs []chat.Message) (*wire.Turn, *wire.APIError) {
+	t := &wire.Turn{Msgs: msgs, Params: req.Params, Format: req.ResponseFormat, FormatParam: "response_format", MaxParam: "max_tokens",
+		CacheKey: req.PromptCacheKey}
 	if tools := bytes.TrimSpace(req.Tools); len(tools) > 0 && string(tools) != "null" {
 		if tools[0] != '[' {
-			return nil, badRequest("tools", "", "tools must be an array")
+			return nil, wire.BadRequest("tools", "", "tools must be an array")
 		}
-		t.tools = req.Tools
+		t.Tools = req.Tools
 	}
 	tc, err := chat.ParseToolChoice(req.ToolChoice)
 	if err != nil {
-		return nil, badRequest("tool_choice", "", "tool_choice must be \"auto\", \"none\", \"required\" or a function")
+		return nil, wire.BadRequest("tool_choice", "", "tool_choice must be \"auto\", \"none\", \"required\" or a function")
 	}
 	switch tc {
 	case "", chat.ToolChoiceAuto, chat.ToolChoiceNone:
-		t.toolChoice.mode = tc
+		t.ToolChoice.Mode = tc
 	case chat.ToolChoiceRequired:
-		t.toolChoice.mode = tc
+		t.ToolChoice.Mode = tc
 		var named struct {
 			Function struct {
 				Name string `json:"name"`
 			} `json:"function"`
 		}
 		if json.Unmarshal(req.ToolChoice, &named) == nil {
-			t.toolChoice.name = named.Function.Name
+			t.ToolChoice.Name = named.Function.Name
 		}
 	default:
-		return nil, badRequest("tool_choice", "", "tool_choice %q is not supported (auto, none, required)", tc)
+		return nil, wire.BadRequest("tool_choice", "", "tool_choice %q is not supported (auto, none, required)", tc)
 	}
-	t.oneCall = req.ParallelToolCalls != nil && !*req.ParallelToolCalls
+	t.OneCall = req.ParallelToolCalls != nil && !*req.ParallelToolCalls
 	if req.Thinking != nil {
 		switch req.Thinking.Type {
 		case "enabled":
 		case "disabled":
-			t.noThinking = true
+			t.NoThinking = true
 		default:
-			return nil, badRequest("thinking.type", "", "thinking.type must be \"enabled\" or \"disabled\"")
+			return nil, wire.BadRequest("thinking.type", "", "thinking.type must be \"enabled\" or \"disabled\"")
 		}
 	}
 	switch req.ReasoningEffort {
 	case "":
 	case chat.EffortLow, chat.EffortHigh, chat.EffortMax:
-		if t.noThinking {
-			return nil, badRequest("reasoning_effort", "", "reasoning_effort needs thinking (thinking is disabled)")
+		if t.NoThinking {
+			return nil, wire.BadRequest("reasoning_effort", "", "reasoning_effort needs thinking (thinking is disabled)")
 		}
-		t.effort = req.ReasoningEffort
+		t.Effort = req.ReasoningEffort
 	default:
-		return nil, badRequest("reasoning_effort", "", "reasoning_effort %q is not supported (low, high, max)", req.ReasoningEffort)
+		return nil, wire.BadRequest("reasoning_effort", "", "reasoning_effort %q is not supported (low, high, max)", req.ReasoningEffort)
 	}
-	t.maxTokens = req.MaxCompletionTokens
-	if t.maxTokens == nil {
-		t.maxTokens = req.MaxTokens
+	t.MaxTokens = req.MaxCompletionTokens
+	if t.MaxTokens == nil {
+		t.MaxTokens = req.MaxTokens
 	}
 	return t, nil
 }
@@ -189,11 +194,11 @@ func chatTurn(req *chatRequest, msgs []chat.Message) (*turn, *apiError) {
 // chatPrompt renders the messages in Kimi K3's chat format, as the
 // release's apply_chat_template does. Contents are plain text:
 // "<|end_of_msg|>" in a message is not a control token.
-func (s *Server) chatPrompt(msgs []chat.Message, o chat.Options) ([]int, *apiError) {
+func (s *Server) chatPrompt(msgs []chat.Message, o chat.Options) ([]int, *wire.APIError) {
 	segs, err := chat.Render(msgs, o)
 	if err != nil {
 		if errors.Is(err, chat.ErrFormat) {
-			return nil, badRequest("messages", "", "%s", strings.TrimPrefix(err.Error(), "chat: "))
+			return nil, wire.BadRequest("messages", "", "%s", strings.TrimPrefix(err.Error(), "chat: "))
 		}
 		return nil, s.serverError(err)
 	}
@@ -202,25 +207,13 @@ func (s *Server) chatPrompt(msgs []chat.Message, o chat.Options) ([]int, *apiErr
 		size += len(sg.Text)
 	}
 	if size > s.opts.MaxContext*s.maxTokenBytes {
-		return nil, badRequest("", "context_length_exceeded", "prompt is too long: %d bytes cannot fit the context of %d tokens (--max-context)", size, s.opts.MaxContext)
+		return nil, wire.BadRequest("", "context_length_exceeded", "prompt is too long: %d bytes cannot fit the context of %d tokens (--max-context)", size, s.opts.MaxContext)
 	}
 	ids, err := chat.Encode(s.tok, segs)
 	if err != nil {
 		return nil, s.serverError(err)
 	}
 	return ids, nil
-}
-
-// jsonMessage describes a JSON decoding error without Go type names.
-func jsonMessage(err error) string {
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) {
-		if te.Field != "" {
-			return fmt.Sprintf("%s must be %s", te.Field, jsonKind(te.Type))
-		}
-		return "it must be " + jsonKind(te.Type)
-	}
-	return strings.TrimPrefix(err.Error(), "chat: ")
 }
 
 // chatLogprob is one token's entry in a chat choice's logprobs.content.
@@ -262,10 +255,10 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		if req.TopLogprobs != nil {
 			switch {
 			case *req.TopLogprobs < 0 || *req.TopLogprobs > k3.MaxTopLogprobs:
-				writeAPIError(w, badRequest("top_logprobs", "", "top_logprobs must be between 0 and %d", k3.MaxTopLogprobs))
+				writeAPIError(w, wire.BadRequest("top_logprobs", "", "top_logprobs must be between 0 and %d", k3.MaxTopLogprobs))
 				return nil
 			case !req.Logprobs:
-				writeAPIError(w, badRequest("top_logprobs", "", "top_logprobs needs logprobs: true"))
+				writeAPIError(w, wire.BadRequest("top_logprobs", "", "top_logprobs needs logprobs: true"))
 				return nil
 			}
 		}
@@ -290,14 +283,14 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 				p.opts.TopLogprobs = *req.TopLogprobs
 			}
 		}
-		req.Messages, req.Tools, t.msgs = nil, nil, nil // the body's memory goes before the request waits
+		req.Messages, req.Tools, t.Msgs = nil, nil, nil // the body's memory goes before the request waits
 		return func(ctx context.Context) { s.chat(ctx, w, &req, p) }
 	})
 }
 
 func (s *Server) chat(ctx context.Context, w http.ResponseWriter, req *chatRequest, p *prepared) {
 	n, opts := p.n, p.opts
-	callID := newID("call_")
+	callID := wire.NewID("call_")
 	id := func(i, k int) string { return fmt.Sprintf("%s_%d_%d", callID, i, k) }
 	lps := make([]*chatLogprobs, n)
 	if opts.Logprobs {
@@ -305,7 +298,7 @@ func (s *Server) chat(ctx context.Context, w http.ResponseWriter, req *chatReque
 			lps[i] = &chatLogprobs{Content: []chatLogprob{}}
 		}
 	}
-	resp := chatResponse{ID: newID("chatcmpl-"), Created: time.Now().Unix(), Model: s.opts.Name}
+	resp := chatResponse{ID: wire.NewID("chatcmpl-"), Created: time.Now().Unix(), Model: s.opts.Name}
 	if !req.Stream {
 		res, err := s.runTurn(ctx, p, func(i int, t k3.Token) {
 			if opts.Logprobs && !isStop(&opts, t.ID) {
@@ -317,8 +310,8 @@ func (s *Server) chat(ctx context.Context, w http.ResponseWriter, req *chatReque
 			return
 		}
 		resp.Object = "chat.completion"
-		for i, c := range res.choices {
-			m := c.msg
+		for i, c := range res.Choices {
+			m := c.Msg
 			msg := &chatMessage{Role: "assistant"}
 			for k, call := range m.ToolCalls {
 				msg.ToolCalls = append(msg.ToolCalls, toolCall{ID: id(i, k), Type: "function", Function: call.Function})
@@ -329,25 +322,25 @@ func (s *Server) chat(ctx context.Context, w http.ResponseWriter, req *chatReque
 			if m.ReasoningContent != "" {
 				msg.ReasoningContent = &m.ReasoningContent
 			}
-			cc := chatChoice{Index: i, Message: msg, FinishReason: &c.finish}
+			cc := chatChoice{Index: i, Message: msg, FinishReason: &c.Finish}
 			if lps[i] != nil {
 				cc.Logprobs = lps[i]
 			}
 			resp.Choices = append(resp.Choices, cc)
 		}
 		resp.Usage = chatUsage(res)
-		writeJSON(w, http.StatusOK, resp)
+		wire.WriteJSON(w, http.StatusOK, resp)
 		return
 	}
 	resp.Object = "chat.completion.chunk"
-	stream := startSSE(w)
+	stream := wire.StartSSE(w)
 	chunk := func(i int, d chatDelta, lp *chatLogprobs, finish *string) error {
 		c := chatChoice{Index: i, Delta: &d, FinishReason: finish}
 		if lp != nil {
 			c.Logprobs = lp
 		}
 		resp.Choices = []chatChoice{c}
-		return stream.send(resp)
+		return stream.Send(resp)
 	}
 	empty := ""
 	for i := range n {
@@ -388,19 +381,19 @@ func (s *Server) chat(ctx context.Context, w http.ResponseWriter, req *chatReque
 	})
 	if err != nil {
 		if context.Cause(ctx) != context.Canceled {
-			stream.fail(s.serverError(err))
+			stream.Fail(s.serverError(err))
 		}
 		return
 	}
-	for i, c := range res.choices {
-		if chunk(i, chatDelta{}, takeHeld(i), &c.finish) != nil {
+	for i, c := range res.Choices {
+		if chunk(i, chatDelta{}, takeHeld(i), &c.Finish) != nil {
 			return
 		}
 	}
 	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
 		resp.Choices = []chatChoice{}
 		resp.Usage = chatUsage(res)
-		stream.send(resp)
+		stream.Send(resp)
 	}
-	stream.done()
+	stream.Done()
 }

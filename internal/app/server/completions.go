@@ -7,11 +7,12 @@ import (
 	"time"
 
 	"github.com/k3go/k3"
+	"github.com/k3go/k3/internal/app/server/internal/wire"
 )
 
 // completionRequest is a POST /v1/completions body.
 type completionRequest struct {
-	params
+	wire.Params
 	Prompt    json.RawMessage `json:"prompt"`
 	MaxTokens *int            `json:"max_tokens"`
 	Echo      bool            `json:"echo"`
@@ -48,46 +49,46 @@ type completionResponse struct {
 // parsePrompt reads "prompt": a string, an array of one string, an array
 // of token ids, or an array of one array of ids. A text too long to fit
 // the context whatever it tokenizes to is refused before it is tokenized.
-func (s *Server) parsePrompt(raw json.RawMessage) ([]int, *apiError) {
+func (s *Server) parsePrompt(raw json.RawMessage) ([]int, *wire.APIError) {
 	var str string
 	var strs []string
 	var ids []int
 	var idss [][]int
-	text := func(t string) ([]int, *apiError) {
+	text := func(t string) ([]int, *wire.APIError) {
 		if len(t) > s.opts.MaxContext*s.maxTokenBytes {
-			return nil, badRequest("prompt", "context_length_exceeded", "the prompt (%d bytes) is longer than the context of %d tokens can hold", len(t), s.opts.MaxContext)
+			return nil, wire.BadRequest("prompt", "context_length_exceeded", "the prompt (%d bytes) is longer than the context of %d tokens can hold", len(t), s.opts.MaxContext)
 		}
 		return s.tok.Encode(t), nil
 	}
-	var e *apiError
+	var e *wire.APIError
 	switch {
 	case len(raw) == 0 || string(raw) == "null":
-		return nil, badRequest("prompt", "", "prompt is required")
+		return nil, wire.BadRequest("prompt", "", "prompt is required")
 	case json.Unmarshal(raw, &str) == nil:
 		ids, e = text(str)
 	case json.Unmarshal(raw, &strs) == nil:
 		if len(strs) != 1 {
-			return nil, badRequest("prompt", "", "one prompt per request (got %d)", len(strs))
+			return nil, wire.BadRequest("prompt", "", "one prompt per request (got %d)", len(strs))
 		}
 		ids, e = text(strs[0])
 	case json.Unmarshal(raw, &ids) == nil:
 	case json.Unmarshal(raw, &idss) == nil:
 		if len(idss) != 1 {
-			return nil, badRequest("prompt", "", "one prompt per request (got %d)", len(idss))
+			return nil, wire.BadRequest("prompt", "", "one prompt per request (got %d)", len(idss))
 		}
 		ids = idss[0]
 	default:
-		return nil, badRequest("prompt", "", "prompt must be a string, an array of strings or an array of token ids")
+		return nil, wire.BadRequest("prompt", "", "prompt must be a string, an array of strings or an array of token ids")
 	}
 	if e != nil {
 		return nil, e
 	}
 	if len(ids) == 0 {
-		return nil, badRequest("prompt", "", "the prompt is empty")
+		return nil, wire.BadRequest("prompt", "", "the prompt is empty")
 	}
 	for _, id := range ids {
 		if id < 0 || id >= s.m.Config().Vocab {
-			return nil, badRequest("prompt", "", "token id %d is outside the vocabulary [0, %d)", id, s.m.Config().Vocab)
+			return nil, wire.BadRequest("prompt", "", "token id %d is outside the vocabulary [0, %d)", id, s.m.Config().Vocab)
 		}
 	}
 	return ids, nil
@@ -102,13 +103,13 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		}
 		switch {
 		case req.Logprobs != nil && (*req.Logprobs < 0 || *req.Logprobs > k3.MaxTopLogprobs):
-			writeAPIError(w, badRequest("logprobs", "", "logprobs must be between 0 and %d", k3.MaxTopLogprobs))
+			writeAPIError(w, wire.BadRequest("logprobs", "", "logprobs must be between 0 and %d", k3.MaxTopLogprobs))
 			return nil
 		case req.Suffix != nil && *req.Suffix != "":
-			writeAPIError(w, unsupported("suffix", "suffix (fill in the middle) is not supported by this server"))
+			writeAPIError(w, wire.Unsupported("suffix", "suffix (fill in the middle) is not supported by this server"))
 			return nil
 		case req.BestOf != nil && *req.BestOf != 1:
-			writeAPIError(w, unsupported("best_of", "best_of is not supported by this server; use n for several choices"))
+			writeAPIError(w, wire.Unsupported("best_of", "best_of is not supported by this server; use n for several choices"))
 			return nil
 		}
 		prompt, e := s.parsePrompt(req.Prompt)
@@ -116,7 +117,7 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 			writeAPIError(w, e)
 			return nil
 		}
-		opts, n, e := s.options(&req.params, len(prompt), req.MaxTokens, 16)
+		opts, n, e := s.options(&req.Params, len(prompt), req.MaxTokens, 16)
 		if e != nil {
 			writeAPIError(w, e)
 			return nil
@@ -152,7 +153,7 @@ func (s *Server) complete(ctx context.Context, w http.ResponseWriter, req *compl
 	if req.Echo {
 		echo = s.tok.DecodeLenient(prompt)
 	}
-	resp := completionResponse{ID: newID("cmpl-"), Object: "text_completion", Created: time.Now().Unix(), Model: s.opts.Name}
+	resp := completionResponse{ID: wire.NewID("cmpl-"), Object: "text_completion", Created: time.Now().Unix(), Model: s.opts.Name}
 	if !req.Stream {
 		lps := make([]*completionLogprobs, n)
 		offs := make([]int, n)
@@ -178,13 +179,13 @@ func (s *Server) complete(ctx context.Context, w http.ResponseWriter, req *compl
 			resp.Choices = append(resp.Choices, completionChoice{Index: i, Text: echo + q.text.String(), Logprobs: lps[i], FinishReason: &q.finish})
 		}
 		resp.Usage = res.usage()
-		writeJSON(w, http.StatusOK, resp)
+		wire.WriteJSON(w, http.StatusOK, resp)
 		return
 	}
-	stream := startSSE(w)
+	stream := wire.StartSSE(w)
 	chunk := func(i int, text string, lp *completionLogprobs, finish *string) error {
 		resp.Choices = []completionChoice{{Index: i, Text: text, Logprobs: lp, FinishReason: finish}}
-		return stream.send(resp)
+		return stream.Send(resp)
 	}
 	offs := make([]int, n)
 	for i := range n {
@@ -206,7 +207,7 @@ func (s *Server) complete(ctx context.Context, w http.ResponseWriter, req *compl
 	})
 	if err != nil {
 		if ctx.Err() == nil || context.Cause(ctx) != context.Canceled {
-			stream.fail(s.serverError(err))
+			stream.Fail(s.serverError(err))
 		}
 		return
 	}
@@ -218,7 +219,7 @@ func (s *Server) complete(ctx context.Context, w http.ResponseWriter, req *compl
 	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
 		resp.Choices = []completionChoice{}
 		resp.Usage = res.usage()
-		stream.send(resp)
+		stream.Send(resp)
 	}
-	stream.done()
+	stream.Done()
 }

@@ -13,68 +13,40 @@ import (
 
 	"github.com/k3go/k3"
 	"github.com/k3go/k3/grammar"
+	"github.com/k3go/k3/internal/app/server/internal/wire"
 )
-
-// params are the request fields both generation endpoints share. Every
-// field a request may carry is here: the decoder refuses the others.
-type params struct {
-	Model            string          `json:"model"`
-	Temperature      *float64        `json:"temperature"`
-	TopP             *float64        `json:"top_p"`
-	N                *int            `json:"n"`
-	Stream           bool            `json:"stream"`
-	StreamOptions    *streamOptions  `json:"stream_options"`
-	Stop             json.RawMessage `json:"stop"`
-	Seed             *int64          `json:"seed"`
-	PresencePenalty  float64         `json:"presence_penalty"`
-	FrequencyPenalty float64         `json:"frequency_penalty"`
-	LogitBias        map[string]any  `json:"logit_bias"`
-	// User is an end-user id for abuse monitoring; it has no effect here.
-	User string `json:"user"`
-	// Extensions that vLLM and llama.cpp accept too.
-	TopK              int     `json:"top_k"`
-	MinP              float64 `json:"min_p"`
-	RepetitionPenalty float64 `json:"repetition_penalty"`
-	// IgnoreEOS generates past the stop tokens, to max_tokens (for
-	// benchmarks).
-	IgnoreEOS bool `json:"ignore_eos"`
-}
-
-type streamOptions struct {
-	IncludeUsage bool `json:"include_usage"`
-}
 
 // options validates p and turns it into GenerateOptions; maxTokens is nil
 // when the request leaves it to the server (def, capped by the room left
 // in the context). It returns the number of choices too.
-func (s *Server) options(p *params, promptLen int, maxTokens *int, def int) (k3.GenerateOptions, int, *apiError) {
+func (s *Server) options(p *wire.Params, promptLen int, maxTokens *int, def int) (k3.GenerateOptions, int, *wire.APIError) {
 	o := k3.GenerateOptions{Speculate: s.opts.Speculate}
 	if p.Model != "" && p.Model != s.opts.Name {
-		e := badRequest("model", "model_not_found", "the model %q does not exist (this server has %q)", p.Model, s.opts.Name)
-		e.status = http.StatusNotFound
+		e := wire.BadRequest("model", "model_not_found", "the model %q does not exist (this server has %q)", p.Model, s.opts.Name)
+		e.Status = http.StatusNotFound
 		return o, 0, e
 	}
 	n := 1
 	if p.N != nil {
 		n = *p.N
 		if n < 1 || n > s.opts.Sessions {
-			return o, 0, badRequest("n", "", "n must be between 1 and %d (the sequences this server generates at once, --sessions)", s.opts.Sessions)
+			return o, 0, wire.BadRequest("n", "", "n must be between 1 and %d (the sequences this server generates at once, --sessions)", s.opts.Sessions)
 		}
 	}
 	if len(p.LogitBias) > 0 {
-		return o, 0, unsupported("logit_bias", "logit_bias is not supported by this server")
+		return o, 0, wire.Unsupported("logit_bias", "logit_bias is not supported by this server")
 	}
 	room := s.opts.MaxContext - promptLen
 	if room <= 0 {
-		return o, 0, badRequest("", "context_length_exceeded", "the prompt has %d tokens; the context holds %d", promptLen, s.opts.MaxContext)
+		return o, 0, wire.BadRequest("", "context_length_exceeded", "the prompt has %d tokens; the context holds %d", promptLen, s.opts.MaxContext)
 	}
 	switch {
 	case maxTokens == nil:
 		o.MaxTokens = min(def, room)
 	case *maxTokens < 1:
-		return o, 0, badRequest("max_tokens", "", "max_tokens must be at least 1")
+		return o, 0, wire.BadRequest("max_tokens", "", "max_tokens must be at least 1")
 	case *maxTokens > room:
-		return o, 0, badRequest("max_tokens", "context_length_exceeded",
+		return o, 0, wire.BadRequest("max_tokens", "context_length_exceeded",
 			"the context holds %d tokens; the prompt has %d and max_tokens asks for %d more", s.opts.MaxContext, promptLen, *maxTokens)
 	default:
 		o.MaxTokens = *maxTokens
@@ -83,13 +55,13 @@ func (s *Server) options(p *params, promptLen int, maxTokens *int, def int) (k3.
 	sp.Temperature, sp.TopP = 1, 1 // the OpenAI defaults
 	if p.Temperature != nil {
 		if !(*p.Temperature >= 0 && *p.Temperature <= 2) {
-			return o, 0, badRequest("temperature", "", "temperature must be between 0 and 2")
+			return o, 0, wire.BadRequest("temperature", "", "temperature must be between 0 and 2")
 		}
 		sp.Temperature = float32(*p.Temperature)
 	}
 	if p.TopP != nil {
 		if !(*p.TopP > 0 && *p.TopP <= 1) {
-			return o, 0, badRequest("top_p", "", "top_p must be in (0, 1]")
+			return o, 0, wire.BadRequest("top_p", "", "top_p must be in (0, 1]")
 		}
 		sp.TopP = float32(*p.TopP)
 	}
@@ -98,18 +70,18 @@ func (s *Server) options(p *params, promptLen int, maxTokens *int, def int) (k3.
 		v    float64
 	}{{"presence_penalty", p.PresencePenalty}, {"frequency_penalty", p.FrequencyPenalty}} {
 		if !(x.v >= -2 && x.v <= 2) {
-			return o, 0, badRequest(x.name, "", "%s must be between -2 and 2", x.name)
+			return o, 0, wire.BadRequest(x.name, "", "%s must be between -2 and 2", x.name)
 		}
 	}
 	sp.PresencePenalty, sp.FrequencyPenalty = float32(p.PresencePenalty), float32(p.FrequencyPenalty)
 	if p.TopK < 0 {
-		return o, 0, badRequest("top_k", "", "top_k must not be negative")
+		return o, 0, wire.BadRequest("top_k", "", "top_k must not be negative")
 	}
 	if !(p.MinP >= 0 && p.MinP <= 1) {
-		return o, 0, badRequest("min_p", "", "min_p must be in [0, 1]")
+		return o, 0, wire.BadRequest("min_p", "", "min_p must be in [0, 1]")
 	}
 	if !(p.RepetitionPenalty >= 0) || math.IsInf(p.RepetitionPenalty, 0) {
-		return o, 0, badRequest("repetition_penalty", "", "repetition_penalty must be a positive number")
+		return o, 0, wire.BadRequest("repetition_penalty", "", "repetition_penalty must be a positive number")
 	}
 	sp.TopK, sp.MinP, sp.RepetitionPenalty = p.TopK, float32(p.MinP), float32(p.RepetitionPenalty)
 	if p.Seed != nil {
@@ -129,7 +101,7 @@ func (s *Server) options(p *params, promptLen int, maxTokens *int, def int) (k3.
 }
 
 // parseStop reads "stop": null, a string, or up to 4 strings.
-func parseStop(raw json.RawMessage) ([]string, *apiError) {
+func parseStop(raw json.RawMessage) ([]string, *wire.APIError) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, nil
 	}
@@ -138,14 +110,14 @@ func parseStop(raw json.RawMessage) ([]string, *apiError) {
 	if json.Unmarshal(raw, &one) == nil {
 		list = []string{one}
 	} else if err := json.Unmarshal(raw, &list); err != nil {
-		return nil, badRequest("stop", "", "stop must be a string or an array of strings")
+		return nil, wire.BadRequest("stop", "", "stop must be a string or an array of strings")
 	}
 	if len(list) > 4 {
-		return nil, badRequest("stop", "", "at most 4 stop sequences")
+		return nil, wire.BadRequest("stop", "", "at most 4 stop sequences")
 	}
 	for _, s := range list {
 		if s == "" {
-			return nil, badRequest("stop", "", "stop sequences must not be empty")
+			return nil, wire.BadRequest("stop", "", "stop sequences must not be empty")
 		}
 	}
 	return list, nil
@@ -178,8 +150,9 @@ type genInput struct {
 	opts   k3.GenerateOptions
 	// grammar, if not nil, constrains every choice (a constraint each).
 	grammar *grammar.Grammar
-	// cacheKey groups requests that share a prompt prefix (Responses'
-	// prompt_cache_key, a previous_response_id's conversation). The prefix
+	// cacheKey groups requests that share a prompt prefix (a Responses or
+	// chat completions prompt_cache_key, a previous_response_id's
+	// conversation). The prefix
 	// cache matches prompts by their tokens and needs no key; the access
 	// log carries it, for routing (docs/SCALING.md).
 	cacheKey string

@@ -1,453 +1,88 @@
 package server
 
 import (
-	"encoding/json"
-	"fmt"
-	"log/slog"
-	"strings"
+	"context"
+	"net/http"
 
 	"github.com/k3go/k3/chat"
+	"github.com/k3go/k3/internal/app/server/internal/anthropic"
+	"github.com/k3go/k3/internal/app/server/internal/wire"
 )
 
-// messagesRequest is a POST /v1/messages (or /v1/messages/count_tokens)
-// body: Anthropic's Messages API. Every documented field is listed; those
-// with no meaning here are accepted and ignored (see decodeAgent).
-type messagesRequest struct {
-	Model         string            `json:"model"`
-	MaxTokens     *int              `json:"max_tokens"`
-	Messages      []json.RawMessage `json:"messages"`
-	System        json.RawMessage   `json:"system"`
-	Tools         []json.RawMessage `json:"tools"`
-	ToolChoice    json.RawMessage   `json:"tool_choice"`
-	StopSequences []string          `json:"stop_sequences"`
-	Temperature   *float64          `json:"temperature"`
-	TopP          *float64          `json:"top_p"`
-	TopK          *int              `json:"top_k"`
-	Stream        bool              `json:"stream"`
-	Thinking      json.RawMessage   `json:"thinking"`
-	OutputConfig  *struct {
-		Effort string          `json:"effort"`
-		Format json.RawMessage `json:"format"`
-	} `json:"output_config"`
-	OutputFormat json.RawMessage `json:"output_format"` // the beta's name for output_config.format
-	// Refused unless empty: the server cannot reach MCP servers.
-	MCPServers json.RawMessage `json:"mcp_servers"`
-	// Accepted, no effect here.
-	Metadata            json.RawMessage `json:"metadata"`
-	ContextManagement   json.RawMessage `json:"context_management"`
-	CacheControl        json.RawMessage `json:"cache_control"`
-	Container           json.RawMessage `json:"container"`
-	ServiceTier         string          `json:"service_tier"`
-	InferenceGeo        string          `json:"inference_geo"`
-	Speed               string          `json:"speed"`
-	Diagnostics         json.RawMessage `json:"diagnostics"`
-	BillingPolicy       json.RawMessage `json:"billing_policy"`
-	Compaction          json.RawMessage `json:"compaction"`
-	Fallbacks           json.RawMessage `json:"fallbacks"`
-	FallbackCreditToken json.RawMessage `json:"fallback_credit_token"`
-	Thread              json.RawMessage `json:"thread"`
+// messages answers POST /v1/messages: Anthropic's Messages API.
+func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
+	s.admitted(w, r, func(r *http.Request) func(context.Context) {
+		var req anthropic.Request
+		if e := s.decodeAgent(w, r, &req); e != nil {
+			writeAPIError(w, e)
+			return nil
+		}
+		t, display, e := anthropic.Turn(&req, false, s.noteOnce)
+		if e != nil {
+			writeAPIError(w, e)
+			return nil
+		}
+		p, e := s.prepare(t)
+		if e != nil {
+			writeAPIError(w, e)
+			return nil
+		}
+		t.Msgs, req.Messages, req.Tools = nil, nil, nil // the body's memory goes before the request waits
+		return func(ctx context.Context) { s.reply(ctx, w, req.Stream, display == "omitted", p) }
+	})
 }
 
-// anthropicTool is a tool of a Messages request: a custom tool (type
-// absent or "custom"), or one of Anthropic's server or client tools
-// (bash_20250124, web_search_20250305, ...), which K3 has no schema for:
-// dropped, each type logged once.
-type anthropicTool struct {
-	Type         string          `json:"type"`
-	Name         string          `json:"name"`
-	Description  string          `json:"description"`
-	InputSchema  json.RawMessage `json:"input_schema"`
-	Strict       *bool           `json:"strict"`
-	DeferLoading bool            `json:"defer_loading"`
+// reply runs a Messages turn and answers it, streamed or whole.
+func (s *Server) reply(ctx context.Context, w http.ResponseWriter, stream, omit bool, p *prepared) {
+	var events *wire.SSE
+	if stream {
+		events = wire.StartSSE(w)
+	}
+	o := anthropic.NewReply(s.opts.Name, len(p.prompt), omit, events)
+	if stream && o.Start() != nil {
+		return
+	}
+	res, err := s.runTurn(ctx, p, nil, func(_ int, d chat.Delta) error { return o.Delta(d) })
+	if err == nil {
+		err = o.Finish(res, p.clamped)
+	}
+	if err != nil {
+		switch {
+		case !stream:
+			writeAPIError(w, s.serverError(err))
+		case context.Cause(ctx) != context.Canceled:
+			o.Fail(s.serverError(err))
+		}
+		return
+	}
+	if !stream {
+		wire.WriteJSON(w, http.StatusOK, o.Message())
+	}
 }
 
-// anthropicBlock is a content block: text, tool_use, tool_result,
-// thinking, redacted_thinking, tool_reference (in a tool result).
-type anthropicBlock struct {
-	Type      string          `json:"type"`
-	Text      string          `json:"text"`
-	ID        string          `json:"id"`
-	Name      string          `json:"name"`
-	Input     json.RawMessage `json:"input"`
-	ToolUseID string          `json:"tool_use_id"`
-	Content   json.RawMessage `json:"content"`
-	IsError   bool            `json:"is_error"`
-	Thinking  string          `json:"thinking"`
-	Signature string          `json:"signature"`
-	ToolName  string          `json:"tool_name"`
-}
-
-// messagesTools are a request's tools: those declared up front, and the
-// deferred ones (defer_loading), declared when a tool result references
-// them, as Anthropic's tool search loads them.
-type messagesTools struct {
-	decl     []functionTool
-	deferred map[string]functionTool
-}
-
-func (s *Server) messagesTools(raw []json.RawMessage) (*messagesTools, *apiError) {
-	ts := &messagesTools{deferred: map[string]functionTool{}}
-	seen := map[string]bool{}
-	for i, r := range raw {
-		var t anthropicTool
-		if err := json.Unmarshal(r, &t); err != nil {
-			return nil, badRequest(itemParam("tools", i), "", "tools.%d is not a valid tool: %s", i, jsonMessage(err))
+// countTokens answers POST /v1/messages/count_tokens: the prompt tokens
+// the request would render to, tools and system included.
+func (s *Server) countTokens(w http.ResponseWriter, r *http.Request) {
+	s.withDecode(w, r, func() {
+		var req anthropic.Request
+		if e := s.decodeAgent(w, r, &req); e != nil {
+			writeAPIError(w, e)
+			return
 		}
-		if t.Type != "" && t.Type != "custom" {
-			s.noteOnce("messages tool "+t.Type, "dropping an Anthropic-defined tool: K3 has no schema for it", slog.String("type", t.Type))
-			continue
+		if req.Model != "" && req.Model != s.opts.Name {
+			writeAPIError(w, wire.NotFound("model", "model_not_found", "model: the model %q does not exist (this server has %q)", req.Model, s.opts.Name))
+			return
 		}
-		if t.Name == "" {
-			return nil, badRequest(fmt.Sprintf("tools[%d].name", i), "", "tools.%d.name is required", i)
+		t, _, e := anthropic.Turn(&req, true, s.noteOnce)
+		if e != nil {
+			writeAPIError(w, e)
+			return
 		}
-		if seen[t.Name] {
-			return nil, badRequest(itemParam("tools", i), "", "tools.%d: two tools are named %q", i, t.Name)
+		prompt, e := s.chatPrompt(t.Msgs, t.RenderOptions())
+		if e != nil {
+			writeAPIError(w, e)
+			return
 		}
-		seen[t.Name] = true
-		ft := functionTool{Type: "function", Function: functionSchema{Name: t.Name, Description: t.Description, Parameters: t.InputSchema, Strict: t.Strict}}
-		if t.DeferLoading {
-			ts.deferred[t.Name] = ft
-		} else {
-			ts.decl = append(ts.decl, ft)
-		}
-	}
-	return ts, nil
-}
-
-// messagesSystem reads system: a string or text blocks (one segment each).
-func messagesSystem(raw json.RawMessage) ([]chat.Message, *apiError) {
-	if isNull(raw) {
-		return nil, nil
-	}
-	m, e := anthropicText("system", raw)
-	if e != nil {
-		return nil, e
-	}
-	m.Role = chat.RoleSystem
-	return []chat.Message{m}, nil
-}
-
-// anthropicText reads content that may only be text: a string or text
-// blocks.
-func anthropicText(param string, raw json.RawMessage) (chat.Message, *apiError) {
-	var m chat.Message
-	if str, ok := rawString(raw); ok {
-		m.Content = str
-		return m, nil
-	}
-	var blocks []anthropicBlock
-	if json.Unmarshal(raw, &blocks) != nil {
-		return m, badRequest(param, "", "%s must be a string or an array of text blocks", param)
-	}
-	m.Parts = []chat.Part{}
-	for k, b := range blocks {
-		if b.Type != "text" {
-			return m, blockError(fmt.Sprintf("%s.%d", param, k), b.Type, "text")
-		}
-		m.Parts = append(m.Parts, chat.Part{Type: "text", Text: b.Text})
-	}
-	return m, nil
-}
-
-// blockError refuses a block of type typ where only want are taken;
-// images and documents are refused as such.
-func blockError(param, typ, want string) *apiError {
-	switch typ {
-	case "image", "document", "search_result", "file":
-		return badRequest(param+".type", "", "%s is a %s block: this server reads text only (Kimi K3 here has no vision or document input)", param, typ)
-	case "":
-		return badRequest(param+".type", "", "%s.type is required", param)
-	}
-	return badRequest(param+".type", "", "%s.type %q is not supported here (%s)", param, typ, want)
-}
-
-// messagesConversation translates messages into chat messages: user
-// text, and tool results (in order, before the user's text, as Anthropic
-// requires them first); assistant thinking, text and tool_use; system
-// turns in the conversation (Claude Code sends some). A tool_result must
-// answer a tool_use made before it; a tool_reference in it declares the
-// deferred tool it names.
-func messagesConversation(raw []json.RawMessage, tools *messagesTools) ([]chat.Message, *apiError) {
-	if len(raw) == 0 {
-		return nil, badRequest("messages", "", "messages: at least one message is required")
-	}
-	var msgs []chat.Message
-	uses := map[string]string{} // tool_use id -> tool name
-	for i, r := range raw {
-		p := fmt.Sprintf("messages.%d", i)
-		var m struct {
-			Role    string          `json:"role"`
-			Content json.RawMessage `json:"content"`
-		}
-		if err := json.Unmarshal(r, &m); err != nil {
-			return nil, badRequest(itemParam("messages", i), "", "%s is not a valid message: %s", p, jsonMessage(err))
-		}
-		switch m.Role {
-		case chat.RoleUser, chat.RoleAssistant, chat.RoleSystem:
-		default:
-			return nil, badRequest(itemParam("messages", i)+".role", "", "%s.role %q is not supported (user, assistant)", p, m.Role)
-		}
-		if str, ok := rawString(m.Content); ok {
-			msgs = append(msgs, chat.Message{Role: m.Role, Content: str})
-			continue
-		}
-		var blocks []anthropicBlock
-		if isNull(m.Content) || json.Unmarshal(m.Content, &blocks) != nil {
-			return nil, badRequest(itemParam("messages", i)+".content", "", "%s.content must be a string or an array of content blocks", p)
-		}
-		if m.Role == chat.RoleSystem {
-			sm, e := anthropicText(p+".content", m.Content)
-			if e != nil {
-				return nil, e
-			}
-			sm.Role = chat.RoleSystem
-			msgs = append(msgs, sm)
-			continue
-		}
-		if m.Role == chat.RoleAssistant {
-			a := chat.Message{Role: chat.RoleAssistant}
-			for k, b := range blocks {
-				bp := fmt.Sprintf("%s.content.%d", p, k)
-				switch b.Type {
-				case "text":
-					a.Parts = append(a.Parts, chat.Part{Type: "text", Text: b.Text})
-				case "thinking":
-					text, ok := decodeReasoning(b.Signature)
-					if !ok {
-						text = b.Thinking
-					}
-					a.ReasoningContent += text
-				case "redacted_thinking":
-					// Another server's encrypted reasoning: nothing K3 can read.
-				case "tool_use":
-					if b.ID == "" || b.Name == "" {
-						return nil, badRequest(bp, "", "%s: a tool_use needs an id and a name", bp)
-					}
-					args := "{}"
-					if !isNull(b.Input) {
-						args = string(b.Input)
-					}
-					a.ToolCalls = append(a.ToolCalls, chat.ToolCall{ID: b.ID, Type: "function", Function: chat.FunctionCall{Name: b.Name, Arguments: args}})
-					uses[b.ID] = b.Name
-				default:
-					return nil, blockError(bp, b.Type, "text, thinking, redacted_thinking, tool_use")
-				}
-			}
-			if len(a.Parts) == 1 {
-				a.Content, a.Parts = a.Parts[0].Text, nil
-			}
-			msgs = append(msgs, a)
-			continue
-		}
-		var results []chat.Message
-		var loaded json.RawMessage
-		user := chat.Message{Role: chat.RoleUser}
-		for k, b := range blocks {
-			bp := fmt.Sprintf("%s.content.%d", p, k)
-			switch b.Type {
-			case "text":
-				user.Parts = append(user.Parts, chat.Part{Type: "text", Text: b.Text})
-			case "tool_result":
-				if _, ok := uses[b.ToolUseID]; !ok {
-					return nil, badRequest(itemParam("messages", i)+".content", "", "%s.tool_use_id %q answers no tool_use made earlier in the conversation", bp, b.ToolUseID)
-				}
-				res, refs, e := toolResult(bp, b.Content)
-				if e != nil {
-					return nil, e
-				}
-				res.Role, res.ToolCallID = chat.RoleTool, b.ToolUseID
-				results = append(results, res)
-				var decl []functionTool
-				for _, name := range refs {
-					if t, ok := tools.deferred[name]; ok {
-						decl = append(decl, t)
-						delete(tools.deferred, name)
-					}
-				}
-				if len(decl) > 0 {
-					loaded = toolsJSON(decl)
-				}
-			default:
-				return nil, blockError(bp, b.Type, "text, tool_result")
-			}
-		}
-		msgs = append(msgs, results...)
-		if loaded != nil {
-			msgs = append(msgs, chat.Message{Role: chat.RoleSystem, Tools: loaded})
-		}
-		if len(user.Parts) > 0 || len(results) == 0 {
-			if len(user.Parts) == 1 {
-				user.Content, user.Parts = user.Parts[0].Text, nil
-			}
-			msgs = append(msgs, user)
-		}
-	}
-	return msgs, nil
-}
-
-// toolResult reads a tool_result's content: a string, or blocks of text
-// (one segment each) and tool_reference (the tool's name; returned in
-// refs).
-func toolResult(param string, raw json.RawMessage) (m chat.Message, refs []string, e *apiError) {
-	if isNull(raw) {
-		return m, nil, nil
-	}
-	if str, ok := rawString(raw); ok {
-		m.Content = str
-		return m, nil, nil
-	}
-	var blocks []anthropicBlock
-	if json.Unmarshal(raw, &blocks) != nil {
-		return m, nil, badRequest(param+".content", "", "%s.content must be a string or an array of blocks", param)
-	}
-	for k, b := range blocks {
-		switch b.Type {
-		case "text":
-			m.Parts = append(m.Parts, chat.Part{Type: "text", Text: b.Text})
-		case "tool_reference":
-			m.Parts = append(m.Parts, chat.Part{Type: "text", Text: "Tool loaded: " + b.ToolName})
-			refs = append(refs, b.ToolName)
-		default:
-			return m, nil, blockError(fmt.Sprintf("%s.content.%d", param, k), b.Type, "text, tool_reference")
-		}
-	}
-	if len(m.Parts) == 1 {
-		m.Content, m.Parts = m.Parts[0].Text, nil
-	}
-	return m, refs, nil
-}
-
-// thinkingFor maps thinking and output_config.effort onto K3's thinking
-// and effort. disabled is off, and so is an absent thinking (Anthropic's
-// default). enabled, adaptive and between_tools are on, at
-// output_config.effort (low: low; medium and high: high; xhigh and max:
-// max); without one, enabled goes by budget_tokens (under 4096: low,
-// under 16384: high, else max) and the others take K3's default (max).
-func thinkingFor(raw json.RawMessage, effort string) (off bool, k3Effort string, display string, e *apiError) {
-	if isNull(raw) {
-		return true, "", "", nil
-	}
-	var th struct {
-		Type         string `json:"type"`
-		BudgetTokens *int   `json:"budget_tokens"`
-		Display      string `json:"display"`
-	}
-	if json.Unmarshal(raw, &th) != nil {
-		return false, "", "", badRequest("thinking", "", "thinking must be an object with a type")
-	}
-	switch th.Type {
-	case "disabled":
-		return true, "", "", nil
-	case "enabled", "adaptive", "between_tools":
-	default:
-		return false, "", "", badRequest("thinking.type", "", "thinking.type %q is not supported (enabled, adaptive, between_tools, disabled)", th.Type)
-	}
-	if effort != "" {
-		eff, ok := effortFor(effort)
-		if !ok {
-			return false, "", "", badRequest("output_config.effort", "", "output_config.effort %q is not supported (low, medium, high, xhigh, max)", effort)
-		}
-		return false, eff, th.Display, nil
-	}
-	if th.Type == "enabled" {
-		if th.BudgetTokens == nil || *th.BudgetTokens < 1 {
-			return false, "", "", badRequest("thinking.budget_tokens", "", "thinking.budget_tokens is required with thinking enabled, and must be positive")
-		}
-		switch n := *th.BudgetTokens; {
-		case n < 4096:
-			return false, chat.EffortLow, th.Display, nil
-		case n < 16384:
-			return false, chat.EffortHigh, th.Display, nil
-		}
-		return false, chat.EffortMax, th.Display, nil
-	}
-	return false, "", th.Display, nil
-}
-
-// messagesToolChoice reads tool_choice: auto, any (required), tool (that
-// one), none; disable_parallel_tool_use allows one call per reply.
-func messagesToolChoice(raw json.RawMessage) (toolChoice, bool, *apiError) {
-	if isNull(raw) {
-		return toolChoice{}, false, nil
-	}
-	var tc struct {
-		Type                   string `json:"type"`
-		Name                   string `json:"name"`
-		DisableParallelToolUse bool   `json:"disable_parallel_tool_use"`
-	}
-	if json.Unmarshal(raw, &tc) != nil {
-		return toolChoice{}, false, badRequest("tool_choice", "", "tool_choice must be an object with a type")
-	}
-	switch tc.Type {
-	case "auto", "none":
-		return toolChoice{mode: tc.Type}, tc.DisableParallelToolUse, nil
-	case "any":
-		return toolChoice{mode: chat.ToolChoiceRequired}, tc.DisableParallelToolUse, nil
-	case "tool":
-		if tc.Name == "" {
-			return toolChoice{}, false, badRequest("tool_choice.name", "", "tool_choice.name is required with type tool")
-		}
-		return toolChoice{mode: chat.ToolChoiceRequired, name: tc.Name}, tc.DisableParallelToolUse, nil
-	}
-	return toolChoice{}, false, badRequest("tool_choice.type", "", "tool_choice.type %q is not supported (auto, any, tool, none)", tc.Type)
-}
-
-// messagesTurn translates a Messages request into the internal turn;
-// display is thinking.display ("omitted" leaves the thinking text out of
-// the reply, its signature still carrying it).
-func (s *Server) messagesTurn(req *messagesRequest, counting bool) (*turn, string, *apiError) {
-	if !counting && req.MaxTokens == nil {
-		return nil, "", badRequest("max_tokens", "", "max_tokens: Field required")
-	}
-	if t := strings.TrimSpace(string(req.MCPServers)); t != "" && t != "null" && t != "[]" {
-		return nil, "", unsupported("mcp_servers", "mcp_servers is not supported: this server cannot reach MCP servers; run them in the client")
-	}
-	for i, st := range req.StopSequences {
-		if st == "" {
-			return nil, "", badRequest(itemParam("stop_sequences", i), "", "stop_sequences.%d must not be empty", i)
-		}
-	}
-	tools, e := s.messagesTools(req.Tools)
-	if e != nil {
-		return nil, "", e
-	}
-	t := &turn{params: params{Model: req.Model, Temperature: req.Temperature, TopP: req.TopP},
-		maxTokens: req.MaxTokens, maxParam: "max_tokens", clampMax: true, stop: req.StopSequences, formatParam: "output_config.format"}
-	if req.TopK != nil {
-		t.params.TopK = *req.TopK
-	}
-	if t.msgs, e = messagesSystem(req.System); e != nil {
-		return nil, "", e
-	}
-	conv, e := messagesConversation(req.Messages, tools)
-	if e != nil {
-		return nil, "", e
-	}
-	t.msgs = append(t.msgs, conv...)
-	t.tools = toolsJSON(tools.decl)
-	if t.toolChoice, t.oneCall, e = messagesToolChoice(req.ToolChoice); e != nil {
-		return nil, "", e
-	}
-	var effort string
-	format := req.OutputFormat
-	if oc := req.OutputConfig; oc != nil {
-		effort = oc.Effort
-		if !isNull(oc.Format) {
-			format = oc.Format
-		}
-	}
-	var display string
-	if t.noThinking, t.effort, display, e = thinkingFor(req.Thinking, effort); e != nil {
-		return nil, "", e
-	}
-	if !isNull(format) {
-		var f chat.ResponseFormat
-		if json.Unmarshal(format, &f) != nil {
-			return nil, "", badRequest("output_config.format", "", "output_config.format must be an object with a type")
-		}
-		// Anthropic's json_schema holds its schema beside its type.
-		f.JSONSchema = format
-		t.format = &f
-	}
-	return t, display, nil
+		wire.WriteJSON(w, http.StatusOK, map[string]int{"input_tokens": len(prompt)})
+	})
 }

@@ -14,11 +14,12 @@
 // /v1/chat/completions, with and without server-sent events; the coding
 // agents' APIs, POST /v1/responses (OpenAI Responses, with GET and DELETE
 // /v1/responses/{id}) and POST /v1/messages and /v1/messages/count_tokens
-// (Anthropic Messages), translated onto the chat completions path (turn.go)
-// by responses.go and messages.go; GET /health (200 when ready, 503 while
-// draining; Loading answers 503 before the model is loaded); GET /metrics
-// (Prometheus text format); POST /tokenize and /detokenize (llama-server's
-// shapes).
+// (Anthropic Messages), translated onto the chat completions path
+// (turn.go) by the internal packages responses and anthropic, whose
+// handlers here (responses.go, messages.go) run the turn; GET /health
+// (200 when ready, 503 while draining; Loading answers 503 before the
+// model is loaded); GET /metrics (Prometheus text format); POST /tokenize
+// and /detokenize (llama-server's shapes).
 //
 // Under load: generation requests run through the model's batcher (their
 // steps share passes over the weights); at most Sessions sequences
@@ -31,16 +32,13 @@ package server
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/subtle"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -48,6 +46,8 @@ import (
 
 	"github.com/k3go/k3"
 	"github.com/k3go/k3/chat"
+	"github.com/k3go/k3/internal/app/server/internal/responses"
+	"github.com/k3go/k3/internal/app/server/internal/wire"
 	"github.com/k3go/k3/tokenizer"
 )
 
@@ -159,9 +159,9 @@ type Server struct {
 	maxTokenBytes int
 	draining      atomic.Bool
 
-	store *responseStore // the responses /v1/responses keeps
-	noted sync.Map       // what noteOnce logged
-	notes atomic.Int64   // how many keys noted holds
+	store *responses.Store // the responses /v1/responses keeps
+	noted sync.Map         // what noteOnce logged
+	notes atomic.Int64     // how many keys noted holds
 
 	active    atomic.Int64 // generation requests running now
 	cancelled atomic.Int64 // generations stopped because their client went away
@@ -193,7 +193,7 @@ func New(m *k3.Model, o Options) (*Server, error) {
 		}
 	}
 	s := &Server{m: m, tok: tok, opts: o, created: time.Now().Unix(),
-		lim: newLimiter(o.Sessions, o.Queue, o.Decoders), met: newMetrics(m), store: newResponseStore(o.StoredResponses, o.StoredBytes)}
+		lim: newLimiter(o.Sessions, o.Queue, o.Decoders), met: newMetrics(m), store: responses.NewStore(o.StoredResponses, o.StoredBytes)}
 	// Stop tokens outside the model's vocabulary (a tokenizer larger than
 	// the model, as with a synthetic checkpoint) can never be generated.
 	V := m.Config().Vocab
@@ -242,10 +242,10 @@ func Loading() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/health" {
 			w.Header().Set("Retry-After", "5")
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "loading"})
+			wire.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "loading"})
 			return
 		}
-		writeAPIError(dialectWriter{w, dialectOf(r.URL.Path)}, &apiError{status: http.StatusServiceUnavailable, retryAfter: 5, Type: "server_error", Message: "the model is still loading; retry shortly"})
+		writeAPIError(dialectWriter{w, dialectOf(r.URL.Path)}, &wire.APIError{Status: http.StatusServiceUnavailable, RetryAfter: 5, Type: "server_error", Message: "the model is still loading; retry shortly"})
 	})
 }
 
@@ -269,12 +269,12 @@ func (s *Server) routes() http.Handler {
 		"/v1/responses": "POST", "/v1/responses/": "GET, DELETE", "/v1/messages": "POST", "/v1/messages/count_tokens": "POST"} {
 		mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", allow)
-			writeAPIError(w, newAPIError(http.StatusMethodNotAllowed, "invalid_request_error", "", "method_not_allowed",
+			writeAPIError(w, wire.NewAPIError(http.StatusMethodNotAllowed, "invalid_request_error", "", "method_not_allowed",
 				"method %s is not allowed on %s (use %s)", r.Method, r.URL.Path, allow))
 		})
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeAPIError(w, newAPIError(http.StatusNotFound, "invalid_request_error", "", "unknown_url", "unknown URL %s %s", r.Method, r.URL.Path))
+		writeAPIError(w, wire.NewAPIError(http.StatusNotFound, "invalid_request_error", "", "unknown_url", "unknown URL %s %s", r.Method, r.URL.Path))
 	})
 	return s.wrap(mux)
 }
@@ -311,8 +311,10 @@ func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
 // genInfo is what a request's generation reports to the access log: its
 // prompt, the part the prefix cache restored, and the cache key the
-// client gave (Responses' prompt_cache_key), which a router in front of
-// several servers may hash on (docs/SCALING.md).
+// client gave (prompt_cache_key in a Responses or chat completions body,
+// else a previous_response_id's conversation, else routeKey of the
+// headers), which a router in front of several servers may hash on
+// (docs/SCALING.md).
 type genInfo struct {
 	generated                  bool
 	promptTokens, cachedTokens int
@@ -320,6 +322,26 @@ type genInfo struct {
 }
 
 type genInfoKey struct{}
+
+// routeHeaders are the request headers that name a conversation, in the
+// order the router of docs/nginx/k3.conf reads them: k3's own (for a
+// client that can set a header but puts no key in its body), Codex CLI's
+// session id (it sends the same value as prompt_cache_key) and Claude
+// Code's session id (the Messages API has no cache key).
+var routeHeaders = []string{"X-K3-Cache-Key", "Session-Id", "X-Claude-Code-Session-Id"}
+
+// maxKeyLog bounds the cache key the access log records.
+const maxKeyLog = 256
+
+// routeKey is the first of routeHeaders that h has, or "".
+func routeKey(h http.Header) string {
+	for _, name := range routeHeaders {
+		if v := strings.TrimSpace(h.Get(name)); v != "" {
+			return v
+		}
+	}
+	return ""
+}
 
 // wrap adds, outermost first: the access log and request metrics, CORS,
 // the API key.
@@ -345,8 +367,15 @@ func (s *Server) wrap(mux *http.ServeMux) http.Handler {
 			slog.Int64("bytes", rec.bytes), slog.Duration("duration", d), slog.String("remote", r.RemoteAddr)}
 		if info.generated {
 			attrs = append(attrs, slog.Int("prompt_tokens", info.promptTokens), slog.Int("cached_tokens", info.cachedTokens))
-			if info.cacheKey != "" {
-				attrs = append(attrs, slog.String("cache_key", info.cacheKey))
+			key := info.cacheKey
+			if key == "" {
+				key = routeKey(r.Header)
+			}
+			if len(key) > maxKeyLog {
+				key = key[:maxKeyLog]
+			}
+			if key != "" {
+				attrs = append(attrs, slog.String("cache_key", key))
 			}
 		}
 		s.opts.Logger.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs...)
@@ -376,7 +405,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, mux *http.ServeMu
 		}
 		if subtle.ConstantTimeCompare([]byte(got), []byte(k)) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="k3"`)
-			writeAPIError(w, newAPIError(http.StatusUnauthorized, "invalid_request_error", "", "invalid_api_key",
+			writeAPIError(w, wire.NewAPIError(http.StatusUnauthorized, "invalid_request_error", "", "invalid_api_key",
 				"a valid API key is required: send the header \"Authorization: Bearer KEY\" (or \"x-api-key: KEY\") with the key the server was started with (--api-key)"))
 			return
 		}
@@ -386,10 +415,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, mux *http.ServeMu
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	if s.draining.Load() {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "shutting down"})
+		wire.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "shutting down"})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	wire.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
 // modelObject is the model in the shapes of both APIs: OpenAI's (id,
@@ -404,17 +433,17 @@ func (s *Server) modelObject() map[string]any {
 // models lists the one model as OpenAI's and Anthropic's clients both
 // read a list: object and data, has_more, first_id and last_id.
 func (s *Server) models(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []any{s.modelObject()},
+	wire.WriteJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []any{s.modelObject()},
 		"has_more": false, "first_id": s.opts.Name, "last_id": s.opts.Name})
 }
 
 func (s *Server) model(w http.ResponseWriter, r *http.Request) {
 	if id := r.PathValue("id"); id != s.opts.Name {
-		writeAPIError(w, newAPIError(http.StatusNotFound, "invalid_request_error", "model", "model_not_found",
+		writeAPIError(w, wire.NewAPIError(http.StatusNotFound, "invalid_request_error", "model", "model_not_found",
 			"the model %q does not exist (this server has %q)", id, s.opts.Name))
 		return
 	}
-	writeJSON(w, http.StatusOK, s.modelObject())
+	wire.WriteJSON(w, http.StatusOK, s.modelObject())
 }
 
 // admitted runs a generation request's handler within the limits: 429
@@ -424,7 +453,7 @@ func (s *Server) model(w http.ResponseWriter, r *http.Request) {
 func (s *Server) admitted(w http.ResponseWriter, r *http.Request, body func(r *http.Request) func(ctx context.Context)) {
 	if !s.lim.admit() {
 		s.met.rejected.Inc()
-		writeAPIError(w, &apiError{status: http.StatusTooManyRequests, retryAfter: 1, Type: "server_error", Code: ptr("queue_full"),
+		writeAPIError(w, &wire.APIError{Status: http.StatusTooManyRequests, RetryAfter: 1, Type: "server_error", Code: ptr("queue_full"),
 			Message: fmt.Sprintf("the server is busy: %d requests are running or queued, as many as it holds; retry after a second", s.lim.capacity)})
 		return
 	}
@@ -463,13 +492,13 @@ func ptr[T any](v T) *T { return &v }
 // decode reads a JSON request body into v. Unknown fields are refused
 // (a field the server does not implement is never silently ignored), and
 // the errors name the field and the JSON type it needs.
-func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) *apiError {
+func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) *wire.APIError {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
 	dec.DisallowUnknownFields()
 	err := dec.Decode(v)
 	if err == nil {
 		if _, err2 := dec.Token(); err2 != io.EOF {
-			return badRequest("", "", "the request body has data after the JSON object")
+			return wire.BadRequest("", "", "the request body has data after the JSON object")
 		}
 		return nil
 	}
@@ -477,63 +506,37 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) *apiError
 }
 
 // bodyError describes an error reading or decoding a JSON body.
-func (s *Server) bodyError(w http.ResponseWriter, err error) *apiError {
+func (s *Server) bodyError(w http.ResponseWriter, err error) *wire.APIError {
 	var mbe *http.MaxBytesError
 	var te *json.UnmarshalTypeError
 	var se *json.SyntaxError
 	var ne interface{ Timeout() bool }
 	switch {
 	case errors.As(err, &mbe):
-		return newAPIError(http.StatusRequestEntityTooLarge, "invalid_request_error", "", "request_too_large",
+		return wire.NewAPIError(http.StatusRequestEntityTooLarge, "invalid_request_error", "", "request_too_large",
 			"the request body is larger than %d bytes, the server's limit (--max-body)", s.opts.MaxBodyBytes)
 	case errors.As(err, &ne) && ne.Timeout():
 		// Closing the connection spares the server reading the rest of a
 		// body that trickles in, after the response.
 		w.Header().Set("Connection", "close")
-		return newAPIError(http.StatusRequestTimeout, "invalid_request_error", "", "request_timeout",
+		return wire.NewAPIError(http.StatusRequestTimeout, "invalid_request_error", "", "request_timeout",
 			"the request body did not arrive within %v", s.opts.BodyTimeout)
 	case errors.As(err, &te):
 		field := te.Field
 		if field == "" {
-			return badRequest("", "", "the request body must be a JSON object")
+			return wire.BadRequest("", "", "the request body must be a JSON object")
 		}
-		return badRequest(field, "", "%s must be %s", field, jsonKind(te.Type))
+		return wire.BadRequest(field, "", "%s must be %s", field, wire.JSONKind(te.Type))
 	case errors.As(err, &se):
-		return badRequest("", "", "the request body is not valid JSON: %v (at byte %d)", se, se.Offset)
+		return wire.BadRequest("", "", "the request body is not valid JSON: %v (at byte %d)", se, se.Offset)
 	case errors.Is(err, io.EOF):
-		return badRequest("", "", "the request body is empty; send a JSON object")
+		return wire.BadRequest("", "", "the request body is empty; send a JSON object")
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		return badRequest("", "", "the request body ends in the middle of its JSON")
+		return wire.BadRequest("", "", "the request body ends in the middle of its JSON")
 	}
 	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 		name = strings.Trim(name, `"`)
-		return unsupported(name, "the field %q is not supported by this server", name)
+		return wire.Unsupported(name, "the field %q is not supported by this server", name)
 	}
-	return badRequest("", "", "the request body could not be read: %v", err)
-}
-
-// jsonKind names the JSON type a Go type decodes from.
-func jsonKind(t reflect.Type) string {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	switch t.Kind() {
-	case reflect.Bool:
-		return "true or false"
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		return "an integer"
-	case reflect.Float32, reflect.Float64:
-		return "a number"
-	case reflect.String:
-		return "a string"
-	case reflect.Slice, reflect.Array:
-		return "an array"
-	}
-	return "an object"
-}
-
-func newID(prefix string) string {
-	b := make([]byte, 12)
-	rand.Read(b)
-	return prefix + hex.EncodeToString(b)
+	return wire.BadRequest("", "", "the request body could not be read: %v", err)
 }

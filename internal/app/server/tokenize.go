@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 	"unicode/utf8"
+
+	"github.com/k3go/k3/internal/app/server/internal/wire"
 )
 
 // tokenizeRequest is a POST /tokenize body, as llama-server takes it.
@@ -60,7 +62,7 @@ func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) {
 			ids = s.tok.EncodeOrdinary(req.Content)
 		}
 		if !req.WithPieces {
-			writeJSON(w, http.StatusOK, map[string]any{"tokens": append([]int{}, ids...)})
+			wire.WriteJSON(w, http.StatusOK, map[string]any{"tokens": append([]int{}, ids...)})
 			return
 		}
 		out := make([]piece, len(ids))
@@ -75,7 +77,7 @@ func (s *Server) tokenize(w http.ResponseWriter, r *http.Request) {
 				out[i].Piece = bs
 			}
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"tokens": out})
+		wire.WriteJSON(w, http.StatusOK, map[string]any{"tokens": out})
 	})
 }
 
@@ -89,10 +91,10 @@ func (s *Server) detokenize(w http.ResponseWriter, r *http.Request) {
 		V := s.m.Config().Vocab
 		for i, id := range req.Tokens {
 			if id < 0 || id >= V {
-				writeAPIError(w, badRequest("tokens", "", "tokens[%d] = %d is outside the vocabulary [0, %d)", i, id, V))
+				writeAPIError(w, wire.BadRequest("tokens", "", "tokens[%d] = %d is outside the vocabulary [0, %d)", i, id, V))
 				return
 			}
 		}
-		writeJSON(w, http.StatusOK, map[string]string{"content": s.tok.DecodeLenient(req.Tokens)})
+		wire.WriteJSON(w, http.StatusOK, map[string]string{"content": s.tok.DecodeLenient(req.Tokens)})
 	})
 }

@@ -17,6 +17,10 @@ var targets = []struct{ gen, pkg, asm, stubs string }{
 	{"./mxfp4", "quant", "../../quant/mxfp4_amd64.s", "../../quant/mxfp4_stub_amd64.go"},
 	{"./bf16merge", "bf16merge", "../platform/kernel/bf16merge/merge_amd64.s", "../platform/kernel/bf16merge/merge_stub_amd64.go"},
 	{"./expunpack", "expunpack", "../platform/kernel/expunpack/unpack_amd64.s", "../platform/kernel/expunpack/unpack_stub_amd64.go"},
+	// arm64 NEON (hand-rolled generator: avo has no arm64 back end).
+	{"./neon", "gemm", "../platform/kernel/gemm/neon_arm64.s", "../platform/kernel/gemm/neon_stub_arm64.go"},
+	{"./neon", "quant", "../../quant/mxfp4_arm64.s", "../../quant/mxfp4_stub_arm64.go"},
+	{"./neon", "bf16merge", "../platform/kernel/bf16merge/merge_arm64.s", "../platform/kernel/bf16merge/merge_stub_arm64.go"},
 }
 
 // TestRegenerate regenerates every assembly file and stub and fails if the
@@ -72,6 +76,28 @@ func TestAVX2UsesNoEVEX(t *testing.T) {
 			}
 			if strings.Contains(fn, "AVX2(SB)") && evex.MatchString(line) {
 				t.Errorf("%s:%d: AVX2 function uses an AVX-512 register: %s", tg.asm, i+1, line)
+			}
+		}
+	}
+}
+
+// TestNEONRegisters checks that no arm64 function touches a register Go
+// reserves (R18 platform, R26 closure context, R27 the assembler's
+// temporary, R28 g, R29 frame pointer, R30 link register) or R16/R17, which
+// the linker may use in veneers.
+func TestNEONRegisters(t *testing.T) {
+	reserved := regexp.MustCompile(`\bR(1[678]|2[6-9]|30)\b|\bRSP\b`)
+	for _, tg := range targets {
+		if !strings.HasSuffix(tg.asm, "_arm64.s") {
+			continue
+		}
+		src, err := os.ReadFile(filepath.Join("..", tg.asm))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(src), "\n") {
+			if code, _, _ := strings.Cut(line, "//"); reserved.MatchString(code) {
+				t.Errorf("%s:%d: uses a reserved register: %s", tg.asm, i+1, line)
 			}
 		}
 	}

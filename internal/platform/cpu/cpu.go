@@ -2,10 +2,13 @@
 // build can run, and the K3_KERNELS override. The tensor and quant packages
 // register their implementations under the names used here.
 //
-// ISA bits come from golang.org/x/sys/cpu, which honours
+// On amd64 the ISA bits come from golang.org/x/sys/cpu, which honours
 // GODEBUG=cpu.<feature>=off (for example GODEBUG=cpu.avx512f=off forces the
-// AVX2 kernels on an AVX-512 machine). Under the purego build tag, and on
-// architectures without assembly kernels, only "generic" exists.
+// AVX2 kernels on an AVX-512 machine). On arm64 they come from
+// github.com/klauspost/cpuid/v2 (HWCAP on Linux, sysctl on macOS), which
+// also reports the BF16 and SVE extensions that x/sys/cpu lacks. Under the
+// purego build tag, and on architectures without assembly kernels, only
+// "generic" exists.
 package cpu
 
 import (
@@ -20,10 +23,12 @@ const (
 	Generic = "generic"
 	AVX2    = "avx2"
 	AVX512  = "avx512"
+	// NEON is the arm64 Advanced SIMD kernel set (128-bit vectors, FMLA).
+	NEON = "neon"
 )
 
 // EnvVar names the environment variable that overrides the kernel choice:
-// K3_KERNELS=generic|avx2|avx512. A name the CPU cannot run is ignored (the
+// K3_KERNELS=generic|avx2|avx512|neon. A name the CPU cannot run is ignored (the
 // best supported implementation is used and the reason recorded).
 const EnvVar = "K3_KERNELS"
 
@@ -34,7 +39,24 @@ var (
 	// HasAVX512 reports AVX-512 F, BW and VL with OS support for ZMM and
 	// opmask state (x/sys/cpu checks XCR0): the "avx512" kernels can run.
 	HasAVX512 = HasAVX2 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VL
+	// HasNEON reports an arm64 build with assembly: the "neon" kernels can
+	// run (Advanced SIMD is architectural on arm64). Set at start-up.
+	HasNEON bool
+	// ARM64 holds the arm64 extensions k3 looks at (all false elsewhere).
+	ARM64 ARM64Features
 )
+
+// ARM64Features are the arm64 extensions reported by the CPU and OS (all
+// false where klauspost/cpuid cannot read them: Windows, the BSDs). The
+// NEON kernels need only ASIMD, which every arm64 core has; the others are
+// reported (k3 doctor) but not used: BFDOT/BFMMLA round differently from k3's f32 FMA chain (see
+// docs/PERFORMANCE.md), and SVE kernels do not exist yet.
+type ARM64Features struct {
+	ASIMD   bool // Advanced SIMD (NEON)
+	ASIMDDP bool // SDOT/UDOT integer dot products
+	BF16    bool // BFDOT, BFMMLA, BFCVT
+	SVE     bool // Scalable Vector Extension
+}
 
 // Override returns the K3_KERNELS value, trimmed and lower-cased ("" when
 // unset).
@@ -62,6 +84,14 @@ func Supported(name string) (ok bool, reason string) {
 			return false, "CPU (or GODEBUG) lacks AVX-512 F/BW/VL"
 		}
 		return true, ""
+	case NEON:
+		if !asm {
+			return false, "built without assembly (purego or not arm64)"
+		}
+		if !HasNEON {
+			return false, "not an arm64 CPU"
+		}
+		return true, ""
 	}
 	return false, "unknown kernel set"
 }
@@ -70,6 +100,8 @@ func Supported(name string) (ok bool, reason string) {
 // K3_KERNELS.
 func Best() string {
 	switch {
+	case HasNEON:
+		return NEON
 	case HasAVX512:
 		return AVX512
 	case HasAVX2:

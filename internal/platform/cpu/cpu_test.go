@@ -12,10 +12,13 @@ func TestSupportedConsistent(t *testing.T) {
 	if ok, _ := Supported(AVX512); ok && !HasAVX2 {
 		t.Fatal("AVX-512 kernels without AVX2")
 	}
+	if ok, _ := Supported(NEON); ok && HasAVX2 {
+		t.Fatal("NEON kernels on an amd64 CPU")
+	}
 	if ok, _ := Supported(Best()); !ok {
 		t.Fatalf("Best() = %s is not supported", Best())
 	}
-	t.Logf("best %s, expected %s (AVX2+FMA %v, AVX-512 %v)", Best(), Expected(), HasAVX2, HasAVX512)
+	t.Logf("best %s, expected %s (AVX2+FMA %v, AVX-512 %v, arm64 %+v)", Best(), Expected(), HasAVX2, HasAVX512, ARM64)
 }
 
 func TestOverride(t *testing.T) {

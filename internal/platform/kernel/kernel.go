@@ -57,8 +57,8 @@ func New[T any](pkg string, generic T) *Registry[T] {
 }
 
 // Add registers an implementation named after its kernel set in
-// internal/platform/cpu (cpu.AVX2, cpu.AVX512). Implementations must be added in
-// increasing order of speed.
+// internal/platform/cpu (cpu.AVX2, cpu.AVX512, cpu.NEON). Implementations
+// must be added in increasing order of speed.
 func (r *Registry[T]) Add(name string, impl T) {
 	ok, reason := cpu.Supported(name)
 	r.entries = append(r.entries, &entry[T]{Status: Status{Name: name, Available: ok, Reason: reason}, impl: impl})

@@ -13,6 +13,7 @@ func TestRegistrySelection(t *testing.T) {
 	r := New("pkg", "g")
 	r.Add(cpu.AVX2, "a2")
 	r.Add(cpu.AVX512, "a5")
+	r.Add(cpu.NEON, "n")
 	r.Init(func(s string) error { return nil })
 	if got, want := r.CurrentName(), cpu.Best(); got != want {
 		t.Fatalf("selected %s, want %s", got, want)
@@ -37,12 +38,13 @@ func TestRegistrySelection(t *testing.T) {
 }
 
 func TestRegistrySelfCheckFailure(t *testing.T) {
-	if !cpu.HasAVX2 {
-		t.Skip("needs an AVX2 machine")
+	fast := cpu.Best()
+	if fast == cpu.Generic {
+		t.Skip("needs a machine with SIMD kernels (AVX2 or NEON)")
 	}
 	t.Setenv(cpu.EnvVar, "")
 	r := New("pkg", "g")
-	r.Add(cpu.AVX2, "a2")
+	r.Add(fast, "a2")
 	r.Init(func(s string) error {
 		if s == "a2" {
 			return errors.New("wrong numbers")
@@ -52,12 +54,12 @@ func TestRegistrySelfCheckFailure(t *testing.T) {
 	if r.CurrentName() != cpu.Generic {
 		t.Fatalf("a failing implementation was selected: %s", r.CurrentName())
 	}
-	if _, err := r.Set(cpu.AVX2); err == nil || !strings.Contains(err.Error(), "wrong numbers") {
+	if _, err := r.Set(fast); err == nil || !strings.Contains(err.Error(), "wrong numbers") {
 		t.Fatalf("Set of a failed implementation: %v", err)
 	}
 	// A panic or a memory fault in the check is a failure too.
 	r2 := New("pkg", "g")
-	r2.Add(cpu.AVX2, "a2")
+	r2.Add(fast, "a2")
 	r2.Init(func(s string) error {
 		var p *int
 		return errors.New(string(rune(*p)))

@@ -39,7 +39,7 @@ func Merge(dst, exp, sm []byte) {
 }
 
 // Implementations lists the implementations this CPU can run, slowest
-// first ("generic", "avx2", "avx512").
+// first ("generic", then "avx2", "avx512" or "neon").
 func Implementations() []string { return reg.Names() }
 
 // Implementation returns the name of the selected implementation.

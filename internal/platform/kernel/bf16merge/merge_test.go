@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/k3go/k3/internal/platform/cpu"
 )
 
 const guard = 64 // bytes of sentinel on each side of dst
@@ -145,5 +147,14 @@ func BenchmarkMerge(b *testing.B) {
 				Merge(dst, exp, sm)
 			}
 		})
+	}
+}
+
+// TestSelected fails when the kernels this machine should run (AVX-512,
+// AVX2 or NEON) were not selected, for example after failing their
+// self-check: the other tests only run the implementations that passed it.
+func TestSelected(t *testing.T) {
+	if got, want := Implementation(), cpu.Expected(); got != want {
+		t.Errorf("selected %q, want %q (available: %v)", got, want, Implementations())
 	}
 }

@@ -8,6 +8,10 @@
 package kerneltest
 
 import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
 	"testing"
 
 	"github.com/k3go/k3/internal/platform/cpu"
@@ -59,5 +63,43 @@ func CheckSelected(t *testing.T, pkg Package) {
 			}
 		}
 		t.Errorf("%s selected kernel %q, want %q on this machine (%s)", pkg.Name, got, want, why)
+	}
+}
+
+// FuzzSeedEnv and FuzzCountEnv set the inputs of [RandomArgs]: the seed of
+// its generator (default 1) and the number of calls (default: the test's).
+const (
+	FuzzSeedEnv  = "K3_FUZZ_SEED"
+	FuzzCountEnv = "K3_FUZZ_N"
+)
+
+// RandomArgs calls body n times, each in a subtest, with a generator from
+// which it draws the arguments of a fuzz target's body. It stands in for
+// coverage-guided fuzzing where that cannot run: under qemu-user the fuzzer
+// cannot re-execute its own binary, so CI runs the arm64 kernels' fuzz
+// bodies this way with a fresh K3_FUZZ_SEED. By default (seed 1) the
+// inputs are the same on every run; a failure names the seed and the call,
+// so K3_FUZZ_SEED and -run reproduce it.
+func RandomArgs(t *testing.T, n int, body func(t *testing.T, rng *rand.Rand)) {
+	t.Helper()
+	seed := uint64(1)
+	if s := os.Getenv(FuzzSeedEnv); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("%s=%q: %v", FuzzSeedEnv, s, err)
+		}
+		seed = v
+	}
+	if s := os.Getenv(FuzzCountEnv); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 0 {
+			t.Fatalf("%s=%q: want a count", FuzzCountEnv, s)
+		}
+		n = v
+	}
+	for k := 0; k < n; k++ {
+		t.Run(fmt.Sprintf("seed%d/%d", seed, k), func(t *testing.T) {
+			body(t, rand.New(rand.NewPCG(seed, uint64(k))))
+		})
 	}
 }

@@ -1,13 +1,12 @@
-package server
+package responses
 
 import (
-	"context"
 	"encoding/json"
-	"net/http"
 	"strings"
 	"time"
 
 	"github.com/k3go/k3/chat"
+	"github.com/k3go/k3/internal/app/server/internal/wire"
 )
 
 // responseObject is a Responses API response.
@@ -105,14 +104,14 @@ type (
 	}
 )
 
-// responsesOut builds a response from a turn's deltas, and streams it as
+// Reply builds a response from a turn's deltas, and streams it as
 // Responses events when stream is set: one item per run of reasoning
 // (as summary text), content (an output_text message) or tool call.
-type responsesOut struct {
+type Reply struct {
 	resp      responseObject
-	tools     *responsesTools
+	tools     *Tools
 	encrypted bool // include reasoning.encrypted_content
-	stream    *sse
+	stream    *wire.SSE
 	seq       int
 	cur       *openItem
 	callIDs   []string // of the reply's tool calls, in order
@@ -125,24 +124,26 @@ type openItem struct {
 	text  strings.Builder
 }
 
-func (o *responsesOut) emit(typ string, fields map[string]any) error {
+func (o *Reply) emit(typ string, fields map[string]any) error {
 	if o.stream == nil {
 		return nil
 	}
 	fields["type"], fields["sequence_number"] = typ, o.seq
 	o.seq++
-	return o.stream.event(typ, fields)
+	return o.stream.Event(typ, fields)
 }
 
-func (o *responsesOut) start() error {
+// Start sends the stream's first events: response.created and
+// response.in_progress.
+func (o *Reply) Start() error {
 	if err := o.emit("response.created", map[string]any{"response": o.resp}); err != nil {
 		return err
 	}
 	return o.emit("response.in_progress", map[string]any{"response": o.resp})
 }
 
-// delta adds what one token added to the reply.
-func (o *responsesOut) delta(d chat.Delta) error {
+// Delta adds what one token added to the reply.
+func (o *Reply) Delta(d chat.Delta) error {
 	if d.Reasoning != "" {
 		if err := o.open("reasoning"); err != nil {
 			return err
@@ -171,7 +172,7 @@ func (o *responsesOut) delta(d chat.Delta) error {
 }
 
 // open starts an item of kind unless one is open.
-func (o *responsesOut) open(kind string) error {
+func (o *Reply) open(kind string) error {
 	if o.cur != nil && o.cur.kind == kind {
 		return nil
 	}
@@ -181,7 +182,7 @@ func (o *responsesOut) open(kind string) error {
 	it := &openItem{kind: kind, index: len(o.resp.Output)}
 	o.cur = it
 	if kind == "reasoning" {
-		it.id = newID("rs_")
+		it.id = wire.NewID("rs_")
 		if err := o.emit("response.output_item.added", map[string]any{"output_index": it.index,
 			"item": reasoningItem{ID: it.id, Type: "reasoning", Status: "in_progress", Summary: []summaryPart{}}}); err != nil {
 			return err
@@ -189,7 +190,7 @@ func (o *responsesOut) open(kind string) error {
 		return o.emit("response.reasoning_summary_part.added", map[string]any{"item_id": it.id, "output_index": it.index, "summary_index": 0,
 			"part": summaryPart{Type: "summary_text"}})
 	}
-	it.id = newID("msg_")
+	it.id = wire.NewID("msg_")
 	if err := o.emit("response.output_item.added", map[string]any{"output_index": it.index,
 		"item": messageItem{ID: it.id, Type: "message", Status: "in_progress", Role: "assistant", Content: []outputText{}}}); err != nil {
 		return err
@@ -199,7 +200,7 @@ func (o *responsesOut) open(kind string) error {
 }
 
 // closeItem ends the open item, if any, with status.
-func (o *responsesOut) closeItem(status string) error {
+func (o *Reply) closeItem(status string) error {
 	it := o.cur
 	if it == nil {
 		return nil
@@ -211,7 +212,7 @@ func (o *responsesOut) closeItem(status string) error {
 		part := summaryPart{Type: "summary_text", Text: text}
 		ri := reasoningItem{ID: it.id, Type: "reasoning", Status: status, Summary: []summaryPart{part}}
 		if o.encrypted {
-			enc := encodeReasoning(text)
+			enc := wire.EncodeReasoning(text)
 			ri.EncryptedContent = &enc
 		}
 		item = ri
@@ -238,13 +239,13 @@ func (o *responsesOut) closeItem(status string) error {
 // call adds a tool call item: a function_call, or a custom_tool_call for
 // a custom tool (its "input" argument as the input), under the API's
 // name and namespace of the tool.
-func (o *responsesOut) call(f chat.FunctionCall) error {
+func (o *Reply) call(f chat.FunctionCall) error {
 	ref, known := o.tools.byFlat[f.Name]
 	name, ns := f.Name, ""
 	if known {
 		name, ns = ref.name, ref.namespace
 	}
-	callID := newID("call_")
+	callID := wire.NewID("call_")
 	o.callIDs = append(o.callIDs, callID)
 	index := len(o.resp.Output)
 	if known && ref.custom {
@@ -255,7 +256,7 @@ func (o *responsesOut) call(f chat.FunctionCall) error {
 		if json.Unmarshal([]byte(f.Arguments), &args) == nil && args.Input != nil {
 			input = *args.Input
 		}
-		it := customCallItem{ID: newID("ctc_"), Type: "custom_tool_call", Status: "in_progress", CallID: callID, Name: name, Namespace: ns}
+		it := customCallItem{ID: wire.NewID("ctc_"), Type: "custom_tool_call", Status: "in_progress", CallID: callID, Name: name, Namespace: ns}
 		if err := o.emit("response.output_item.added", map[string]any{"output_index": index, "item": it}); err != nil {
 			return err
 		}
@@ -269,7 +270,7 @@ func (o *responsesOut) call(f chat.FunctionCall) error {
 		o.resp.Output = append(o.resp.Output, it)
 		return o.emit("response.output_item.done", map[string]any{"output_index": index, "item": it})
 	}
-	it := functionCallItem{ID: newID("fc_"), Type: "function_call", Status: "in_progress", CallID: callID, Name: name, Namespace: ns}
+	it := functionCallItem{ID: wire.NewID("fc_"), Type: "function_call", Status: "in_progress", CallID: callID, Name: name, Namespace: ns}
 	if err := o.emit("response.output_item.added", map[string]any{"output_index": index, "item": it}); err != nil {
 		return err
 	}
@@ -284,13 +285,13 @@ func (o *responsesOut) call(f chat.FunctionCall) error {
 	return o.emit("response.output_item.done", map[string]any{"output_index": index, "item": it})
 }
 
-// finish closes the response with the turn's result: completed, or
+// Finish closes the response with the turn's result: completed, or
 // incomplete when max_output_tokens (or the context) cut it. end sends
 // the last event.
-func (o *responsesOut) finish(res *turnResult) error {
-	c := res.choices[0]
+func (o *Reply) Finish(res *wire.TurnResult) error {
+	c := res.Choices[0]
 	status := "completed"
-	if c.finish == "length" {
+	if c.Finish == "length" {
 		status = "incomplete"
 		o.resp.IncompleteDetails = &incomplete{Reason: "max_output_tokens"}
 	}
@@ -298,22 +299,22 @@ func (o *responsesOut) finish(res *turnResult) error {
 		return err
 	}
 	o.resp.Status = status
-	u := &responseUsage{InputTokens: res.promptTokens, OutputTokens: c.completionTokens}
-	u.InputTokensDetails.CachedTokens = res.cachedTokens
-	u.OutputTokensDetails.ReasoningTokens = c.reasoningTokens
+	u := &responseUsage{InputTokens: res.PromptTokens, OutputTokens: c.CompletionTokens}
+	u.InputTokensDetails.CachedTokens = res.CachedTokens
+	u.OutputTokensDetails.ReasoningTokens = c.ReasoningTokens
 	u.TotalTokens = u.InputTokens + u.OutputTokens
 	o.resp.Usage = u
 	return nil
 }
 
-// end sends the last event: response.completed or response.incomplete.
-func (o *responsesOut) end() error {
+// End sends the last event: response.completed or response.incomplete.
+func (o *Reply) End() error {
 	return o.emit("response."+o.resp.Status, map[string]any{"response": o.resp})
 }
 
-// fail ends a stream whose generation failed: response.failed, with the
+// Fail ends a stream whose generation failed: response.failed, with the
 // error's code (context_length_exceeded tells Codex to compact).
-func (o *responsesOut) fail(e *apiError) {
+func (o *Reply) Fail(e *wire.APIError) {
 	o.resp.Status = "failed"
 	code := "server_error"
 	if e.Code != nil {
@@ -323,51 +324,26 @@ func (o *responsesOut) fail(e *apiError) {
 	o.emit("response.failed", map[string]any{"response": o.resp})
 }
 
-func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
-	s.admitted(w, r, func(r *http.Request) func(context.Context) {
-		var req responsesRequest
-		if e := s.decodeAgent(w, r, &req); e != nil {
-			writeAPIError(w, e)
-			return nil
-		}
-		var prev *storedResponse
-		if id := req.PreviousResponseID; id != "" {
-			var ok bool
-			if prev, ok = s.store.get(id); !ok {
-				writeAPIError(w, responseNotFound("previous_response_id", id))
-				return nil
-			}
-		}
-		t, tools, e := s.responsesTurn(&req, prev)
-		if e != nil {
-			writeAPIError(w, e)
-			return nil
-		}
-		p, e := s.prepare(t)
-		if e != nil {
-			writeAPIError(w, e)
-			return nil
-		}
-		store := req.Store == nil || *req.Store
-		if !store {
-			t.msgs = nil // the body's memory goes before the request waits
-		}
-		req.Input = nil
-		return func(ctx context.Context) { s.respond(ctx, w, &req, p, tools, prev, store) }
-	})
+// Settings are what a response echoes besides its request: the model,
+// and the sampling and storage the server settled on.
+type Settings struct {
+	Model             string
+	ParallelToolCalls bool
+	Temperature, TopP float64
+	Store             bool
 }
 
 // newResponseObject is the response as it starts: the request's settings
 // echoed, in progress, no output.
-func (s *Server) newResponseObject(req *responsesRequest, p *prepared, store bool) responseObject {
-	o := responseObject{ID: newID("resp_"), Object: "response", CreatedAt: time.Now().Unix(), Status: "in_progress",
-		Instructions: req.Instructions, MaxOutputTokens: req.MaxOutputTokens, Model: s.opts.Name, Output: []any{},
-		ParallelToolCalls: !p.t.oneCall, Store: store, Temperature: float64(p.opts.Sampling.Temperature),
-		TopP: float64(p.opts.Sampling.TopP), Truncation: "disabled", Tools: req.Tools, Metadata: req.Metadata}
-	if isNull(o.Instructions) {
+func newResponseObject(req *Request, set Settings) responseObject {
+	o := responseObject{ID: wire.NewID("resp_"), Object: "response", CreatedAt: time.Now().Unix(), Status: "in_progress",
+		Instructions: req.Instructions, MaxOutputTokens: req.MaxOutputTokens, Model: set.Model, Output: []any{},
+		ParallelToolCalls: set.ParallelToolCalls, Store: set.Store, Temperature: set.Temperature,
+		TopP: set.TopP, Truncation: "disabled", Tools: req.Tools, Metadata: req.Metadata}
+	if wire.IsNull(o.Instructions) {
 		o.Instructions = json.RawMessage("null")
 	}
-	if isNull(o.Metadata) {
+	if wire.IsNull(o.Metadata) {
 		o.Metadata = json.RawMessage("{}")
 	}
 	if o.Tools == nil {
@@ -377,11 +353,11 @@ func (s *Server) newResponseObject(req *responsesRequest, p *prepared, store boo
 		o.Truncation = req.Truncation
 	}
 	o.ToolChoice = req.ToolChoice
-	if isNull(o.ToolChoice) {
+	if wire.IsNull(o.ToolChoice) {
 		o.ToolChoice = json.RawMessage(`"auto"`)
 	}
 	o.Text = json.RawMessage(`{"format":{"type":"text"}}`)
-	if req.Text != nil && !isNull(req.Text.Format) {
+	if req.Text != nil && !wire.IsNull(req.Text.Format) {
 		o.Text, _ = json.Marshal(map[string]json.RawMessage{"format": req.Text.Format})
 	}
 	if req.PreviousResponseID != "" {
@@ -396,72 +372,37 @@ func (s *Server) newResponseObject(req *responsesRequest, p *prepared, store boo
 	return o
 }
 
-func (s *Server) respond(ctx context.Context, w http.ResponseWriter, req *responsesRequest, p *prepared, tools *responsesTools, prev *storedResponse, store bool) {
-	o := &responsesOut{resp: s.newResponseObject(req, p, store), tools: tools, encrypted: wantsEncryptedReasoning(req.Include)}
-	if req.Stream {
-		o.stream = startSSE(w)
-		if o.start() != nil {
-			return
-		}
+// NewReply starts the response to req, streamed to stream unless it is
+// nil, calling the tools by their names in the request. A streamed
+// response begins with Start.
+func NewReply(req *Request, set Settings, tools *Tools, stream *wire.SSE) *Reply {
+	return &Reply{resp: newResponseObject(req, set), tools: tools, encrypted: wantsEncryptedReasoning(req.Include), stream: stream}
+}
+
+// Object is the response as a whole, the body of a response not
+// streamed.
+func (o *Reply) Object() any { return o.resp }
+
+// Stored is the response to keep for a follow-up: its object, and the
+// conversation through reply (the turn t's reply, whose tool calls take
+// the call ids the response gave them), in the chain prev (nil for a
+// first response) continues.
+func (o *Reply) Stored(req *Request, t *wire.Turn, reply chat.Message, prev *Stored) *Stored {
+	for k := range reply.ToolCalls {
+		reply.ToolCalls[k].ID = o.callIDs[k]
 	}
-	res, err := s.runTurn(ctx, p, nil, func(_ int, d chat.Delta) error { return o.delta(d) })
-	if err == nil {
-		err = o.finish(res)
+	object, _ := json.Marshal(o.resp)
+	conv := o.resp.ID
+	if prev != nil {
+		conv = prev.conversation
 	}
-	if err != nil {
-		if o.stream == nil {
-			writeAPIError(w, s.serverError(err))
-		} else if context.Cause(ctx) != context.Canceled {
-			o.fail(s.serverError(err))
-		}
-		return
-	}
-	// The response is stored before the client hears that it is done: a
-	// follow-up may come at once.
-	if store {
-		reply := res.choices[0].msg
-		for k := range reply.ToolCalls {
-			reply.ToolCalls[k].ID = o.callIDs[k]
-		}
-		object, _ := json.Marshal(o.resp)
-		conv := o.resp.ID
-		if prev != nil {
-			conv = prev.conversation
-		}
-		s.store.put(&storedResponse{id: o.resp.ID, object: object, conversation: conv,
-			history: historyOf(p.t, hasInstructions(req), reply)})
-	}
-	if o.stream == nil {
-		writeJSON(w, http.StatusOK, o.resp)
-		return
-	}
-	o.end()
+	return &Stored{id: o.resp.ID, object: object, conversation: conv,
+		history: historyOf(t, hasInstructions(req), reply)}
 }
 
 // hasInstructions reports whether the turn's first message is the
 // request's instructions.
-func hasInstructions(req *responsesRequest) bool {
-	str, ok := rawString(req.Instructions)
+func hasInstructions(req *Request) bool {
+	str, ok := wire.RawString(req.Instructions)
 	return ok && str != ""
-}
-
-func (s *Server) getResponse(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	sr, ok := s.store.get(id)
-	if !ok {
-		writeAPIError(w, responseNotFound("response_id", id))
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
-	w.Write(append(sr.object, '\n'))
-}
-
-func (s *Server) deleteResponse(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	if !s.store.remove(id) {
-		writeAPIError(w, responseNotFound("response_id", id))
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"id": id, "object": "response", "deleted": true})
 }

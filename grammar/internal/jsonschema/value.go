@@ -1,4 +1,4 @@
-package grammar
+package jsonschema
 
 import (
 	"bytes"
@@ -11,20 +11,20 @@ import (
 	"strings"
 )
 
-// jv is a parsed JSON value that keeps the order of object keys (a
+// Value is a parsed JSON value that keeps the order of object keys (a
 // schema's properties come out in the order they are declared) and the
 // literal of numbers.
-type jv struct {
-	kind byte // 'o' object, 'a' array, 's' string, 'n' number, 'b' boolean, 'z' null
-	str  string
-	keys []string
-	vals []*jv
+type Value struct {
+	Kind byte // 'o' object, 'a' array, 's' string, 'n' number, 'b' boolean, 'z' null
+	Str  string
+	Keys []string
+	Vals []*Value
 }
 
 // maxSchemaNesting bounds the nesting of a schema document.
 const maxSchemaNesting = 512
 
-func parseJSON(data []byte) (*jv, error) {
+func parseJSON(data []byte) (*Value, error) {
 	d := json.NewDecoder(bytes.NewReader(data))
 	d.UseNumber()
 	v, err := decodeJV(d, 0)
@@ -37,7 +37,7 @@ func parseJSON(data []byte) (*jv, error) {
 	return v, nil
 }
 
-func decodeJV(d *json.Decoder, depth int) (*jv, error) {
+func decodeJV(d *json.Decoder, depth int) (*Value, error) {
 	if depth > maxSchemaNesting {
 		return nil, fmt.Errorf("nested deeper than %d", maxSchemaNesting)
 	}
@@ -49,7 +49,7 @@ func decodeJV(d *json.Decoder, depth int) (*jv, error) {
 	case json.Delim:
 		switch t {
 		case '{':
-			v := &jv{kind: 'o'}
+			v := &Value{Kind: 'o'}
 			for d.More() {
 				kt, err := d.Token()
 				if err != nil {
@@ -61,40 +61,40 @@ func decodeJV(d *json.Decoder, depth int) (*jv, error) {
 					return nil, err
 				}
 				if i := v.index(k); i >= 0 {
-					v.vals[i] = e // the last of a repeated key wins
+					v.Vals[i] = e // the last of a repeated key wins
 					continue
 				}
-				v.keys = append(v.keys, k)
-				v.vals = append(v.vals, e)
+				v.Keys = append(v.Keys, k)
+				v.Vals = append(v.Vals, e)
 			}
 			_, err := d.Token()
 			return v, err
 		case '[':
-			v := &jv{kind: 'a'}
+			v := &Value{Kind: 'a'}
 			for d.More() {
 				e, err := decodeJV(d, depth+1)
 				if err != nil {
 					return nil, err
 				}
-				v.vals = append(v.vals, e)
+				v.Vals = append(v.Vals, e)
 			}
 			_, err := d.Token()
 			return v, err
 		}
 	case string:
-		return &jv{kind: 's', str: t}, nil
+		return &Value{Kind: 's', Str: t}, nil
 	case json.Number:
-		return &jv{kind: 'n', str: string(t)}, nil
+		return &Value{Kind: 'n', Str: string(t)}, nil
 	case bool:
-		return &jv{kind: 'b', str: strconv.FormatBool(t)}, nil
+		return &Value{Kind: 'b', Str: strconv.FormatBool(t)}, nil
 	case nil:
-		return &jv{kind: 'z'}, nil
+		return &Value{Kind: 'z'}, nil
 	}
 	return nil, fmt.Errorf("unexpected %v", t)
 }
 
-func (v *jv) index(k string) int {
-	for i, x := range v.keys {
+func (v *Value) index(k string) int {
+	for i, x := range v.Keys {
 		if x == k {
 			return i
 		}
@@ -102,19 +102,19 @@ func (v *jv) index(k string) int {
 	return -1
 }
 
-func (v *jv) get(k string) *jv {
-	if v == nil || v.kind != 'o' {
+func (v *Value) get(k string) *Value {
+	if v == nil || v.Kind != 'o' {
 		return nil
 	}
 	if i := v.index(k); i >= 0 {
-		return v.vals[i]
+		return v.Vals[i]
 	}
 	return nil
 }
 
 // rat returns a number's exact value.
-func (v *jv) rat() *big.Rat {
-	r, ok := new(big.Rat).SetString(v.str)
+func (v *Value) rat() *big.Rat {
+	r, ok := new(big.Rat).SetString(v.Str)
 	if !ok {
 		return nil
 	}
@@ -123,8 +123,8 @@ func (v *jv) rat() *big.Rat {
 
 // jsonType is the JSON Schema type of a value ("integer" for a number
 // with an integral value).
-func (v *jv) jsonType() string {
-	switch v.kind {
+func (v *Value) jsonType() string {
+	switch v.Kind {
 	case 'o':
 		return "object"
 	case 'a':
@@ -144,84 +144,84 @@ func (v *jv) jsonType() string {
 
 // equal reports whether two values are equal as JSON Schema compares
 // them (numbers by value, objects regardless of key order).
-func (v *jv) equal(w *jv) bool {
-	if v.kind != w.kind {
+func (v *Value) equal(w *Value) bool {
+	if v.Kind != w.Kind {
 		return false
 	}
-	switch v.kind {
+	switch v.Kind {
 	case 'n':
 		a, b := v.rat(), w.rat()
 		return a != nil && b != nil && a.Cmp(b) == 0
 	case 'a':
-		if len(v.vals) != len(w.vals) {
+		if len(v.Vals) != len(w.Vals) {
 			return false
 		}
-		for i := range v.vals {
-			if !v.vals[i].equal(w.vals[i]) {
+		for i := range v.Vals {
+			if !v.Vals[i].equal(w.Vals[i]) {
 				return false
 			}
 		}
 		return true
 	case 'o':
-		if len(v.keys) != len(w.keys) {
+		if len(v.Keys) != len(w.Keys) {
 			return false
 		}
-		for i, k := range v.keys {
+		for i, k := range v.Keys {
 			x := w.get(k)
-			if x == nil || !v.vals[i].equal(x) {
+			if x == nil || !v.Vals[i].equal(x) {
 				return false
 			}
 		}
 		return true
 	}
-	return v.str == w.str
+	return v.Str == w.Str
 }
 
-// format writes v as JSON in style st (compact unless Python).
-func (v *jv) format(st Style) string {
+// Format writes v as JSON: compact, or in Python's json.dumps layout.
+func (v *Value) Format(python bool) string {
 	var b strings.Builder
-	v.write(&b, st)
+	v.write(&b, python)
 	return b.String()
 }
 
-func (v *jv) write(b *strings.Builder, st Style) {
+func (v *Value) write(b *strings.Builder, python bool) {
 	itemSep, keySep := ",", ":"
-	if st.Python {
+	if python {
 		itemSep, keySep = ", ", ": "
 	}
-	switch v.kind {
+	switch v.Kind {
 	case 'o':
 		b.WriteByte('{')
-		for i, k := range v.keys {
+		for i, k := range v.Keys {
 			if i > 0 {
 				b.WriteString(itemSep)
 			}
-			b.WriteString(quoteJSON(k))
+			b.WriteString(QuoteJSON(k))
 			b.WriteString(keySep)
-			v.vals[i].write(b, st)
+			v.Vals[i].write(b, python)
 		}
 		b.WriteByte('}')
 	case 'a':
 		b.WriteByte('[')
-		for i, e := range v.vals {
+		for i, e := range v.Vals {
 			if i > 0 {
 				b.WriteString(itemSep)
 			}
-			e.write(b, st)
+			e.write(b, python)
 		}
 		b.WriteByte(']')
 	case 's':
-		b.WriteString(quoteJSON(v.str))
+		b.WriteString(QuoteJSON(v.Str))
 	case 'n', 'b':
-		b.WriteString(v.str)
+		b.WriteString(v.Str)
 	default:
 		b.WriteString("null")
 	}
 }
 
-// quoteJSON writes s as a JSON string with the fewest escapes: quote,
+// QuoteJSON writes s as a JSON string with the fewest escapes: quote,
 // backslash and control characters; the rest as UTF-8.
-func quoteJSON(s string) string {
+func QuoteJSON(s string) string {
 	const hex = "0123456789abcdef"
 	var b strings.Builder
 	b.WriteByte('"')

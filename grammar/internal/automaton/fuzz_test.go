@@ -1,4 +1,4 @@
-package grammar
+package automaton
 
 import (
 	"regexp"
@@ -26,12 +26,12 @@ func FuzzRegexpDFA(f *testing.F) {
 		if err != nil {
 			return
 		}
-		re, err := parseRegexp(expr)
+		re, err := ParseRegexp(expr)
 		if err != nil {
-			t.Fatalf("%q: regexp compiles it, parseRegexp does not: %v", expr, err)
+			t.Fatalf("%q: regexp compiles it, ParseRegexp does not: %v", expr, err)
 		}
 		for _, search := range []bool{false, true} {
-			d, err := compileDFA(re, search)
+			d, err := Compile(re, search)
 			if err != nil {
 				return // an unsupported operator, or too many states
 			}
@@ -39,7 +39,7 @@ func FuzzRegexpDFA(f *testing.F) {
 			if !search {
 				want = regexp.MustCompile(`^(?:` + expr + `)$`).MatchString(input)
 			}
-			if got := d.matches(input); got != want {
+			if got := d.Matches(input); got != want {
 				t.Fatalf("%q on %q (search %v): dfa %v, regexp %v", expr, input, search, got, want)
 			}
 		}

@@ -1,4 +1,4 @@
-package server
+package responses
 
 import (
 	"container/list"
@@ -8,21 +8,21 @@ import (
 	"github.com/k3go/k3/chat"
 )
 
-// responseStore keeps the responses of /v1/responses (store: true, the
+// Store keeps the responses of /v1/responses (store: true, the
 // API's default) for previous_response_id and GET / DELETE
 // /v1/responses/{id}. It is bounded in count and in bytes: the least
 // recently used go first, and a follow-up on one that went gets a 404.
-type responseStore struct {
+type Store struct {
 	mu       sync.Mutex
 	max      int
 	maxBytes int64
 	bytes    int64
-	order    *list.List // of *storedResponse, most recently used first
+	order    *list.List // of *Stored, most recently used first
 	byID     map[string]*list.Element
 }
 
-// storedResponse is one kept response.
-type storedResponse struct {
+// Stored is one kept response.
+type Stored struct {
 	id     string
 	object json.RawMessage // the response, as GET returns it
 	// history is the conversation through this response's output, as
@@ -35,8 +35,10 @@ type storedResponse struct {
 	size         int64
 }
 
-func newResponseStore(max int, maxBytes int64) *responseStore {
-	return &responseStore{max: max, maxBytes: maxBytes, order: list.New(), byID: map[string]*list.Element{}}
+// NewStore keeps at most max responses of at most maxBytes in all (max 0
+// keeps none).
+func NewStore(max int, maxBytes int64) *Store {
+	return &Store{max: max, maxBytes: maxBytes, order: list.New(), byID: map[string]*list.Element{}}
 }
 
 // sizeOf estimates the memory a stored response holds.
@@ -54,9 +56,9 @@ func sizeOf(object json.RawMessage, history []chat.Message) int64 {
 	return n
 }
 
-// put keeps r, evicting the least recently used beyond the bounds. A
+// Put keeps r, evicting the least recently used beyond the bounds. A
 // response larger than all the room is not kept.
-func (st *responseStore) put(r *storedResponse) {
+func (st *Store) Put(r *Stored) {
 	if st.max <= 0 {
 		return
 	}
@@ -76,14 +78,14 @@ func (st *responseStore) put(r *storedResponse) {
 	}
 }
 
-func (st *responseStore) drop(e *list.Element) {
-	r := st.order.Remove(e).(*storedResponse)
+func (st *Store) drop(e *list.Element) {
+	r := st.order.Remove(e).(*Stored)
 	delete(st.byID, r.id)
 	st.bytes -= r.size
 }
 
-// get returns the response id, if it is kept.
-func (st *responseStore) get(id string) (*storedResponse, bool) {
+// Get returns the response id, if it is kept.
+func (st *Store) Get(id string) (*Stored, bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	e, ok := st.byID[id]
@@ -91,11 +93,11 @@ func (st *responseStore) get(id string) (*storedResponse, bool) {
 		return nil, false
 	}
 	st.order.MoveToFront(e)
-	return e.Value.(*storedResponse), true
+	return e.Value.(*Stored), true
 }
 
-// remove forgets the response id and reports whether it was kept.
-func (st *responseStore) remove(id string) bool {
+// Remove forgets the response id and reports whether it was kept.
+func (st *Store) Remove(id string) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	e, ok := st.byID[id]
@@ -104,3 +106,6 @@ func (st *responseStore) remove(id string) bool {
 	}
 	return ok
 }
+
+// Object is the response as GET /v1/responses/{id} returns it.
+func (r *Stored) Object() json.RawMessage { return r.object }

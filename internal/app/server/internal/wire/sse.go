@@ -1,4 +1,4 @@
-package server
+package wire
 
 import (
 	"encoding/json"
@@ -6,25 +6,26 @@ import (
 	"net/http"
 )
 
-// sse writes server-sent events: OpenAI's chat and completions streams
+// SSE writes server-sent events: OpenAI's chat and completions streams
 // send "data:" lines ending with "[DONE]"; the Responses and Messages
 // streams name each event ("event: TYPE") and end with their last event.
-type sse struct {
+type SSE struct {
 	w  http.ResponseWriter
 	rc *http.ResponseController
 }
 
-func startSSE(w http.ResponseWriter) *sse {
+// StartSSE writes the headers of an event stream and returns its writer.
+func StartSSE(w http.ResponseWriter) *SSE {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	return &sse{w: w, rc: http.NewResponseController(w)}
+	return &SSE{w: w, rc: http.NewResponseController(w)}
 }
 
-// send writes one "data:" event and flushes it.
-func (e *sse) send(v any) error {
+// Send writes one "data:" event and flushes it.
+func (e *SSE) Send(v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
@@ -32,16 +33,16 @@ func (e *sse) send(v any) error {
 	return e.raw(b)
 }
 
-func (e *sse) raw(b []byte) error {
+func (e *SSE) raw(b []byte) error {
 	if _, err := fmt.Fprintf(e.w, "data: %s\n\n", b); err != nil {
 		return err
 	}
 	return e.rc.Flush()
 }
 
-// event writes one named event, "event: name" and its data, and flushes
+// Event writes one named event, "event: name" and its data, and flushes
 // it.
-func (e *sse) event(name string, v any) error {
+func (e *SSE) Event(name string, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
@@ -52,10 +53,11 @@ func (e *sse) event(name string, v any) error {
 	return e.rc.Flush()
 }
 
-func (e *sse) done() error { return e.raw([]byte("[DONE]")) }
+// Done ends a "data:" stream with "[DONE]".
+func (e *SSE) Done() error { return e.raw([]byte("[DONE]")) }
 
-// fail reports an error after the stream started.
-func (e *sse) fail(ae *apiError) {
-	e.send(map[string]any{"error": ae})
-	e.done()
+// Fail reports an error after the stream started.
+func (e *SSE) Fail(ae *APIError) {
+	e.Send(map[string]any{"error": ae})
+	e.Done()
 }

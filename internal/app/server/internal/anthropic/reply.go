@@ -1,11 +1,11 @@
-package server
+package anthropic
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 
 	"github.com/k3go/k3/chat"
+	"github.com/k3go/k3/internal/app/server/internal/wire"
 )
 
 // anthropicMessage is a Messages API reply.
@@ -50,28 +50,71 @@ type (
 	}
 )
 
-// messagesOut builds a reply from a turn's deltas, and streams it as
+// Reply builds a reply from a turn's deltas, and streams it as
 // Messages events when stream is set: a thinking block per run of
 // reasoning (its signature carries the reasoning, so that a client that
 // gives the block back has it rendered again exactly), a text block per
 // run of content, a tool_use block per call.
-type messagesOut struct {
+type Reply struct {
 	msg     anthropicMessage
 	omit    bool // thinking.display "omitted": no thinking text, only the signature
-	stream  *sse
+	stream  *wire.SSE
 	cur     string // the open block's type: "thinking", "text" or ""
 	curText []byte
 }
 
-func (o *messagesOut) emit(typ string, fields map[string]any) error {
+// NewReply starts the reply of model to a prompt of promptTokens tokens,
+// streamed to stream unless it is nil; omit leaves the thinking text out
+// (thinking.display "omitted"). A streamed reply begins with Start.
+func NewReply(model string, promptTokens int, omit bool, stream *wire.SSE) *Reply {
+	return &Reply{omit: omit, stream: stream, msg: anthropicMessage{ID: wire.NewID("msg_"), Type: "message", Role: "assistant",
+		Model: model, Content: []any{}, Usage: anthropicUsage{InputTokens: promptTokens}}}
+}
+
+// Message is the reply as a whole, the body of a reply not streamed.
+func (o *Reply) Message() any { return o.msg }
+
+// Fail ends a stream whose generation failed with an error event.
+func (o *Reply) Fail(e *wire.APIError) {
+	o.stream.Event("error", ErrorBody(e))
+}
+
+// ErrorBody is e in Anthropic's error shape, the type chosen by the
+// status as Anthropic's API chooses it. Anthropic's shape has no param:
+// the messages name their field themselves.
+func ErrorBody(e *wire.APIError) map[string]any {
+	typ := "api_error"
+	switch e.Status {
+	case http.StatusBadRequest, http.StatusMethodNotAllowed, http.StatusRequestTimeout, http.StatusUnprocessableEntity:
+		typ = "invalid_request_error"
+	case http.StatusUnauthorized:
+		typ = "authentication_error"
+	case http.StatusForbidden:
+		typ = "permission_error"
+	case http.StatusNotFound:
+		typ = "not_found_error"
+	case http.StatusRequestEntityTooLarge:
+		typ = "request_too_large"
+	case http.StatusTooManyRequests:
+		typ = "rate_limit_error"
+	case http.StatusServiceUnavailable, 529:
+		typ = "overloaded_error"
+	case http.StatusGatewayTimeout:
+		typ = "timeout_error"
+	}
+	return map[string]any{"type": "error", "error": map[string]string{"type": typ, "message": e.Message}}
+}
+
+func (o *Reply) emit(typ string, fields map[string]any) error {
 	if o.stream == nil {
 		return nil
 	}
 	fields["type"] = typ
-	return o.stream.event(typ, fields)
+	return o.stream.Event(typ, fields)
 }
 
-func (o *messagesOut) start() error {
+// Start sends the stream's first events: message_start and a ping.
+func (o *Reply) Start() error {
 	start := o.msg
 	start.Content = []any{}
 	if err := o.emit("message_start", map[string]any{"message": start}); err != nil {
@@ -80,7 +123,8 @@ func (o *messagesOut) start() error {
 	return o.emit("ping", map[string]any{})
 }
 
-func (o *messagesOut) delta(d chat.Delta) error {
+// Delta adds what one token added to the reply.
+func (o *Reply) Delta(d chat.Delta) error {
 	if d.Reasoning != "" {
 		if err := o.open("thinking"); err != nil {
 			return err
@@ -111,7 +155,7 @@ func (o *messagesOut) delta(d chat.Delta) error {
 		if !json.Valid(input) {
 			input = json.RawMessage("{}")
 		}
-		b := toolUseBlock{Type: "tool_use", ID: newID("toolu_"), Name: d.ToolCall.Function.Name, Input: input}
+		b := toolUseBlock{Type: "tool_use", ID: wire.NewID("toolu_"), Name: d.ToolCall.Function.Name, Input: input}
 		index := len(o.msg.Content)
 		start := b
 		start.Input = json.RawMessage("{}")
@@ -128,7 +172,7 @@ func (o *messagesOut) delta(d chat.Delta) error {
 	return nil
 }
 
-func (o *messagesOut) open(typ string) error {
+func (o *Reply) open(typ string) error {
 	if o.cur == typ {
 		return nil
 	}
@@ -143,14 +187,14 @@ func (o *messagesOut) open(typ string) error {
 	return o.emit("content_block_start", map[string]any{"index": len(o.msg.Content), "content_block": block})
 }
 
-func (o *messagesOut) closeBlock() error {
+func (o *Reply) closeBlock() error {
 	if o.cur == "" {
 		return nil
 	}
 	index, text := len(o.msg.Content), string(o.curText)
 	var block any = textBlock{Type: "text", Text: text}
 	if o.cur == "thinking" {
-		b := thinkingBlock{Type: "thinking", Thinking: text, Signature: encodeReasoning(text)}
+		b := thinkingBlock{Type: "thinking", Thinking: text, Signature: wire.EncodeReasoning(text)}
 		if o.omit {
 			b.Thinking = ""
 		}
@@ -165,107 +209,31 @@ func (o *messagesOut) closeBlock() error {
 	return o.emit("content_block_stop", map[string]any{"index": index})
 }
 
-// finish sets the stop reason and usage and ends the stream.
-func (o *messagesOut) finish(res *turnResult, clamped bool) error {
+// Finish sets the stop reason and usage and ends the stream.
+func (o *Reply) Finish(res *wire.TurnResult, clamped bool) error {
 	if err := o.closeBlock(); err != nil {
 		return err
 	}
-	c := res.choices[0]
+	c := res.Choices[0]
 	reason := "end_turn"
 	switch {
-	case c.finish == "tool_calls":
+	case c.Finish == "tool_calls":
 		reason = "tool_use"
-	case c.finish == "length" && clamped:
+	case c.Finish == "length" && clamped:
 		reason = "model_context_window_exceeded"
-	case c.finish == "length":
+	case c.Finish == "length":
 		reason = "max_tokens"
-	case c.stopSequence != "":
+	case c.StopSequence != "":
 		reason = "stop_sequence"
-		o.msg.StopSequence = &c.stopSequence
+		o.msg.StopSequence = &c.StopSequence
 	}
 	o.msg.StopReason = &reason
-	o.msg.Usage = anthropicUsage{InputTokens: res.promptTokens - res.cachedTokens, OutputTokens: c.completionTokens,
-		CacheReadInputTokens: res.cachedTokens}
+	o.msg.Usage = anthropicUsage{InputTokens: res.PromptTokens - res.CachedTokens, OutputTokens: c.CompletionTokens,
+		CacheReadInputTokens: res.CachedTokens}
 	if err := o.emit("message_delta", map[string]any{
 		"delta": map[string]any{"stop_reason": reason, "stop_sequence": o.msg.StopSequence},
 		"usage": o.msg.Usage}); err != nil {
 		return err
 	}
 	return o.emit("message_stop", map[string]any{})
-}
-
-func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
-	s.admitted(w, r, func(r *http.Request) func(context.Context) {
-		var req messagesRequest
-		if e := s.decodeAgent(w, r, &req); e != nil {
-			writeAPIError(w, e)
-			return nil
-		}
-		t, display, e := s.messagesTurn(&req, false)
-		if e != nil {
-			writeAPIError(w, e)
-			return nil
-		}
-		p, e := s.prepare(t)
-		if e != nil {
-			writeAPIError(w, e)
-			return nil
-		}
-		t.msgs, req.Messages, req.Tools = nil, nil, nil // the body's memory goes before the request waits
-		return func(ctx context.Context) { s.reply(ctx, w, req.Stream, display == "omitted", p) }
-	})
-}
-
-func (s *Server) reply(ctx context.Context, w http.ResponseWriter, stream, omit bool, p *prepared) {
-	o := &messagesOut{omit: omit, msg: anthropicMessage{ID: newID("msg_"), Type: "message", Role: "assistant",
-		Model: s.opts.Name, Content: []any{}, Usage: anthropicUsage{InputTokens: len(p.prompt)}}}
-	if stream {
-		o.stream = startSSE(w)
-		if o.start() != nil {
-			return
-		}
-	}
-	res, err := s.runTurn(ctx, p, nil, func(_ int, d chat.Delta) error { return o.delta(d) })
-	if err == nil {
-		err = o.finish(res, p.clamped)
-	}
-	if err != nil {
-		switch {
-		case o.stream == nil:
-			writeAPIError(w, s.serverError(err))
-		case context.Cause(ctx) != context.Canceled:
-			o.stream.event("error", anthropicError(s.serverError(err)))
-		}
-		return
-	}
-	if o.stream == nil {
-		writeJSON(w, http.StatusOK, o.msg)
-	}
-}
-
-// countTokens answers POST /v1/messages/count_tokens: the prompt tokens
-// the request would render to, tools and system included.
-func (s *Server) countTokens(w http.ResponseWriter, r *http.Request) {
-	s.withDecode(w, r, func() {
-		var req messagesRequest
-		if e := s.decodeAgent(w, r, &req); e != nil {
-			writeAPIError(w, e)
-			return
-		}
-		if req.Model != "" && req.Model != s.opts.Name {
-			writeAPIError(w, notFound("model", "model_not_found", "model: the model %q does not exist (this server has %q)", req.Model, s.opts.Name))
-			return
-		}
-		t, _, e := s.messagesTurn(&req, true)
-		if e != nil {
-			writeAPIError(w, e)
-			return
-		}
-		prompt, e := s.chatPrompt(t.msgs, t.renderOptions())
-		if e != nil {
-			writeAPIError(w, e)
-			return
-		}
-		writeJSON(w, http.StatusOK, map[string]int{"input_tokens": len(prompt)})
-	})
 }
