@@ -7,13 +7,15 @@
 //   - [Source]: an [io.ReaderAt] with a size and a name. Anything can be a
 //     Source ([NewSource]); [*File] is the fast path (pread, O_DIRECT).
 //   - [OpenFile]: a file with a buffered descriptor and, on request, a second
-//     O_DIRECT descriptor; it falls back to buffered reads where the file
-//     system refuses O_DIRECT, and [File.CheckSize] detects a file that was
-//     truncated or rewritten while open.
+//     descriptor that bypasses the page cache (O_DIRECT on Linux, F_NOCACHE
+//     on macOS; elsewhere reads are buffered); it falls back to buffered
+//     reads where the file system refuses, and [File.CheckSize] detects a
+//     file that was truncated or rewritten while open.
 //   - [AllocAligned]: page- or 2 MiB-aligned buffers mapped outside the Go
 //     heap, returned to the OS by [Buffer.Free], counted by [AllocatedBytes].
 //   - [Reader]: a pool of workers with many reads in flight, batches sorted
-//     and coalesced, large reads split into chunks, short reads and EINTR
+//     and coalesced, large reads split into chunks (and no read call above
+//     [MaxReadCall], below 2 GiB as macOS requires), short reads and EINTR
 //     retried, errors typed ([*ReadError]), cancellation by context, and exact
 //     byte and time accounting ([Stats]).
 //   - [ProbeBandwidth], [FreeSpace], [MemoryInfo]: for `k3 doctor` and the

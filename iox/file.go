@@ -10,12 +10,15 @@ import (
 
 // FileOptions configures [OpenFile]. The zero value opens a buffered file.
 type FileOptions struct {
-	// Direct asks for a second descriptor opened with O_DIRECT, used by a
-	// [Reader] for requests whose Dst is [Align]-aligned, so checkpoint reads
-	// bypass the page cache (which would otherwise count against the RAM
-	// budget and evict useful pages). Where the file system refuses O_DIRECT,
-	// at open or on the first read (EINVAL), the file falls back to buffered
-	// reads: [File.Mode] and [File.DirectFallback] say so.
+	// Direct asks for a second descriptor that bypasses the page cache,
+	// used by a [Reader] for requests whose Dst is [Align]-aligned, so
+	// checkpoint reads do not fill the page cache (which would otherwise
+	// count against the RAM budget and evict useful pages). On Linux it is
+	// opened with O_DIRECT; on macOS it is a plain descriptor with F_NOCACHE
+	// set and read-ahead off (F_RDAHEAD 0). Elsewhere (Windows, the BSDs)
+	// reads are buffered. Where the file system refuses, at open or on the
+	// first read (EINVAL), the file falls back to buffered reads:
+	// [File.Mode] and [File.DirectFallback] say so.
 	Direct bool
 	// Random advises the kernel that buffered reads are random
 	// (POSIX_FADV_RANDOM), turning readahead off. Linux only; ignored
@@ -25,8 +28,9 @@ type FileOptions struct {
 	// Fault injection for iox's own tests (export_test.go sets them): a
 	// refusal of the O_DIRECT open, and the raw pread of O_DIRECT reads.
 	// Options, not package variables, so that tests can run in parallel.
-	directErr error
-	pread     func(fd int, p []byte, off int64) (int, error)
+	directErr  error
+	pread      func(fd int, p []byte, off int64) (int, error)
+	directOpen func(path string, buffered *os.File) (fd int, reason string, err error)
 }
 
 // Mode is how a [File] is being read.
@@ -35,7 +39,8 @@ type Mode uint8
 const (
 	// ModeBuffered reads through the page cache.
 	ModeBuffered Mode = iota
-	// ModeDirect reads with O_DIRECT, bypassing the page cache.
+	// ModeDirect reads bypassing the page cache: O_DIRECT on Linux,
+	// F_NOCACHE on macOS. Both count as direct reads in [Stats].
 	ModeDirect
 )
 
@@ -107,7 +112,11 @@ func OpenFile(path string, opts FileOptions) (*File, error) {
 		if opts.directErr != nil {
 			reason = "open O_DIRECT: " + opts.directErr.Error()
 		} else {
-			fd, reason, err = openDirect(path, of)
+			open := openDirect
+			if opts.directOpen != nil {
+				open = opts.directOpen
+			}
+			fd, reason, err = open(path, of)
 			if err != nil {
 				of.Close()
 				return nil, err
@@ -130,7 +139,8 @@ func (f *File) Name() string { return f.name }
 // it; [File.CheckSize] detects one.
 func (f *File) Size() int64 { return f.size }
 
-// Mode reports whether reads of aligned destinations currently use O_DIRECT.
+// Mode reports whether reads of aligned destinations currently bypass the
+// page cache (O_DIRECT, or F_NOCACHE on macOS).
 func (f *File) Mode() Mode {
 	if f.direct.Load() {
 		return ModeDirect

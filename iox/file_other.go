@@ -1,4 +1,4 @@
-//go:build !linux
+//go:build !linux && !darwin
 
 package iox
 
@@ -8,10 +8,11 @@ import (
 	"runtime"
 )
 
-// openDirect: O_DIRECT is implemented on Linux only; elsewhere reads are
+// openDirect: reads that bypass the page cache are implemented on Linux
+// (O_DIRECT) and macOS (F_NOCACHE); here (Windows, the BSDs, …) reads are
 // buffered.
 func openDirect(path string, buffered *os.File) (int, string, error) {
-	return -1, "O_DIRECT is not implemented on " + runtime.GOOS, nil
+	return -1, "uncached reads (O_DIRECT, F_NOCACHE) are not implemented on " + runtime.GOOS + ": reads are buffered", nil
 }
 
 func sysPread(fd int, p []byte, off int64) (int, error) {

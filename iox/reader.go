@@ -23,9 +23,16 @@ const (
 	DefaultChunkSize = 8 << 20
 	// MaxQueueDepth bounds [ReaderOptions.QueueDepth].
 	MaxQueueDepth = 1024
-	// MaxChunkSize bounds [ReaderOptions.ChunkSize] (Linux caps one read at
-	// 2 GiB − 4 KiB).
+	// MaxChunkSize bounds [ReaderOptions.ChunkSize].
 	MaxChunkSize = 1 << 30
+	// MaxReadCall is the most bytes a [Reader] asks of one read call
+	// (pread, or a [Source]'s ReadAt): 2 GiB − 4 KiB, a multiple of
+	// [Align]. Every platform needs a bound below 2 GiB: macOS and the BSDs
+	// refuse a read of more than INT_MAX bytes (EINVAL), Linux silently
+	// shortens it to this very size, and Windows' ReadFile takes a 32-bit
+	// count. A longer range (lm_head alone is 2.35 GB) is read in several
+	// calls, whatever the chunk size.
+	MaxReadCall = 1<<31 - Align
 
 	// maxStalls bounds consecutive reads that make no progress (EINTR,
 	// EAGAIN, zero-byte short reads) before a chunk fails.
@@ -45,6 +52,11 @@ type ReaderOptions struct {
 	ChunkSize int
 	// NoCoalesce turns off merging of adjacent requests in a batch.
 	NoCoalesce bool
+
+	// maxCall replaces MaxReadCall when positive (rounded down to a
+	// multiple of Align, at least Align): iox's tests check the splitting
+	// of reads longer than one call without 2 GiB buffers.
+	maxCall int64
 }
 
 // Request asks for the payload [Off, Off+Len) of Src, read into Dst with the
@@ -73,6 +85,7 @@ type Request struct {
 type Reader struct {
 	qd        int
 	chunkSize int64
+	maxCall   int64 // most bytes per read call: MaxReadCall
 	coalesce  bool
 
 	mu     sync.Mutex
@@ -112,7 +125,10 @@ func NewReader(opts ReaderOptions) (*Reader, error) {
 	if cs < 1 || cs > MaxChunkSize {
 		return nil, fmt.Errorf("iox: ReaderOptions.ChunkSize %d outside [1, %d]", opts.ChunkSize, MaxChunkSize)
 	}
-	r := &Reader{qd: qd, chunkSize: AlignUp(int64(cs)), coalesce: !opts.NoCoalesce}
+	r := &Reader{qd: qd, chunkSize: AlignUp(int64(cs)), maxCall: MaxReadCall, coalesce: !opts.NoCoalesce}
+	if opts.maxCall > 0 {
+		r.maxCall = max(AlignDown(opts.maxCall), Align)
+	}
 	r.cond.L = &r.mu
 	for range qd {
 		r.wg.Go(r.worker)
@@ -482,17 +498,19 @@ func (r *Reader) read(c *chunk) (int64, error) {
 	return r.readBuffered(f.f, c)
 }
 
-// readDirect reads the whole chunk [cs, ce) with O_DIRECT preads. A short
-// read happens only at the end of file, possibly mid-block; the loop then
-// restarts at the block boundary (O_DIRECT needs aligned offsets), and a
-// re-read that gets no further means the file ends there.
+// readDirect reads the whole chunk [cs, ce) with O_DIRECT (or F_NOCACHE)
+// preads of at most maxCall bytes each. A short read happens only at the
+// end of file, possibly mid-block; the loop then restarts at the block
+// boundary (O_DIRECT needs aligned offsets), and a re-read that gets no
+// further means the file ends there.
 func (r *Reader) readDirect(f *File, c *chunk) (int64, error) {
 	e := c.ext
 	pos, end := c.cs, c.ce
 	need := min(c.ce, e.phi)
 	hi, stalls := pos, 0
 	for pos < end {
-		n, err := f.pread(f.dfd, e.buf[pos-e.start:end-e.start], pos)
+		callEnd := min(end, pos+r.maxCall)
+		n, err := f.pread(f.dfd, e.buf[pos-e.start:callEnd-e.start], pos)
 		r.st.reads.Add(1)
 		r.st.directReads.Add(1)
 		if n <= 0 {
@@ -526,6 +544,9 @@ func (r *Reader) readDirect(f *File, c *chunk) (int64, error) {
 		if hi >= need {
 			break
 		}
+		if pos == callEnd {
+			continue // a full call: the next one reads on
+		}
 		r.st.retries.Add(1)
 		pos = AlignDown(pos)
 	}
@@ -535,20 +556,25 @@ func (r *Reader) readDirect(f *File, c *chunk) (int64, error) {
 	return hi, io.EOF
 }
 
-// readBuffered reads the payload part of chunk c through ra, looping on
-// short reads, EINTR and EAGAIN.
+// readBuffered reads the payload part of chunk c through ra, in calls of at
+// most maxCall bytes, looping on short reads, EINTR and EAGAIN.
 func (r *Reader) readBuffered(ra io.ReaderAt, c *chunk) (int64, error) {
 	e := c.ext
 	pos, end := max(c.cs, e.plo), min(c.ce, e.phi)
 	stalls := 0
 	for pos < end {
-		n, err := ra.ReadAt(e.buf[pos-e.start:end-e.start], pos)
+		callLen := min(end-pos, r.maxCall)
+		n, err := ra.ReadAt(e.buf[pos-e.start:pos+callLen-e.start], pos)
 		r.st.reads.Add(1)
-		n = min(max(n, 0), int(end-pos))
+		n = min(max(n, 0), int(callLen))
 		r.st.bytesRead.Add(int64(n))
 		pos += int64(n)
 		if pos >= end {
 			return pos, nil
+		}
+		if err == nil && int64(n) == callLen {
+			stalls = 0
+			continue // a full call: the next one reads on
 		}
 		if n > 0 {
 			stalls = 0

@@ -12,20 +12,33 @@ import (
 
 // DiskSpace describes the file system holding a directory.
 type DiskSpace struct {
-	Free   int64  // bytes available to an unprivileged user (statfs f_bavail)
-	Total  int64  // bytes in the file system
-	FSType string // "ext4", "xfs", "btrfs", "tmpfs", "overlay", "nfs", …, or the magic number in hex
+	Free  int64 // bytes available to an unprivileged user (statfs f_bavail)
+	Total int64 // bytes in the file system
+	// FSType is the file system's name: on Linux "ext4", "xfs", "btrfs",
+	// "tmpfs", "overlay", "nfs", … or the magic number in hex; on macOS and
+	// FreeBSD statfs's f_fstypename ("apfs", "zfs", "ufs", …); on Windows
+	// the volume's ("NTFS", "ReFS", …).
+	FSType string
 }
 
-// FreeSpace reports the free space of the file system holding dir (statfs).
-// Unix only; errors.ErrUnsupported elsewhere.
+// FreeSpace reports the free space of the file system holding dir: statfs
+// on Linux, macOS and FreeBSD, GetDiskFreeSpaceEx on Windows;
+// errors.ErrUnsupported elsewhere.
 func FreeSpace(dir string) (DiskSpace, error) { return freeSpace(dir) }
 
 // MemInfo describes the memory the process may use, for the budget planner
 // and `k3 doctor`. Sizes are bytes; 0 means unknown or unlimited.
 type MemInfo struct {
-	Total     int64 // MemTotal from /proc/meminfo
-	Available int64 // MemAvailable from /proc/meminfo
+	// Total is the physical memory: MemTotal from /proc/meminfo on Linux,
+	// hw.memsize on macOS, hw.physmem on FreeBSD, ullTotalPhys
+	// (GlobalMemoryStatusEx) on Windows.
+	Total int64
+	// Available is the memory that can be allocated without swapping:
+	// MemAvailable on Linux; on macOS the free, speculative, purgeable and
+	// file-backed pages (vm.page_*_count), the pages the kernel can hand
+	// out without compressing or swapping anything; on FreeBSD the free and
+	// inactive pages; on Windows ullAvailPhys.
+	Available int64
 	// CgroupLimit is the smallest memory limit from the process's cgroup up
 	// to the root: memory.max and memory.high (v2), or
 	// memory.limit_in_bytes (v1). 0 if there is none.
@@ -63,9 +76,9 @@ func (m MemInfo) Headroom() int64 {
 	return h
 }
 
-// MemoryInfo reads total and available RAM and the cgroup memory limit
-// (v2, or v1 where only that is mounted). Linux only; errors.ErrUnsupported
-// elsewhere.
+// MemoryInfo reads total and available RAM and, on Linux, the cgroup
+// memory limit (v2, or v1 where only that is mounted). Linux, macOS,
+// FreeBSD and Windows; errors.ErrUnsupported elsewhere.
 func MemoryInfo() (MemInfo, error) { return memoryInfo("/proc", "/sys/fs/cgroup") }
 
 // readMemInfo parses procRoot/meminfo and the cgroup files under cgRoot
@@ -177,4 +190,67 @@ func readBytesFile(path string) int64 {
 		return 0
 	}
 	return v
+}
+
+// sysctlMem describes where a BSD kernel's sysctl tree holds the memory
+// figures: the physical memory, the page size, and the page counts whose
+// sum is the available memory.
+type sysctlMem struct {
+	total    string   // bytes of physical memory
+	pageSize []string // the VM page size: the first name that answers
+	// avail are page counts summed into Available; the first must answer,
+	// the others are optional (not every kernel version has them).
+	avail []string
+}
+
+// darwinMem: XNU counts pages of vm.pagesize (16 KiB on Apple silicon).
+// Free and speculative (read-ahead) pages are handed out at once,
+// purgeable ones are dropped on demand, and pageable external ones are
+// file-backed cache, dropped without being written anywhere; pages of
+// anonymous memory (pageable internal) would have to be compressed or
+// swapped, so they are not available.
+var darwinMem = sysctlMem{
+	total:    "hw.memsize",
+	pageSize: []string{"vm.pagesize", "hw.pagesize"},
+	avail:    []string{"vm.page_free_count", "vm.page_speculative_count", "vm.page_purgeable_count", "vm.page_pageable_external_count"},
+}
+
+// freebsdMem: free and inactive pages (v_cache_count on kernels before
+// 12); laundry pages are dirty and need writing first, so they are left
+// out.
+var freebsdMem = sysctlMem{
+	total:    "hw.physmem",
+	pageSize: []string{"vm.stats.vm.v_page_size", "hw.pagesize"},
+	avail:    []string{"vm.stats.vm.v_free_count", "vm.stats.vm.v_inactive_count", "vm.stats.vm.v_cache_count"},
+}
+
+// readSysctlMem reads m through get, which returns a sysctl's value by
+// name. Available is capped at Total.
+func readSysctlMem(m sysctlMem, get func(name string) (uint64, error)) (MemInfo, error) {
+	total, err := get(m.total)
+	if err != nil || total == 0 || total > 1<<62 {
+		return MemInfo{}, fmt.Errorf("iox: sysctl %s: %d, %v", m.total, total, err)
+	}
+	var page uint64
+	for _, name := range m.pageSize {
+		if v, err := get(name); err == nil && v > 0 && v&(v-1) == 0 && v <= 1<<30 {
+			page = v
+			break
+		}
+	}
+	if page == 0 {
+		return MemInfo{}, fmt.Errorf("iox: no page size from sysctl %s", strings.Join(m.pageSize, ", "))
+	}
+	var pages uint64
+	for i, name := range m.avail {
+		v, err := get(name)
+		if err != nil {
+			if i == 0 {
+				return MemInfo{}, fmt.Errorf("iox: sysctl %s: %w", name, err)
+			}
+			continue
+		}
+		pages += v
+	}
+	return MemInfo{Total: int64(total), Available: int64(min(pages*page, total))}, nil
 }

@@ -1,17 +1,24 @@
 package iox_test
 
 import (
+	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"testing"
 
 	"github.com/k3go/k3/iox"
 )
 
+// sysinfoOS lists the systems whose memory and storage FreeSpace and
+// MemoryInfo read.
+var sysinfoOS = map[string]bool{"linux": true, "darwin": true, "freebsd": true, "windows": true}
+
 func TestFreeSpace(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("Linux only")
+	if !sysinfoOS[runtime.GOOS] {
+		t.Skip("not implemented on " + runtime.GOOS)
 	}
 	ds, err := iox.FreeSpace(t.TempDir())
 	if err != nil {
@@ -27,8 +34,8 @@ func TestFreeSpace(t *testing.T) {
 }
 
 func TestMemoryInfo(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("Linux only")
+	if !sysinfoOS[runtime.GOOS] {
+		t.Skip("not implemented on " + runtime.GOOS)
 	}
 	m, err := iox.MemoryInfo()
 	if err != nil {
@@ -108,4 +115,64 @@ func TestMemInfoCgroups(t *testing.T) {
 	if _, err := iox.ReadMemInfoFrom(t.TempDir(), t.TempDir()); err == nil {
 		t.Fatal("missing meminfo accepted")
 	}
+}
+
+// TestSysctlMem reads macOS's and FreeBSD's memory figures from fake sysctl
+// trees: the page size the counts are in, the optional counts, the cap at
+// the physical memory, and the errors.
+func TestSysctlMem(t *testing.T) {
+	const gib = 1 << 30
+	mac := map[string]uint64{ // Apple silicon: 16 KiB pages
+		"hw.memsize": 64 * gib, "vm.pagesize": 16384, "hw.pagesize": 4096,
+		"vm.page_free_count": 100_000, "vm.page_speculative_count": 20_000,
+		"vm.page_purgeable_count": 5_000, "vm.page_pageable_external_count": 300_000,
+		"vm.page_pageable_internal_count": 2_000_000, // anonymous: not available
+	}
+	bsd := map[string]uint64{ // FreeBSD 14: no v_cache_count
+		"hw.physmem": 32 * gib, "vm.stats.vm.v_page_size": 4096,
+		"vm.stats.vm.v_free_count": 1_000_000, "vm.stats.vm.v_inactive_count": 500_000, "vm.stats.vm.v_laundry_count": 99_999,
+	}
+	getter := func(tree map[string]uint64, drop ...string) func(string) (uint64, error) {
+		return func(name string) (uint64, error) {
+			v, ok := tree[name]
+			if !ok || slices.Contains(drop, name) {
+				return 0, errors.New("no such sysctl")
+			}
+			return v, nil
+		}
+	}
+	for _, c := range []struct {
+		name         string
+		goos         string
+		get          func(string) (uint64, error)
+		total, avail int64
+		err          bool
+	}{
+		{"darwin", "darwin", getter(mac), 64 * gib, 425_000 * 16384, false},
+		{"darwin without vm.pagesize", "darwin", getter(mac, "vm.pagesize"), 64 * gib, 425_000 * 4096, false},
+		{"darwin, only free pages", "darwin", getter(mac, "vm.page_speculative_count", "vm.page_purgeable_count", "vm.page_pageable_external_count"), 64 * gib, 100_000 * 16384, false},
+		{"darwin without free pages", "darwin", getter(mac, "vm.page_free_count"), 0, 0, true},
+		{"darwin without memsize", "darwin", getter(mac, "hw.memsize"), 0, 0, true},
+		{"darwin without a page size", "darwin", getter(mac, "vm.pagesize", "hw.pagesize"), 0, 0, true},
+		{"freebsd", "freebsd", getter(bsd), 32 * gib, 1_500_000 * 4096, false},
+		{"freebsd 11 with v_cache_count", "freebsd", getter(mergeMaps(bsd, map[string]uint64{"vm.stats.vm.v_cache_count": 10})), 32 * gib, 1_500_010 * 4096, false},
+		{"more available than physical", "freebsd", getter(mergeMaps(bsd, map[string]uint64{"vm.stats.vm.v_free_count": 1 << 40})), 32 * gib, 32 * gib, false},
+	} {
+		m, err := iox.ReadSysctlMem(c.goos, c.get)
+		if c.err {
+			if err == nil {
+				t.Errorf("%s: no error, %+v", c.name, m)
+			}
+			continue
+		}
+		if err != nil || m.Total != c.total || m.Available != c.avail || m.Limit() != c.total || m.Headroom() != c.avail {
+			t.Errorf("%s: %+v, %v; want total %d, available %d", c.name, m, err, c.total, c.avail)
+		}
+	}
+}
+
+func mergeMaps(a, b map[string]uint64) map[string]uint64 {
+	m := maps.Clone(a)
+	maps.Copy(m, b)
+	return m
 }

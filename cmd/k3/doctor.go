@@ -32,6 +32,12 @@ type doctorReport struct {
 	RAMBytes     int64    `json:"ram_bytes"`
 	RAMAvailable int64    `json:"ram_available_bytes"`
 	CgroupLimit  int64    `json:"cgroup_limit_bytes,omitempty"`
+	// AutoBudget is what --budget auto gives here now (before the floor).
+	AutoBudget int64 `json:"auto_budget_bytes,omitempty"`
+	// OS is runtime.GOOS; PlatformNote says what is slower on it than on
+	// Linux (empty on Linux).
+	OS           string `json:"os"`
+	PlatformNote string `json:"platform_note,omitempty"`
 
 	Dir            string  `json:"dir"`
 	FSType         string  `json:"fs_type"`
@@ -95,8 +101,12 @@ func runDoctor(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	r.Features = cpuFeatures()
 	r.DenseKernel, r.MXFP4Kernel = tensor.Implementation(), quant.Implementation()
 	r.KernelPath = r.MXFP4Kernel
+	r.OS, r.PlatformNote = runtime.GOOS, platformNote(runtime.GOOS)
 	if mi, err := iox.MemoryInfo(); err == nil {
 		r.RAMBytes, r.RAMAvailable, r.CgroupLimit = mi.Limit(), mi.Headroom(), mi.CgroupLimit
+		r.AutoBudget = cli.AutoBudget(mi)
+	} else {
+		r.Problems = append(r.Problems, fmt.Sprintf("memory: %v (give --budget a size; auto needs it)", err))
 	}
 	if ds, err := iox.FreeSpace(*dir); err == nil {
 		r.FreeBytes, r.FSType = ds.Free, ds.FSType
@@ -190,8 +200,9 @@ func planFor(r *doctorReport, dir string) error {
 	if avail == 0 {
 		avail = r.RAMBytes
 	}
-	// Leave a tenth of the available memory to the rest of the system.
-	usable := avail - avail/10
+	// Leave a tenth of the available memory to the rest of the system, as
+	// --budget auto does.
+	usable := cli.AutoBudget(iox.MemInfo{Total: avail})
 	if usable < in.FloorBytes {
 		return fmt.Errorf("the model needs at least %s of RAM for its floor; %s is available", human(in.FloorBytes), human(avail))
 	}
@@ -232,15 +243,21 @@ func printDoctor(w io.Writer, r *doctorReport) {
 	if r.CgroupLimit > 0 {
 		lim = fmt.Sprintf(" (cgroup limit %s)", human(r.CgroupLimit))
 	}
-	fmt.Fprintf(w, "RAM:      %s, %s available%s\n", human(r.RAMBytes), human(r.RAMAvailable), lim)
-	direct := "O_DIRECT"
+	fmt.Fprintf(w, "RAM:      %s, %s available%s; --budget auto: %s\n", human(r.RAMBytes), human(r.RAMAvailable), lim, human(r.AutoBudget))
+	direct := uncachedName(r.OS)
 	if !r.ODirect {
-		direct = "buffered (O_DIRECT refused; may include the page cache)"
+		direct = "buffered (" + direct + " refused; may include the page cache)"
+		if r.OS != "linux" && r.OS != "darwin" {
+			direct = "buffered (may include the page cache)"
+		}
 	}
 	fmt.Fprintf(w, "disk:     %s (%s), %s free; %s sequential %.2f GB/s, random 17.5 MB reads %.2f GB/s\n",
 		r.Dir, r.FSType, human(r.FreeBytes), direct, r.ODirectSeqGBps, r.ODirectRndGBps)
 	if r.ProbeNote != "" {
 		fmt.Fprintf(w, "          %s\n", r.ProbeNote)
+	}
+	if r.PlatformNote != "" {
+		fmt.Fprintf(w, "platform: %s\n", r.PlatformNote)
 	}
 	if r.Model != "" && r.FloorBytes > 0 {
 		fmt.Fprintf(w, "model:    %s: floor %s (the peak RSS of a k3 process at that budget stays within it), everything resident %s\n", r.Model, human(r.FloorBytes), human(r.FullBytes))
@@ -268,6 +285,36 @@ func printDoctor(w io.Writer, r *doctorReport) {
 
 func human(n int64) string { return planner.Human(n) }
 
+// uncachedName names how checkpoint reads bypass the page cache on goos.
+func uncachedName(goos string) string {
+	if goos == "darwin" {
+		return "F_NOCACHE"
+	}
+	return "O_DIRECT"
+}
+
+// platformNote says what is slower on goos than on Linux, where reads
+// bypass the page cache with O_DIRECT and memory and cgroup limits come
+// from /proc and /sys; "" for Linux.
+func platformNote(goos string) string {
+	switch goos {
+	case "linux":
+		return ""
+	case "darwin":
+		return "macOS: checkpoint reads bypass the page cache with F_NOCACHE (read-ahead off) instead of O_DIRECT, " +
+			"split below 2 GiB per call; memory from sysctl (free, purgeable and file-backed pages count as available)"
+	case "windows":
+		return "Windows: checkpoint reads are buffered (no O_DIRECT or F_NOCACHE path): the page cache also holds the weights " +
+			"the expert cache holds, so the machine needs memory beyond the budget and the disk probe may measure the cache; " +
+			"memory from GlobalMemoryStatusEx, no job-object limit is read"
+	case "freebsd":
+		return "FreeBSD: checkpoint reads are buffered (no O_DIRECT path yet): the page cache also holds the weights " +
+			"the expert cache holds, and the disk probe may measure the cache; memory from sysctl, no rctl limit is read"
+	}
+	return goos + ": checkpoint reads are buffered (no O_DIRECT path) and the page cache also holds the weights; " +
+		"this system's memory and storage are not read: give --budget a size"
+}
+
 func cpuName() string {
 	b, err := os.ReadFile("/proc/cpuinfo")
 	if err == nil {
@@ -278,6 +325,9 @@ func cpuName() string {
 				}
 			}
 		}
+	}
+	if name := sysctlCPUName(); name != "" {
+		return name
 	}
 	return runtime.GOARCH
 }

@@ -303,6 +303,7 @@ func (o *runOpts) open(ctx context.Context, stderr io.Writer) (*k3.Model, error)
 	// budget is too small.
 	opts := k3.Options{Threads: o.mf.Threads, MaxContext: o.mf.MaxContext, Speculate: o.gen.Speculate,
 		RAMBudget: budget, TrunkDir: o.mf.Trunk, TokenizerDir: o.tokenizer, Sessions: 2}
+	opts.RAMBudget = o.mf.Budget.AtLeastFloor(dir, opts)
 	m, err := k3.OpenContext(ctx, dir, opts)
 	if errors.Is(err, k3.ErrBudget) {
 		opts.Sessions = 1

@@ -7,8 +7,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -85,6 +85,13 @@ func TestDisplay(t *testing.T) {
 // TestChatIdleInterrupt: a Ctrl-C at the idle prompt says how to leave,
 // and a second one leaves with errInterrupted.
 func TestChatIdleInterrupt(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("a process cannot send itself Ctrl-C on Windows")
+	}
+	self, err := os.FindProcess(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
 	// While the test holds SIGINT, a signal that arrives before next
 	// listens cannot kill the test binary.
 	hold := make(chan os.Signal, 16)
@@ -114,7 +121,7 @@ func TestChatIdleInterrupt(t *testing.T) {
 			}
 			return
 		case <-tick.C:
-			syscall.Kill(os.Getpid(), syscall.SIGINT)
+			self.Signal(os.Interrupt)
 		case <-deadline:
 			t.Fatal("next did not return after repeated Ctrl-C")
 		}

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/k3go/k3"
+	"github.com/k3go/k3/iox"
 )
 
 // ModelFlags are the flags every subcommand that loads a model shares:
@@ -117,6 +118,7 @@ func (m *ModelFlags) OpenWith(ctx context.Context, edit func(*k3.Options)) (*k3.
 	if edit != nil {
 		edit(&opts)
 	}
+	opts.RAMBudget = m.Budget.AtLeastFloor(m.Dir, opts)
 	return k3.OpenContext(ctx, m.Dir, opts)
 }
 
@@ -161,8 +163,50 @@ func Presets() []Preset { return slices.Clone(presets) }
 
 // BudgetFlags are --budget and --preset.
 type BudgetFlags struct {
-	Budget string // --budget: a size, e.g. 8GB
+	Budget string // --budget: a size, e.g. 8GB, or "auto"
 	Preset string // --preset: a preset's name
+}
+
+// AutoBudgetReserve is the share of the available memory that --budget
+// auto leaves to the rest of the system: a tenth. k3 doctor advises the
+// same budget.
+const AutoBudgetReserve = 10
+
+// memoryInfo reads the machine's memory; tests replace it.
+var memoryInfo = iox.MemoryInfo
+
+// AutoBudget is the budget --budget auto gives on a machine with mi: the
+// memory available now (MemAvailable, or the room left under a cgroup
+// limit, on Linux; free and reclaimable pages on macOS and FreeBSD;
+// available physical memory on Windows; the total where that is unknown)
+// minus a tenth (AutoBudgetReserve) for the rest of the system. 0 if the
+// memory is unknown.
+func AutoBudget(mi iox.MemInfo) int64 {
+	avail := mi.Headroom()
+	if avail <= 0 {
+		avail = mi.Limit()
+	}
+	return max(avail-avail/AutoBudgetReserve, 0)
+}
+
+// Auto reports whether the budget is --budget auto.
+func (b *BudgetFlags) Auto() bool { return strings.EqualFold(strings.TrimSpace(b.Budget), "auto") }
+
+// AtLeastFloor returns opts.RAMBudget raised to the floor of the
+// checkpoint in dir when the budget is --budget auto and the available
+// memory is below the floor: the smallest budget the model runs in is
+// then the best guess (the machine may page). With a given size, a preset,
+// no dir, or a checkpoint that cannot be inspected (opening it will say
+// why) it returns opts.RAMBudget unchanged.
+func (b *BudgetFlags) AtLeastFloor(dir string, opts k3.Options) int64 {
+	if !b.Auto() || dir == "" || opts.RAMBudget <= 0 {
+		return opts.RAMBudget
+	}
+	in, err := k3.Inspect(dir, opts)
+	if err != nil {
+		return opts.RAMBudget
+	}
+	return max(opts.RAMBudget, in.FloorBytes)
 }
 
 // Register defines the flags on fs.
@@ -171,13 +215,15 @@ func (b *BudgetFlags) Register(fs *flag.FlagSet) {
 	for i, p := range presets {
 		names[i] = p.Name
 	}
-	fs.StringVar(&b.Budget, "budget", "", "hard RAM `limit` for the engine, e.g. 8GB or 12GiB (default: no limit)")
+	fs.StringVar(&b.Budget, "budget", "", "hard RAM `limit` for the engine, e.g. 8GB or 12GiB, or auto: the memory available now minus a tenth, at least the model's floor (default: no limit)")
 	fs.StringVar(&b.Preset, "preset", "", "named budget: "+strings.Join(names, ", "))
 }
 
 // Bytes is the budget the flags give: 0 for no limit (neither flag, or
-// --preset max). Both flags at once, an unknown preset, a bad size and a
-// zero --budget are usage errors.
+// --preset max); for --budget auto, [AutoBudget] of this machine (see
+// [BudgetFlags.AtLeastFloor] for the floor). Both flags at once, an
+// unknown preset, a bad size, a zero --budget and auto on a machine whose
+// memory cannot be read are usage errors.
 func (b *BudgetFlags) Bytes() (int64, error) {
 	if b.Budget != "" && b.Preset != "" {
 		return 0, Usagef("give --budget or --preset, not both")
@@ -192,6 +238,16 @@ func (b *BudgetFlags) Bytes() (int64, error) {
 	}
 	if b.Budget == "" {
 		return 0, nil
+	}
+	if b.Auto() {
+		mi, err := memoryInfo()
+		if n := AutoBudget(mi); err == nil && n > 0 {
+			return n, nil
+		}
+		if err == nil {
+			err = fmt.Errorf("no figure reported")
+		}
+		return 0, Usagef("--budget auto: cannot read the available memory of this machine (%v); give a size such as 8GB", err)
 	}
 	n, err := ParseSize(b.Budget)
 	if err != nil {

@@ -1,0 +1,5 @@
+package iox
+
+func memoryInfo(procRoot, cgRoot string) (MemInfo, error) {
+	return readSysctlMem(darwinMem, sysctlUint)
+}
