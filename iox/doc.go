@@ -18,10 +18,12 @@
 //     [MaxReadCall], below 2 GiB as macOS requires), short reads and EINTR
 //     retried, errors typed ([*ReadError]), cancellation by context, and exact
 //     byte and time accounting ([Stats]).
-//   - [ProbeBandwidth], [FreeSpace], [MemoryInfo]: for `k3 doctor` and the
-//     budget planner.
+//   - [ProbeBandwidth]: the device's direct-read bandwidth, for `k3 doctor`
+//     and `k3 bench`.
 //
-// Package iox imports nothing else from k3.
+// The machine's memory and file systems' free space are package
+// internal/platform/sysinfo's (the planner and `k3 doctor` use them). Package
+// iox imports nothing else from k3 but that.
 //
 // # The window layout
 //

@@ -22,20 +22,10 @@ func WithPread(opts FileOptions, hook func(pread func(int, []byte, int64) (int, 
 	return opts
 }
 
-// ReadMemInfoFrom exposes the meminfo/cgroup parser on fake trees.
-var ReadMemInfoFrom = readMemInfo
-
 // WithMaxReadCall returns opts whose Reader reads at most n bytes per read
 // call (n rounded down to a multiple of Align, at least Align) instead of
 // MaxReadCall.
 func WithMaxReadCall(opts ReaderOptions, n int64) ReaderOptions {
 	opts.maxCall = n
 	return opts
-}
-
-// ReadSysctlMem reads the memory figures of goos ("darwin" or "freebsd")
-// from the sysctl values get returns.
-func ReadSysctlMem(goos string, get func(name string) (uint64, error)) (MemInfo, error) {
-	m := map[string]sysctlMem{"darwin": darwinMem, "freebsd": freebsdMem}[goos]
-	return readSysctlMem(m, get)
 }

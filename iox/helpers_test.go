@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/k3go/k3/internal/platform/sysinfo"
 	"github.com/k3go/k3/iox"
 	"github.com/k3go/k3/iox/ioxtest"
 )
@@ -99,7 +100,7 @@ func checkNoLeak(t *testing.T, base int) {
 }
 
 func fsType(t testing.TB, dir string) string {
-	ds, err := iox.FreeSpace(dir)
+	ds, err := sysinfo.FreeSpace(dir)
 	if err != nil {
 		return "?"
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/k3go/k3/internal/platform/sysinfo"
 	"math/rand/v2"
 	"os"
 	"time"
@@ -138,7 +139,7 @@ func ProbeBandwidth(ctx context.Context, dir string, opts ProbeOptions) (res Pro
 		seed = rand.Uint64()
 	}
 	res = ProbeResult{Dir: dir, FileSize: size}
-	ds, err := FreeSpace(dir)
+	ds, err := sysinfo.FreeSpace(dir)
 	switch {
 	case err == nil:
 		res.FSType = ds.FSType

@@ -15,6 +15,7 @@ import (
 	"github.com/k3go/k3/internal/app/cli"
 	"github.com/k3go/k3/internal/engine/planner"
 	k3cpu "github.com/k3go/k3/internal/platform/cpu"
+	"github.com/k3go/k3/internal/platform/sysinfo"
 	"github.com/k3go/k3/iox"
 	"github.com/k3go/k3/quant"
 	"github.com/k3go/k3/tensor"
@@ -102,13 +103,13 @@ func runDoctor(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	r.DenseKernel, r.MXFP4Kernel = tensor.Implementation(), quant.Implementation()
 	r.KernelPath = r.MXFP4Kernel
 	r.OS, r.PlatformNote = runtime.GOOS, platformNote(runtime.GOOS)
-	if mi, err := iox.MemoryInfo(); err == nil {
+	if mi, err := sysinfo.MemoryInfo(); err == nil {
 		r.RAMBytes, r.RAMAvailable, r.CgroupLimit = mi.Limit(), mi.Headroom(), mi.CgroupLimit
 		r.AutoBudget = cli.AutoBudget(mi)
 	} else {
 		r.Problems = append(r.Problems, fmt.Sprintf("memory: %v (give --budget a size; auto needs it)", err))
 	}
-	if ds, err := iox.FreeSpace(*dir); err == nil {
+	if ds, err := sysinfo.FreeSpace(*dir); err == nil {
 		r.FreeBytes, r.FSType = ds.Free, ds.FSType
 	} else {
 		r.Problems = append(r.Problems, fmt.Sprintf("disk: %v", err))
@@ -202,7 +203,7 @@ func planFor(r *doctorReport, dir string) error {
 	}
 	// Leave a tenth of the available memory to the rest of the system, as
 	// --budget auto does.
-	usable := cli.AutoBudget(iox.MemInfo{Total: avail})
+	usable := cli.AutoBudget(sysinfo.MemInfo{Total: avail})
 	if usable < in.FloorBytes {
 		return fmt.Errorf("the model needs at least %s of RAM for its floor; %s is available", human(in.FloorBytes), human(avail))
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/k3go/k3/internal/engine/planner"
 	"github.com/k3go/k3/internal/platform/rss"
+	"github.com/k3go/k3/internal/platform/sysinfo"
 	"github.com/k3go/k3/iox"
 	"github.com/k3go/k3/model"
 	"github.com/k3go/k3/tokenizer"
@@ -78,7 +79,7 @@ func (w *wrapped) Unwrap() []error { return []error{w.err, w.kind} }
 // memoryLimit returns the memory the process may hold (RAM, or a smaller
 // cgroup limit), 0 if unknown.
 func memoryLimit() int64 {
-	mi, err := iox.MemoryInfo()
+	mi, err := sysinfo.MemoryInfo()
 	if err != nil {
 		return 0
 	}

@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/k3go/k3"
+	"github.com/k3go/k3/internal/platform/sysinfo"
 	"github.com/k3go/k3/internal/testkit/testmodel"
-	"github.com/k3go/k3/iox"
 )
 
 func TestMain(m *testing.M) { testmodel.Main(m) }
@@ -15,19 +15,19 @@ func TestMain(m *testing.M) { testmodel.Main(m) }
 // cgroup limit if smaller, the total if nothing else is known) minus a
 // tenth; an unknown machine is a usage error.
 func TestAutoBudget(t *testing.T) {
-	defer func(f func() (iox.MemInfo, error)) { memoryInfo = f }(memoryInfo)
+	defer func(f func() (sysinfo.MemInfo, error)) { memoryInfo = f }(memoryInfo)
 	for _, c := range []struct {
-		mi   iox.MemInfo
+		mi   sysinfo.MemInfo
 		err  error
 		want int64 // 0: a usage error
 	}{
-		{iox.MemInfo{Total: 64e9, Available: 40e9}, nil, 36e9},
-		{iox.MemInfo{Total: 64e9, Available: 40e9, CgroupLimit: 16e9, CgroupUsage: 6e9, CgroupVersion: 2}, nil, 9e9},
-		{iox.MemInfo{Total: 64e9}, nil, 57.6e9},
-		{iox.MemInfo{}, nil, 0},
-		{iox.MemInfo{}, errors.ErrUnsupported, 0},
+		{sysinfo.MemInfo{Total: 64e9, Available: 40e9}, nil, 36e9},
+		{sysinfo.MemInfo{Total: 64e9, Available: 40e9, CgroupLimit: 16e9, CgroupUsage: 6e9, CgroupVersion: 2}, nil, 9e9},
+		{sysinfo.MemInfo{Total: 64e9}, nil, 57.6e9},
+		{sysinfo.MemInfo{}, nil, 0},
+		{sysinfo.MemInfo{}, errors.ErrUnsupported, 0},
 	} {
-		memoryInfo = func() (iox.MemInfo, error) { return c.mi, c.err }
+		memoryInfo = func() (sysinfo.MemInfo, error) { return c.mi, c.err }
 		for _, flag := range []string{"auto", "AUTO", " Auto "} {
 			b := BudgetFlags{Budget: flag}
 			got, err := b.Bytes()

@@ -11,7 +11,7 @@ import (
 	"strings"
 
 	"github.com/k3go/k3"
-	"github.com/k3go/k3/iox"
+	"github.com/k3go/k3/internal/platform/sysinfo"
 )
 
 // ModelFlags are the flags every subcommand that loads a model shares:
@@ -173,7 +173,7 @@ type BudgetFlags struct {
 const AutoBudgetReserve = 10
 
 // memoryInfo reads the machine's memory; tests replace it.
-var memoryInfo = iox.MemoryInfo
+var memoryInfo = sysinfo.MemoryInfo
 
 // AutoBudget is the budget --budget auto gives on a machine with mi: the
 // memory available now (MemAvailable, or the room left under a cgroup
@@ -181,7 +181,7 @@ var memoryInfo = iox.MemoryInfo
 // available physical memory on Windows; the total where that is unknown)
 // minus a tenth (AutoBudgetReserve) for the rest of the system. 0 if the
 // memory is unknown.
-func AutoBudget(mi iox.MemInfo) int64 {
+func AutoBudget(mi sysinfo.MemInfo) int64 {
 	avail := mi.Headroom()
 	if avail <= 0 {
 		avail = mi.Limit()

@@ -1,4 +1,4 @@
-package iox_test
+package sysinfo_test
 
 import (
 	"errors"
@@ -9,7 +9,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/k3go/k3/iox"
+	"github.com/k3go/k3/internal/platform/sysinfo"
 )
 
 // sysinfoOS lists the systems whose memory and storage FreeSpace and
@@ -20,7 +20,7 @@ func TestFreeSpace(t *testing.T) {
 	if !sysinfoOS[runtime.GOOS] {
 		t.Skip("not implemented on " + runtime.GOOS)
 	}
-	ds, err := iox.FreeSpace(t.TempDir())
+	ds, err := sysinfo.FreeSpace(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +28,7 @@ func TestFreeSpace(t *testing.T) {
 		t.Fatalf("%+v", ds)
 	}
 	t.Logf("%s: %s, %.1f GB free of %.1f GB", t.TempDir(), ds.FSType, float64(ds.Free)/1e9, float64(ds.Total)/1e9)
-	if _, err := iox.FreeSpace(filepath.Join(t.TempDir(), "missing")); err == nil {
+	if _, err := sysinfo.FreeSpace(filepath.Join(t.TempDir(), "missing")); err == nil {
 		t.Fatal("FreeSpace of a missing directory succeeded")
 	}
 }
@@ -37,7 +37,7 @@ func TestMemoryInfo(t *testing.T) {
 	if !sysinfoOS[runtime.GOOS] {
 		t.Skip("not implemented on " + runtime.GOOS)
 	}
-	m, err := iox.MemoryInfo()
+	m, err := sysinfo.MemoryInfo()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestMemInfoCgroups(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			root := writeTree(t, c.files)
-			m, err := iox.ReadMemInfoFrom(filepath.Join(root, "proc"), filepath.Join(root, "cg"))
+			m, err := sysinfo.ReadMemInfoFrom(filepath.Join(root, "proc"), filepath.Join(root, "cg"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -112,7 +112,7 @@ func TestMemInfoCgroups(t *testing.T) {
 			}
 		})
 	}
-	if _, err := iox.ReadMemInfoFrom(t.TempDir(), t.TempDir()); err == nil {
+	if _, err := sysinfo.ReadMemInfoFrom(t.TempDir(), t.TempDir()); err == nil {
 		t.Fatal("missing meminfo accepted")
 	}
 }
@@ -158,7 +158,7 @@ func TestSysctlMem(t *testing.T) {
 		{"freebsd 11 with v_cache_count", "freebsd", getter(mergeMaps(bsd, map[string]uint64{"vm.stats.vm.v_cache_count": 10})), 32 * gib, 1_500_010 * 4096, false},
 		{"more available than physical", "freebsd", getter(mergeMaps(bsd, map[string]uint64{"vm.stats.vm.v_free_count": 1 << 40})), 32 * gib, 32 * gib, false},
 	} {
-		m, err := iox.ReadSysctlMem(c.goos, c.get)
+		m, err := sysinfo.ReadSysctlMem(c.goos, c.get)
 		if c.err {
 			if err == nil {
 				t.Errorf("%s: no error, %+v", c.name, m)

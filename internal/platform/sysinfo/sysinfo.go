@@ -1,4 +1,8 @@
-package iox
+// Package sysinfo reports what the machine offers the engine: the memory
+// the process may use (physical, available, and a cgroup limit on Linux;
+// sysctl on macOS and FreeBSD; GlobalMemoryStatusEx on Windows) and the
+// space and kind of the file system holding a directory. No cgo.
+package sysinfo
 
 import (
 	"bufio"

@@ -1,5 +1,5 @@
-package iox
+package sysinfo
 
 func memoryInfo(procRoot, cgRoot string) (MemInfo, error) {
-	return readSysctlMem(darwinMem, sysctlUint)
+	return readSysctlMem(freebsdMem, sysctlUint)
 }

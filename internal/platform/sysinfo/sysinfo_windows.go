@@ -1,4 +1,4 @@
-package iox
+package sysinfo
 
 import (
 	"fmt"

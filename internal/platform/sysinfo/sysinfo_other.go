@@ -1,6 +1,6 @@
 //go:build !linux && !darwin && !freebsd && !windows
 
-package iox
+package sysinfo
 
 import "errors"
 

@@ -1,6 +1,6 @@
 //go:build darwin || freebsd
 
-package iox
+package sysinfo
 
 import (
 	"encoding/binary"
