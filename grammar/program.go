@@ -276,6 +276,9 @@ func (p *program) nodeProductive(i int32, prod []bool) bool {
 		return true
 	case kArray:
 		a := &p.arrs[n.aux]
+		if a.min > a.max {
+			return false // minItems above maxItems: no array is valid
+		}
 		for k := uint32(0); k < a.min; k++ {
 			it := a.item(k)
 			if it < 0 || !prod[it] {

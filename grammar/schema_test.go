@@ -331,6 +331,7 @@ func TestRefusals(t *testing.T) {
 		{`{"type":"object","required":["a"],"additionalProperties":false}`, "", "", grammar.ErrInvalidSchema},
 		{`{"type":"object","properties":{"n":{"type":"integer","minimum":5,"maximum":4}},"required":["n"]}`, "/properties/n", "", grammar.ErrInvalidSchema},
 		{`{"type":"string","minLength":3,"maxLength":2}`, "", "", grammar.ErrInvalidSchema},
+		{`{"type":"array","minItems":1,"maxItems":0}`, "", "", grammar.ErrInvalidSchema},
 		{`{"enum":[]}`, "", "", grammar.ErrInvalidSchema},
 		{`{"type":"string"`, "", "", grammar.ErrInvalidSchema},
 	}
