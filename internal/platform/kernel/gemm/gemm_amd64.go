@@ -3,8 +3,6 @@
 package gemm
 
 import (
-	"encoding/binary"
-	"math"
 	"sync"
 	"unsafe"
 )
@@ -377,25 +375,8 @@ func (a *ISA) Dense(dst []float32, dstStride int, w []byte, rows, cols int, x, p
 		PutScratch(s)
 	}
 	if k := chunks * a.Lanes; k < cols {
-		for t := 0; t < n; t++ {
-			xt := x[t*cols : (t+1)*cols]
-			for r := 0; r < rows; r++ {
-				wr := w[r*stride : (r+1)*stride]
-				s := dst[t*dstStride+r]
-				for c := k; c < cols; c++ {
-					s += float32(elem(wr, c, bf16) * xt[c])
-				}
-				dst[t*dstStride+r] = s
-			}
-		}
+		addTail(dst, dstStride, w, stride, x, rows, cols, n, k, bf16)
 	}
-}
-
-func elem(w []byte, c int, bf16 bool) float32 {
-	if bf16 {
-		return math.Float32frombits(uint32(binary.LittleEndian.Uint16(w[2*c:])) << 16)
-	}
-	return math.Float32frombits(binary.LittleEndian.Uint32(w[4*c:]))
 }
 
 // FMAPeak runs iters × 12 independent vector FMAs (2·Lanes flops each).

@@ -2,11 +2,6 @@
 
 package gemm
 
-import (
-	"encoding/binary"
-	"math"
-)
-
 //go:generate sh -c "cd ../../../asmgen && go run ./neon -out ../platform/kernel/gemm/neon_arm64.s -stubs ../platform/kernel/gemm/neon_stub_arm64.go -pkg gemm"
 
 // NEONLanes is the f32 lanes of the NEON chain: two 4-lane vectors, element
@@ -60,25 +55,8 @@ func NEONDense(dst []float32, dstStride int, w []byte, rows, cols int, x []float
 		}
 	}
 	if k := chunks * NEONLanes; k < cols {
-		for t := 0; t < n; t++ {
-			xt := x[t*cols : (t+1)*cols]
-			for r := 0; r < rows; r++ {
-				wr := w[r*stride : (r+1)*stride]
-				s := dst[t*dstStride+r]
-				for c := k; c < cols; c++ {
-					s += float32(neonElem(wr, c, bf16) * xt[c])
-				}
-				dst[t*dstStride+r] = s
-			}
-		}
+		addTail(dst, dstStride, w, stride, x, rows, cols, n, k, bf16)
 	}
-}
-
-func neonElem(w []byte, c int, bf16 bool) float32 {
-	if bf16 {
-		return math.Float32frombits(uint32(binary.LittleEndian.Uint16(w[2*c:])) << 16)
-	}
-	return math.Float32frombits(binary.LittleEndian.Uint32(w[4*c:]))
 }
 
 // NEONDot returns the 32-lane dot product of x and y (the order of
