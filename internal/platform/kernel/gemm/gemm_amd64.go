@@ -394,16 +394,9 @@ func (a *ISA) Read(p []byte) {
 // MatVecF64 writes to dst[r] the f64 lane-tree sum of float64(w)·x64 over
 // blocks·16 columns of each of rows rows (stride bytes apart).
 func (a *ISA) MatVecF64(dst []float64, w []byte, bf16 bool, stride, rows, blocks int, x64 []float64) {
-	if rows == 0 || blocks == 0 {
+	if !checkMatVecF64(dst, w, bf16, stride, rows, blocks, x64) {
 		return
 	}
-	esz := 4
-	if bf16 {
-		esz = 2
-	}
-	_ = dst[rows-1]
-	_ = x64[16*blocks-1]
-	_ = w[(rows-1)*stride+16*blocks*esz-1]
 	if bf16 {
 		a.f64BF16(unsafe.SliceData(dst), unsafe.SliceData(w), stride, rows, blocks, unsafe.SliceData(x64))
 	} else {

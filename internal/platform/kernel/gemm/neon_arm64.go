@@ -85,16 +85,9 @@ func NEONAxpy(y []float32, s float32, x []float32) {
 // over blocks·16 columns of each of rows rows (stride bytes apart), in the
 // order of tensor.MatVecF64Acc.
 func NEONMatVecF64(dst []float64, w []byte, bf16 bool, stride, rows, blocks int, x64 []float64) {
-	if rows == 0 || blocks == 0 {
+	if !checkMatVecF64(dst, w, bf16, stride, rows, blocks, x64) {
 		return
 	}
-	esz := 4
-	if bf16 {
-		esz = 2
-	}
-	_ = dst[rows-1]
-	_ = x64[16*blocks-1]
-	_ = w[(rows-1)*stride+16*blocks*esz-1]
 	if bf16 {
 		dotRowsF64BF16NEON(&dst[0], &w[0], stride, rows, blocks, &x64[0])
 	} else {

@@ -32,3 +32,20 @@ func elem(w []byte, c int, bf16 bool) float32 {
 	}
 	return math.Float32frombits(binary.LittleEndian.Uint32(w[4*c:]))
 }
+
+// checkMatVecF64 panics, before any assembly runs, if dst, w or x64 are
+// too short for rows rows of blocks·16 columns (stride bytes apart); it
+// reports whether there is any work.
+func checkMatVecF64(dst []float64, w []byte, bf16 bool, stride, rows, blocks int, x64 []float64) bool {
+	if rows == 0 || blocks == 0 {
+		return false
+	}
+	esz := 4
+	if bf16 {
+		esz = 2
+	}
+	_ = dst[rows-1]
+	_ = x64[16*blocks-1]
+	_ = w[(rows-1)*stride+16*blocks*esz-1]
+	return true
+}
