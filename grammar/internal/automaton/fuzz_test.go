@@ -37,11 +37,22 @@ func FuzzRegexpDFA(f *testing.F) {
 			}
 			want := std.MatchString(input)
 			if !search {
-				want = regexp.MustCompile(`^(?:` + expr + `)$`).MatchString(input)
+				want = matchesWhole(expr, input)
 			}
 			if got := d.Matches(input); got != want {
 				t.Fatalf("%q on %q (search %v): dfa %v, regexp %v", expr, input, search, got, want)
 			}
 		}
 	})
+}
+
+// matchesWhole reports whether expr matches all of input, as the anchored
+// automaton must. It asks regexp for the leftmost-longest match rather than
+// compiling `^(?:expr)$`: wrapping the text breaks expressions such as `\Q)`,
+// whose quoting runs to the end of the pattern and would swallow the `)$`.
+func matchesWhole(expr, input string) bool {
+	re := regexp.MustCompile(expr)
+	re.Longest()
+	loc := re.FindStringIndex(input)
+	return loc != nil && loc[0] == 0 && loc[1] == len(input)
 }
