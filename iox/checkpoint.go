@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/k3go/k3/tensor"
 )
@@ -45,6 +46,10 @@ type Checkpoint struct {
 	Dir     string
 	Shards  []*Shard
 	tensors map[string]Entry
+
+	fpOnce sync.Once // Fingerprint, computed on first use
+	fp     string
+	fpErr  error
 }
 
 // OpenCheckpoint indexes every *.safetensors file of dir (sorted by name).

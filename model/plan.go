@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/k3go/k3/expert"
 	"github.com/k3go/k3/iox"
@@ -28,10 +27,6 @@ type Plan struct {
 	finalNorm        []float32
 	foldO            []float32
 	outNorm, outProj []float32
-
-	fpOnce sync.Once
-	fp     string
-	fpErr  error
 }
 
 // problems collects binding errors so that one error reports all of them.

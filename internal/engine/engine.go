@@ -165,7 +165,7 @@ func Open(ctx context.Context, dir string, cfg *model.Config, opts Options) (_ *
 		}
 	}
 	// The content fingerprint, for packed trunks and saved states.
-	if _, err := plan.Fingerprint(); err != nil {
+	if _, err := plan.Ckpt.Fingerprint(); err != nil {
 		return nil, fmt.Errorf("k3: %w", err)
 	}
 	if e.reader, err = iox.NewReader(iox.ReaderOptions{QueueDepth: opts.IOQueueDepth}); err != nil {
@@ -250,7 +250,7 @@ func (e *Engine) usePacked(ctx context.Context, lay *trunk.Layout, dir string, m
 	}
 	if x.Compressed {
 		// Refuse another checkpoint's pack even when it will not be used.
-		if fp, err := lay.Plan().Fingerprint(); err != nil || fp != x.Fingerprint {
+		if fp, err := lay.Plan().Ckpt.Fingerprint(); err != nil || fp != x.Fingerprint {
 			return fmt.Errorf("k3: packed trunk %s: %w: %w: it was packed from a checkpoint with other contents (fingerprint %s, this one %s)",
 				dir, model.ErrBadCheckpoint, trunk.ErrPackMismatch, x.Fingerprint, fp)
 		}
@@ -470,7 +470,7 @@ func (e *Engine) CheckpointDir() string { return e.ck.Dir }
 // Fingerprint returns the checkpoint's content fingerprint (computed at
 // Open).
 func (e *Engine) Fingerprint() string {
-	fp, _ := e.m.Plan.Fingerprint()
+	fp, _ := e.m.Plan.Ckpt.Fingerprint()
 	return fp
 }
 

@@ -138,7 +138,7 @@ func Pack(ctx context.Context, p *model.Plan, dir string, read ReadFunc, opts Pa
 	if same, _ := sameDir(dir, p.Ckpt.Dir); same {
 		return fmt.Errorf("pack: refusing to write into the checkpoint directory %s", dir)
 	}
-	fp, err := p.Fingerprint()
+	fp, err := p.Ckpt.Fingerprint()
 	if err != nil {
 		return fmt.Errorf("pack: %w", err)
 	}
@@ -339,7 +339,7 @@ func ParsePackIndex(data []byte) (*PackIndex, error) {
 // shards). The index must describe exactly this checkpoint's layout, and
 // trunk.bin must have the recorded size.
 func (l *Layout) UsePack(x *PackIndex, file int, dataSize int64) error {
-	fp, err := l.plan.Fingerprint()
+	fp, err := l.plan.Ckpt.Fingerprint()
 	if err != nil {
 		return err
 	}

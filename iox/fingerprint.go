@@ -1,4 +1,4 @@
-package model
+package iox
 
 import (
 	"crypto/sha256"
@@ -24,15 +24,15 @@ const (
 // trunks and saved states record it, so that one made from another
 // checkpoint with the same config is refused instead of giving wrong
 // tokens. It is computed once and cached.
-func (p *Plan) Fingerprint() (string, error) {
-	p.fpOnce.Do(func() { p.fp, p.fpErr = p.fingerprint() })
-	return p.fp, p.fpErr
+func (c *Checkpoint) Fingerprint() (string, error) {
+	c.fpOnce.Do(func() { c.fp, c.fpErr = c.fingerprint() })
+	return c.fp, c.fpErr
 }
 
-func (p *Plan) fingerprint() (string, error) {
+func (c *Checkpoint) fingerprint() (string, error) {
 	h := sha256.New()
 	buf := make([]byte, max(fingerprintSampleSize, 64<<10))
-	for _, sh := range p.Ckpt.Shards {
+	for _, sh := range c.Shards {
 		size := sh.Header.FileSize
 		fmt.Fprintf(h, "%s\x00%d\x00", sh.Name, size)
 		if sh.File == nil {
