@@ -37,7 +37,8 @@ func childMain() int {
 			}
 			f.Write(line[:len(line)/2])
 			syscall.Kill(os.Getpid(), syscall.SIGKILL)
-			select {}
+			waitForKill()
+			return true // not reached
 		}
 	}
 	h := &fakeHandler{delay: time.Duration(env("K3_BATCHJOB_DELAY_US")) * time.Microsecond}
@@ -214,5 +215,15 @@ func TestKilledShards(t *testing.T) {
 	}
 	if got, want := sortedLines(t, outs...), sortedLines(t, ref); !slices.Equal(got, want) {
 		t.Errorf("shards: %d lines, unsharded %d, or they differ", len(got), len(want))
+	}
+}
+
+// waitForKill blocks until the process is killed. It sleeps rather than
+// selecting on nothing: with every other goroutine parked too (the store's
+// write-behind waits on a condition variable), the runtime would call
+// `select {}` a deadlock and exit 2 before the kill arrives.
+func waitForKill() {
+	for {
+		time.Sleep(time.Hour)
 	}
 }

@@ -54,7 +54,7 @@ func childMain() int {
 		s.testHook = func(st string, n int64) error {
 			if entry == killAt && st == stage && (st != "payload" || n >= crashSize/2) {
 				syscall.Kill(os.Getpid(), syscall.SIGKILL)
-				select {}
+				waitForKill()
 			}
 			return nil
 		}
@@ -65,7 +65,7 @@ func childMain() int {
 				for off := 0; off < len(data); off += crashChunk {
 					if stage == "block" && entry == killAt && off == crashSize/2 {
 						os.WriteFile(os.Getenv("K3_PREFIX_READY"), nil, 0o644)
-						select {} // killed from outside, mid-payload
+						waitForKill() // killed from outside, mid-payload
 					}
 					if _, err := w.Write(data[off : off+crashChunk]); err != nil {
 						return err
@@ -362,4 +362,14 @@ func TestTwoProcesses(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 	t.Logf("%d verified reads", hits)
+}
+
+// waitForKill blocks until the process is killed. It sleeps rather than
+// selecting on nothing: with every other goroutine parked too (the store's
+// write-behind waits on a condition variable), the runtime would call
+// `select {}` a deadlock and exit 2 before the kill arrives.
+func waitForKill() {
+	for {
+		time.Sleep(time.Hour)
+	}
 }
