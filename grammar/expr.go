@@ -1,6 +1,7 @@
 package grammar
 
 import (
+	"errors"
 	"fmt"
 	"math"
 
@@ -138,7 +139,7 @@ func Regexp(expr string) Expr {
 
 // ErrRegexp is wrapped by the errors of regular expressions the package
 // cannot turn into an automaton.
-var ErrRegexp = automaton.ErrRegexp
+var ErrRegexp = errors.New("grammar: unsupported regular expression")
 
 func errExpr(err error) *expr { return &expr{kind: eErr, err: err} }
 
@@ -176,11 +177,11 @@ func Compile(e Expr, opts Options) (*Grammar, error) {
 	l := newLowerer(opts)
 	root, err := l.lower(e.node())
 	if err != nil {
-		return nil, err
+		return nil, exported(err)
 	}
 	l.p.root = root
 	if err := l.p.finish(); err != nil {
-		return nil, err
+		return nil, exported(err)
 	}
 	return &Grammar{p: l.p}, nil
 }

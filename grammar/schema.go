@@ -1,6 +1,7 @@
 package grammar
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/k3go/k3/grammar/internal/automaton"
@@ -9,12 +10,50 @@ import (
 
 // ErrUnsupported is wrapped by a *SchemaError for a keyword the package
 // cannot enforce, in a strict schema.
-var ErrUnsupported = automaton.ErrUnsupported
+var ErrUnsupported = errors.New("not supported")
 
 // ErrInvalidSchema is wrapped by a *SchemaError for a schema that is not
 // valid JSON Schema (a keyword with a value of the wrong kind, a $ref
 // that leads nowhere) or has no valid instance.
-var ErrInvalidSchema = jsonschema.ErrInvalidSchema
+var ErrInvalidSchema = errors.New("invalid schema")
+
+// exported maps the internal packages' sentinel errors onto this
+// package's, so that callers test errors with the names they can see.
+// The error's text is the internal error's (the sentinels' texts are the
+// same); errors.Is finds both sentinels.
+func exported(err error) error {
+	if err == nil {
+		return nil
+	}
+	var se *SchemaError
+	if errors.As(err, &se) {
+		se.Err = exportedSentinel(se.Err)
+		return err
+	}
+	if pub := exportedSentinel(err); pub != err {
+		return &exportedError{err: err, pub: pub}
+	}
+	return err
+}
+
+// exportedSentinel returns the exported sentinel that err wraps, or err.
+func exportedSentinel(err error) error {
+	for _, m := range [...][2]error{
+		{automaton.ErrRegexp, ErrRegexp},
+		{automaton.ErrUnsupported, ErrUnsupported},
+		{jsonschema.ErrInvalidSchema, ErrInvalidSchema},
+	} {
+		if errors.Is(err, m[0]) {
+			return m[1]
+		}
+	}
+	return err
+}
+
+type exportedError struct{ err, pub error }
+
+func (e *exportedError) Error() string   { return e.err.Error() }
+func (e *exportedError) Unwrap() []error { return []error{e.pub, e.err} }
 
 // SchemaError reports a schema the package refuses. A server turns it
 // into a 400 that names the problem.
@@ -97,7 +136,7 @@ type Schema struct {
 func ParseSchema(raw []byte, opts Options) (*Schema, error) {
 	d, n, e := jsonschema.Parse(raw, opts.Lenient)
 	if e != nil {
-		return nil, &SchemaError{Pointer: e.Pointer, Keyword: e.Keyword, Err: e.Err, Msg: e.Msg}
+		return nil, &SchemaError{Pointer: e.Pointer, Keyword: e.Keyword, Err: exportedSentinel(e.Err), Msg: e.Msg}
 	}
 	return &Schema{doc: d, n: n}, nil
 }

@@ -24,7 +24,7 @@ var ErrClosed = errors.New("closed")
 type Options struct {
 	// Pool runs the kernels' row blocks. Nil means a pool of GOMAXPROCS
 	// goroutines owned by the Model.
-	Pool *par.Pool
+	Pool tensor.Runner
 	// Chunk is the number of tokens that share one pass over the weights
 	// during prefill (Session.Forward). It changes speed and scratch
 	// memory, never results. Zero means 64.
@@ -53,8 +53,8 @@ type Model struct {
 	embedRead  ReadFunc
 	embedEntry iox.Entry
 	lmHead     tensor.Mat
-	pool       *par.Pool
-	ownPool    bool
+	pool       tensor.Runner
+	ownPool    *par.Pool // the pool Load made, closed by Close
 	chunk      int
 	closed     atomic.Bool
 
@@ -122,7 +122,8 @@ func Load(ctx context.Context, p *Plan, read ReadFunc, opts Options) (*Model, er
 		}
 	}
 	if m.pool == nil {
-		m.pool, m.ownPool = par.New(0), true
+		m.ownPool = par.New(0)
+		m.pool = m.ownPool
 	}
 	return m, nil
 }
@@ -164,10 +165,7 @@ func (m *Model) embedRow(ctx context.Context, dst []float32, id int, buf []byte)
 // close.
 func (m *Model) Close() {
 	m.closed.Store(true)
-	if m.ownPool {
-		m.pool.Close()
+	if m.ownPool != nil {
+		m.ownPool.Close()
 	}
 }
-
-// Pool returns the worker pool the kernels run on.
-func (m *Model) Pool() *par.Pool { return m.pool }

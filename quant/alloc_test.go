@@ -16,7 +16,7 @@ func TestNoAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("sync.Pool drops items under the race detector")
 	}
-	pkg := kerneltest.Package{Name: "quant", Status: quant.ImplementationStatus, Set: quant.SetImplementation, Current: quant.Implementation}
+	pkg := kerneltest.Package{Name: "quant", Status: kerneltest.Statuses(quant.ImplementationStatus), Set: quant.SetImplementation, Current: quant.Implementation}
 	kerneltest.AllImplementations(t, pkg, func(t *testing.T) {
 		rng := rand.New(rand.NewPCG(1, 1))
 		const rows, cols = 100, 576

@@ -1,6 +1,9 @@
 package quant
 
-import "github.com/k3go/k3/internal/platform/kernel"
+import (
+	"github.com/k3go/k3/internal/platform/kernel"
+	"github.com/k3go/k3/tensor"
+)
 
 // MatKernel computes rows [0, rows) of an MXFP4 block (cols columns per row)
 // for n tokens: dst[t*dstStride+r] = Σ_c W[r][c]·x[t*cols+c]. Implementations
@@ -29,7 +32,7 @@ type accel interface {
 // ImplStatus describes one compiled-in implementation: whether it can run
 // here and, if not, why (missing CPU features, the purego tag, or a failed
 // start-up self-check against the generic kernel).
-type ImplStatus = kernel.Status
+type ImplStatus = tensor.ImplStatus
 
 var genericImpl = Impl{Name: "generic", Mat: matGeneric, Available: true}
 
@@ -48,7 +51,14 @@ func Implementations() []string { return reg.Names() }
 
 // ImplementationStatus reports every compiled-in implementation, including
 // those this CPU cannot run, with the reason.
-func ImplementationStatus() []ImplStatus { return reg.All() }
+func ImplementationStatus() []ImplStatus {
+	all := reg.All()
+	out := make([]ImplStatus, len(all))
+	for i, s := range all {
+		out[i] = ImplStatus(s)
+	}
+	return out
+}
 
 // Implementation returns the name of the selected implementation (chosen
 // once at start-up; see tensor.Implementation for the rules).

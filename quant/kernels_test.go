@@ -10,7 +10,7 @@ import (
 	"github.com/k3go/k3/tensor"
 )
 
-var pkg = kerneltest.Package{Name: "quant", Status: ImplementationStatus, Set: SetImplementation, Current: Implementation}
+var pkg = kerneltest.Package{Name: "quant", Status: reg.All, Set: SetImplementation, Current: Implementation}
 
 // TestSelectedImplementation fails when this machine does not run the
 // fastest MXFP4 kernels it supports, unless K3_KERNELS or GODEBUG asked for

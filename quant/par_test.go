@@ -15,7 +15,7 @@ import (
 // results through internal/platform/par with 1, 2, 3 and 8 threads and odd grains,
 // including rows that the SIMD paths hand to the generic kernel.
 func TestThreadInvariance(t *testing.T) {
-	pkg := kerneltest.Package{Name: "quant", Status: quant.ImplementationStatus, Set: quant.SetImplementation, Current: quant.Implementation}
+	pkg := kerneltest.Package{Name: "quant", Status: kerneltest.Statuses(quant.ImplementationStatus), Set: quant.SetImplementation, Current: quant.Implementation}
 	kerneltest.AllImplementations(t, pkg, func(t *testing.T) {
 		rng := rand.New(rand.NewPCG(7, 7))
 		for _, s := range [][3]int{{211, 320, 1}, {211, 320, 6}, {150, 1088, 66}} {

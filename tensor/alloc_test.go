@@ -16,7 +16,7 @@ func TestNoAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("sync.Pool drops items under the race detector")
 	}
-	pkg := kerneltest.Package{Name: "tensor", Status: tensor.ImplementationStatus, Set: tensor.SetImplementation, Current: tensor.Implementation}
+	pkg := kerneltest.Package{Name: "tensor", Status: kerneltest.Statuses(tensor.ImplementationStatus), Set: tensor.SetImplementation, Current: tensor.Implementation}
 	kerneltest.AllImplementations(t, pkg, func(t *testing.T) {
 		rng := rand.New(rand.NewPCG(1, 1))
 		const rows, cols = 100, 520

@@ -38,7 +38,22 @@ type accel interface {
 // ImplStatus describes one compiled-in implementation: whether it can run
 // here and, if not, why (missing CPU features, the purego tag, or a failed
 // start-up self-check against the generic kernels).
-type ImplStatus = kernel.Status
+type ImplStatus struct {
+	Name      string
+	Available bool
+	// Reason says why the implementation is unavailable, or why the
+	// selection differs from K3_KERNELS; empty otherwise.
+	Reason string
+}
+
+// implStatuses converts the kernel registry's statuses.
+func implStatuses(all []kernel.Status) []ImplStatus {
+	out := make([]ImplStatus, len(all))
+	for i, s := range all {
+		out[i] = ImplStatus(s)
+	}
+	return out
+}
 
 var genericImpl = Impl{Name: "generic", MatBF16: matBF16Generic, MatF32: matF32Generic, Available: true}
 
@@ -57,7 +72,7 @@ func Implementations() []string { return reg.Names() }
 
 // ImplementationStatus reports every compiled-in implementation, including
 // those this CPU cannot run, with the reason.
-func ImplementationStatus() []ImplStatus { return reg.All() }
+func ImplementationStatus() []ImplStatus { return implStatuses(reg.All()) }
 
 // Implementation returns the name of the selected implementation.
 //

@@ -12,7 +12,7 @@ import (
 	"github.com/k3go/k3/internal/platform/kernel/kerneltest"
 )
 
-var pkg = kerneltest.Package{Name: "tensor", Status: ImplementationStatus, Set: SetImplementation, Current: Implementation}
+var pkg = kerneltest.Package{Name: "tensor", Status: reg.All, Set: SetImplementation, Current: Implementation}
 
 // TestSelectedImplementation fails when this machine does not run the
 // fastest kernels it supports (AVX-512 where present, else AVX2+FMA), unless

@@ -14,7 +14,7 @@ import (
 // TestThreadInvariance checks that every implementation gives bit-identical
 // results through internal/platform/par with 1, 2, 3 and 8 threads and odd grains.
 func TestThreadInvariance(t *testing.T) {
-	pkg := kerneltest.Package{Name: "tensor", Status: tensor.ImplementationStatus, Set: tensor.SetImplementation, Current: tensor.Implementation}
+	pkg := kerneltest.Package{Name: "tensor", Status: kerneltest.Statuses(tensor.ImplementationStatus), Set: tensor.SetImplementation, Current: tensor.Implementation}
 	kerneltest.AllImplementations(t, pkg, func(t *testing.T) {
 		rng := rand.New(rand.NewPCG(7, 7))
 		for _, dt := range []tensor.DType{tensor.BF16, tensor.F32} {

@@ -1,11 +1,13 @@
 package tensor
 
-import "github.com/k3go/k3/internal/platform/par"
-
 // RangeJob is a unit of parallel work over an index range, typically a block
 // of output rows. Range must be safe to call concurrently for disjoint
-// ranges. It is defined next to the worker pool that runs it.
-type RangeJob = par.RangeJob
+// ranges. It is an interface literal, not a defined type, so that a
+// worker pool written anywhere (k3's own, internal/platform/par, declares
+// the same literal) satisfies Runner without importing this package.
+type RangeJob = interface {
+	Range(lo, hi int)
+}
 
 // Runner runs job.Range over [0, n) split into chunks of at most grain
 // indices, possibly on several goroutines, and returns when every chunk is
@@ -13,7 +15,9 @@ type RangeJob = par.RangeJob
 // k3 computes each output index entirely inside one chunk.
 //
 // A nil Runner means: run on the calling goroutine.
-type Runner = par.Runner
+type Runner interface {
+	Run(n, grain int, job RangeJob)
+}
 
 // run dispatches job over [0, n) with r, or serially when r is nil.
 func run(r Runner, n, grain int, job RangeJob) {

@@ -1,6 +1,6 @@
 // Package par is k3's worker pool: a fixed set of goroutines that run the
 // row blocks of the kernels. It defines the two interfaces the kernels
-// dispatch through, RangeJob and Runner (tensor re-exports them), so that
+// dispatch through, RangeJob and Runner (tensor declares the same ones), so that
 // the pool depends on nothing above it.
 //
 // Several goroutines (one per session) may call Run concurrently on one
@@ -18,8 +18,10 @@ import (
 
 // RangeJob is a unit of parallel work over an index range, typically a block
 // of output rows. Range must be safe to call concurrently for disjoint
-// ranges.
-type RangeJob interface {
+// ranges. It is an interface literal, not a defined type, so that the
+// packages above (tensor) declare the same type without importing this one,
+// and a Pool satisfies their Runner.
+type RangeJob = interface {
 	Range(lo, hi int)
 }
 

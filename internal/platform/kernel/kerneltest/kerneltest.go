@@ -26,6 +26,23 @@ type Package struct {
 	Current func() string
 }
 
+// Statuses adapts a public package's ImplementationStatus (tensor's and
+// quant's ImplStatus have kernel.Status's fields) to Package.Status.
+func Statuses[S ~struct {
+	Name      string
+	Available bool
+	Reason    string
+}](f func() []S) func() []kernel.Status {
+	return func() []kernel.Status {
+		all := f()
+		out := make([]kernel.Status, len(all))
+		for i, s := range all {
+			out[i] = kernel.Status(s)
+		}
+		return out
+	}
+}
+
 // AllImplementations runs f once per implementation of pkg, as subtests
 // named after the implementations, with that implementation selected.
 func AllImplementations(t *testing.T, pkg Package, f func(t *testing.T)) {
