@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"runtime"
+	"runtime/metrics"
 	"testing"
 
 	"github.com/k3go/k3"
@@ -58,4 +60,40 @@ func TestSessionClosed(t *testing.T) {
 	if o.Len() != len(exp.PromptIDs) {
 		t.Errorf("restored %d tokens, want %d", o.Len(), len(exp.PromptIDs))
 	}
+}
+
+// TestOpenReturnsFreedHeap: a budget is the process's peak RSS, so Open
+// starts from a collected heap given back to the system. A closed model's
+// heap is garbage that nothing else would collect before the next model's
+// off-heap buffers add to it; here 256 MiB of garbage stands in for it.
+func TestOpenReturnsFreedHeap(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector's shadow memory changes the heap's accounting")
+	}
+	garbage := make([]byte, 256<<20)
+	for i := range garbage {
+		garbage[i] = byte(i)
+	}
+	runtime.KeepAlive(garbage)
+	garbage = nil
+	runtime.GC() // now free in the heap, still resident
+	if free := heapFree(); free < 200<<20 {
+		t.Skipf("the runtime returned the garbage already (%d MiB free in the heap)", free>>20)
+	}
+	// A budget far above the model's, so that the memory limit Open sets
+	// does not itself make the runtime give memory back.
+	m, _ := openOracle(t, "tiny-mxfp4", k3.Options{MaxContext: 64, RAMBudget: 16e9, Sessions: 1})
+	defer m.Close()
+	free := heapFree()
+	t.Logf("free heap after Open: %.1f MiB", float64(free)/(1<<20))
+	if free > 64<<20 {
+		t.Errorf("after Open %d MiB of free heap is still resident; want it returned to the system", free>>20)
+	}
+}
+
+// heapFree is the heap's free memory not yet returned to the system.
+func heapFree() uint64 {
+	s := []metrics.Sample{{Name: "/memory/classes/heap/free:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
 }

@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -131,6 +132,11 @@ func Open(ctx context.Context, dir string, cfg *model.Config, opts Options) (_ *
 		log = slog.New(slog.DiscardHandler)
 	}
 	e := &Engine{opts: opts, log: log, tok: opts.Tokenizer, wrapSource: opts.WrapSource}
+	// The budget is the process's peak RSS, so Open starts from a collected
+	// heap returned to the system: a model closed before this one leaves
+	// its heap as garbage, and the buffers allocated next are off-heap, so
+	// nothing would make the collector run before they add to it.
+	debug.FreeOSMemory()
 	// While Open reads the index and plans, the Go runtime may use the
 	// whole budget less the executable; the claim narrows to the plan's
 	// heap share before the buffers are allocated.
