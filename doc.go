@@ -125,8 +125,8 @@
 //
 // Errors wrap the sentinels [ErrBadConfig], [ErrBadCheckpoint],
 // [ErrTokenOutOfRange], [ErrContextFull], [ErrClosed], [ErrBudget],
-// [ErrNoTokenizer], [ErrNonFinite], [ErrExpertLoad], [ErrBadOptions] and
-// [ErrBadState]; test them with errors.Is.
+// [ErrNoTokenizer], [ErrNonFinite], [ErrExpertLoad], [ErrBadOptions],
+// [ErrBadState] and [ErrInternal]; test them with errors.Is.
 //
 // # Platforms
 //

@@ -5,6 +5,7 @@ import (
 	"github.com/k3go/k3/internal/engine"
 	"github.com/k3go/k3/internal/engine/planner"
 	"github.com/k3go/k3/internal/engine/statefile"
+	"github.com/k3go/k3/internal/platform/crash"
 	"github.com/k3go/k3/model"
 )
 
@@ -50,6 +51,12 @@ var (
 	// corrupt, or was saved with a model of another configuration or
 	// checkpoint.
 	ErrBadState = errBadState() // "bad saved state"
+	// ErrInternal: a bug in k3. A panic on one of the engine's goroutines
+	// (an I/O reader, the trunk's ring, a kernel worker) fails the step
+	// with an error wrapping it, whose text names where it happened; its
+	// stack is logged once. The process goes on, and the sessions of the
+	// failed pass must be reset.
+	ErrInternal = errInternal() // "internal error"
 )
 
 // The engine's sentinels, behind functions so that the documentation shows
@@ -58,3 +65,4 @@ func errBudget() error      { return planner.ErrBudget }
 func errNoTokenizer() error { return engine.ErrNoTokenizer }
 func errBadOptions() error  { return engine.ErrBadOptions }
 func errBadState() error    { return statefile.ErrBadState }
+func errInternal() error    { return crash.ErrInternal }

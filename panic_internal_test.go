@@ -69,7 +69,7 @@ func TestEnginePanicIsAnError(t *testing.T) {
 			if !src.fired.Load() {
 				t.Fatal("no read touched the range")
 			}
-			if !errors.Is(err, crash.ErrInternal) || len(crash.Stack(err)) == 0 {
+			if !errors.Is(err, ErrInternal) || len(crash.Stack(err)) == 0 {
 				t.Fatalf("a panicking read gave %v, want an internal error with a stack", err)
 			}
 			s.Reset()
