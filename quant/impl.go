@@ -51,14 +51,7 @@ func Implementations() []string { return reg.Names() }
 
 // ImplementationStatus reports every compiled-in implementation, including
 // those this CPU cannot run, with the reason.
-func ImplementationStatus() []ImplStatus {
-	all := reg.All()
-	out := make([]ImplStatus, len(all))
-	for i, s := range all {
-		out[i] = ImplStatus(s)
-	}
-	return out
-}
+func ImplementationStatus() []ImplStatus { return kernel.StatusesAs[ImplStatus](reg.All()) }
 
 // Implementation returns the name of the selected implementation (chosen
 // once at start-up; see tensor.Implementation for the rules).

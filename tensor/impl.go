@@ -46,15 +46,6 @@ type ImplStatus struct {
 	Reason string
 }
 
-// implStatuses converts the kernel registry's statuses.
-func implStatuses(all []kernel.Status) []ImplStatus {
-	out := make([]ImplStatus, len(all))
-	for i, s := range all {
-		out[i] = ImplStatus(s)
-	}
-	return out
-}
-
 var genericImpl = Impl{Name: "generic", MatBF16: matBF16Generic, MatF32: matF32Generic, Available: true}
 
 var reg = kernel.New("tensor", &genericImpl)
@@ -72,7 +63,7 @@ func Implementations() []string { return reg.Names() }
 
 // ImplementationStatus reports every compiled-in implementation, including
 // those this CPU cannot run, with the reason.
-func ImplementationStatus() []ImplStatus { return implStatuses(reg.All()) }
+func ImplementationStatus() []ImplStatus { return kernel.StatusesAs[ImplStatus](reg.All()) }
 
 // Implementation returns the name of the selected implementation.
 //

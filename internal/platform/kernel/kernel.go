@@ -31,6 +31,25 @@ type Status struct {
 	Reason string
 }
 
+// StatusLike is a public package's copy of Status (tensor.ImplStatus),
+// declared there so that its documentation names no internal package.
+type StatusLike interface {
+	~struct {
+		Name      string
+		Available bool
+		Reason    string
+	}
+}
+
+// StatusesAs converts statuses to a public package's copy of Status.
+func StatusesAs[S StatusLike](all []Status) []S {
+	out := make([]S, len(all))
+	for i, s := range all {
+		out[i] = S(s)
+	}
+	return out
+}
+
 // Registry holds the implementations of one package's kernels.
 type Registry[T any] struct {
 	pkg     string

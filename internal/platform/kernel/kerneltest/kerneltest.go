@@ -28,11 +28,7 @@ type Package struct {
 
 // Statuses adapts a public package's ImplementationStatus (tensor's and
 // quant's ImplStatus have kernel.Status's fields) to Package.Status.
-func Statuses[S ~struct {
-	Name      string
-	Available bool
-	Reason    string
-}](f func() []S) func() []kernel.Status {
+func Statuses[S kernel.StatusLike](f func() []S) func() []kernel.Status {
 	return func() []kernel.Status {
 		all := f()
 		out := make([]kernel.Status, len(all))
