@@ -186,7 +186,7 @@ func readIndex(dir string) (*shardIndex, error) {
 	case err != nil:
 		return nil, fmt.Errorf("checkpoint %s: %w", dir, wrapNotRegular(err))
 	}
-	return ParseIndex(data, p)
+	return parseIndex(data, p)
 }
 
 // wrapNotRegular marks a FIFO or device in the checkpoint as an invalid
@@ -198,9 +198,9 @@ func wrapNotRegular(err error) error {
 	return err
 }
 
-// ParseIndex parses model.safetensors.index.json. Shard names must be plain
+// parseIndex parses model.safetensors.index.json. Shard names must be plain
 // file names ending in .safetensors (no directories).
-func ParseIndex(data []byte, name string) (*shardIndex, error) {
+func parseIndex(data []byte, name string) (*shardIndex, error) {
 	if len(data) > maxIndexBytes {
 		return nil, fmt.Errorf("%s: %w: index larger than %d bytes", name, ErrCheckpoint, maxIndexBytes)
 	}

@@ -1,4 +1,7 @@
-// Package iox reads huge checkpoint files fast and predictably.
+// Package iox reads huge checkpoint files fast and predictably: the
+// safetensors container (one file, or shards with
+// model.safetensors.index.json, as [Checkpoint]) and, for the engine, fast
+// parallel reads of large byte ranges.
 //
 // It is the storage layer under k3: the checkpoint (1.56 TB) never fits in
 // RAM, so the trunk and the routed experts are streamed from disk every token,

@@ -1,6 +1,3 @@
-// Package iox reads k3 checkpoints: the safetensors container (one file, or
-// shards with model.safetensors.index.json) and, for the engine, fast
-// parallel reads of large byte ranges.
 package iox
 
 import (

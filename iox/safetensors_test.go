@@ -206,7 +206,7 @@ func FuzzParseIndex(f *testing.F) {
 	f.Add([]byte(`{"weight_map":{}}`))
 	f.Add([]byte(`[]`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		x, err := ParseIndex(data, "index.json")
+		x, err := parseIndex(data, "index.json")
 		if err != nil {
 			if !errors.Is(err, ErrCheckpoint) {
 				t.Fatalf("error does not wrap ErrCheckpoint: %v", err)
