@@ -14,15 +14,18 @@ import (
 )
 
 // leaks lists, for the Go files under dir (one package, tests excluded),
-// every exported declaration that names an internal package: a type, a
-// signature, a field or an initialiser written as pkg.Name where pkg is
-// imported from a path with an internal element. A user of the package
-// cannot read or name such a type, and go doc shows the internal path.
+// every exported declaration that names a type a user cannot name: a type
+// of an internal package (pkg.Name where pkg is imported from a path with
+// an internal element; go doc would show the internal path), or one of the
+// package's own unexported types in a signature or an exported field. It
+// looks at the types written in signatures, exported fields, aliases and
+// variable types, and at variables' initialisers for internal names.
 func leaks(t *testing.T, dir string) []string {
 	t.Helper()
 	fset := token.NewFileSet()
 	names, _ := filepath.Glob(filepath.Join(dir, "*.go"))
-	var out []string
+	files := map[string]*ast.File{}
+	hidden := map[string]bool{} // the package's unexported types
 	for _, name := range names {
 		if strings.HasSuffix(name, "_test.go") {
 			continue
@@ -30,6 +33,23 @@ func leaks(t *testing.T, dir string) []string {
 		f, err := parser.ParseFile(fset, name, nil, 0)
 		if err != nil {
 			t.Fatal(err)
+		}
+		files[name] = f
+		for _, d := range f.Decls {
+			if g, ok := d.(*ast.GenDecl); ok {
+				for _, s := range g.Specs {
+					if ts, ok := s.(*ast.TypeSpec); ok && !ts.Name.IsExported() {
+						hidden[ts.Name.Name] = true
+					}
+				}
+			}
+		}
+	}
+	var out []string
+	for _, name := range names {
+		f := files[name]
+		if f == nil {
+			continue
 		}
 		internal := map[string]string{}
 		for _, imp := range f.Imports {
@@ -43,15 +63,34 @@ func leaks(t *testing.T, dir string) []string {
 			}
 			internal[local] = path
 		}
-		if len(internal) == 0 {
-			continue
-		}
-		report := func(what string, n ast.Node) {
+		// report walks the types in n; a field's names are not types.
+		var report func(what string, n ast.Node)
+		report = func(what string, n ast.Node) {
 			ast.Inspect(n, func(n ast.Node) bool {
-				if sel, ok := n.(*ast.SelectorExpr); ok {
-					if id, ok := sel.X.(*ast.Ident); ok && internal[id.Name] != "" {
-						out = append(out, filepath.Base(name)+": "+what+" names "+internal[id.Name]+"."+sel.Sel.Name)
+				switch n := n.(type) {
+				case *ast.Field:
+					report(what, n.Type)
+					return false
+				case *ast.SelectorExpr:
+					if id, ok := n.X.(*ast.Ident); ok && internal[id.Name] != "" {
+						out = append(out, filepath.Base(name)+": "+what+" names "+internal[id.Name]+"."+n.Sel.Name)
 					}
+					return false
+				case *ast.Ident:
+					if hidden[n.Name] {
+						out = append(out, filepath.Base(name)+": "+what+" names the unexported type "+n.Name)
+					}
+				case *ast.CallExpr, *ast.FuncLit, *ast.CompositeLit:
+					// an initialiser: only its internal names count
+					ast.Inspect(n, func(n ast.Node) bool {
+						if sel, ok := n.(*ast.SelectorExpr); ok {
+							if id, ok := sel.X.(*ast.Ident); ok && internal[id.Name] != "" {
+								out = append(out, filepath.Base(name)+": "+what+" names "+internal[id.Name]+"."+sel.Sel.Name)
+							}
+						}
+						return true
+					})
+					return false
 				}
 				return true
 			})
@@ -129,7 +168,8 @@ func exportedParts(x ast.Expr) ast.Node {
 
 // TestPublicAPINamesNoInternalPackage checks every public package (the
 // root, tensor, quant, model, ...; not internal/ and not the commands)
-// for exported declarations that name an internal package.
+// for exported declarations that name an internal package, or a type of
+// their own that a user cannot name (see leaks).
 func TestPublicAPINamesNoInternalPackage(t *testing.T) {
 	root := moduleRoot(t)
 	var dirs []string
@@ -182,17 +222,30 @@ func (B) M(v y.Q) {}
 func (b *B) m(v y.R) {}
 var E = x.Err
 var e = x.Err
+
+type hidden struct{}
+type C struct {
+	Field  *hidden
+	field  hidden
+}
+func G(hidden int) []hidden { return nil }
+func g() hidden { return hidden{} }
+var V = hidden{}
 `
 	if err := os.WriteFile(filepath.Join(dir, "p.go"), []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	got := strings.Join(leaks(t, dir), "\n")
-	for _, want := range []string{"type A names example.com/m/internal/x.T", "type B names example.com/m/internal/z.U", "func F names example.com/m/internal/x.W", "func M names example.com/m/internal/z.Q", "E names example.com/m/internal/x.Err"} {
+	for _, want := range []string{"type A names example.com/m/internal/x.T", "type B names example.com/m/internal/z.U", "func F names example.com/m/internal/x.W", "func M names example.com/m/internal/z.Q", "E names example.com/m/internal/x.Err",
+		"type C names the unexported type hidden", "func G names the unexported type hidden"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("missing %q in:\n%s", want, got)
 		}
 	}
-	for _, not := range []string{"x.V", "z.R", "e names"} {
+	if n := strings.Count(got, "func G names"); n != 1 {
+		t.Errorf("func G reported %d times, want once (its parameter's name is not a type):\n%s", n, got)
+	}
+	for _, not := range []string{"x.V", "z.R", "e names", "func g", "V names"} {
 		if strings.Contains(got, not) {
 			t.Errorf("reported unexported %q:\n%s", not, got)
 		}
