@@ -1,6 +1,10 @@
 package iox
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+	"os"
+)
 
 // ErrLocked reports a directory another process holds with LockDir.
 var ErrLocked = errors.New("directory in use by another process")
@@ -13,3 +17,19 @@ var ErrLocked = errors.New("directory in use by another process")
 // ErrLocked if another process holds the lock, and errors.ErrUnsupported
 // where advisory locks are not implemented.
 func LockDir(dir string) (unlock func(), err error) { return lockDir(dir) }
+
+// SyncDir makes dir's entries durable: after a file is created or renamed
+// into dir, the name survives a machine crash only once the directory is
+// synced too. Where the system cannot sync a directory (Windows), it does
+// nothing and returns nil.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil && !errors.Is(err, os.ErrInvalid) && !errors.Is(err, errors.ErrUnsupported) {
+		return fmt.Errorf("syncing directory %s: %w", dir, err)
+	}
+	return nil
+}

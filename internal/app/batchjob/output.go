@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/k3go/k3/iox"
 )
 
 // outputLine is the shape of one output line.
@@ -47,7 +49,7 @@ func openJournal(path string, syncEvery time.Duration, write lineWriter) (j *jou
 		return nil, nil, 0, fmt.Errorf("output: %w", err)
 	}
 	if os.IsNotExist(statErr) {
-		syncDir(filepath.Dir(path)) // the new name survives a machine crash
+		iox.SyncDir(filepath.Dir(path)) // best effort: the new name survives a machine crash
 	}
 	unlock, err := lockFile(f)
 	if err != nil {
@@ -160,12 +162,4 @@ func encodeLine(l *outputLine) ([]byte, error) {
 		return nil, err
 	}
 	return buf.Bytes(), nil
-}
-
-// syncDir makes a directory's entries durable; it is best effort.
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
 }

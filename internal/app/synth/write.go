@@ -580,17 +580,8 @@ func (w *writer) publish() error {
 			return fmt.Errorf("synth: %w", err)
 		}
 	}
-	return syncDir(w.dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
+	if err := iox.SyncDir(w.dir); err != nil {
 		return fmt.Errorf("synth: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil && !errors.Is(err, os.ErrInvalid) {
-		return fmt.Errorf("synth: syncing %s: %w", dir, err)
 	}
 	return nil
 }

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/k3go/k3/iox"
 )
 
 // writeFile writes an entry file crash-safely and indexes it: a locked
@@ -112,7 +114,7 @@ func (s *Store) writeTemp(key Key, meta Meta, write func(io.Writer) error) error
 		return diskError{err}
 	}
 	renamed = true
-	if err := syncDir(s.dir); err != nil {
+	if err := iox.SyncDir(s.dir); err != nil {
 		// The entry is complete; without the directory sync a power loss
 		// may lose it, never tear it.
 		s.log.Debug("prefix cache: directory sync", slog.Any("err", err))

@@ -115,15 +115,6 @@ func cleanTemp(path string) bool {
 	return os.Remove(path) == nil
 }
 
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
-
 // diskError marks an error of the file system (as opposed to one of the
 // caller's write function, or a payload of the wrong length): only those
 // make the store evict (ENOSPC) or turn its disk tier off.

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/k3go/k3/iox"
 	"github.com/k3go/k3/model"
 )
 
@@ -229,7 +230,7 @@ func Pack(ctx context.Context, p *model.Plan, dir string, read ReadFunc, opts Pa
 	if err := os.Rename(tmpIndex, filepath.Join(dir, PackedIndexFile)); err != nil {
 		return fmt.Errorf("pack: %w", err)
 	}
-	return syncDir(dir)
+	return iox.SyncDir(dir)
 }
 
 // zeroOutside clears the bytes of img that no extent covers, so the packed
@@ -261,15 +262,6 @@ func writeFileSync(name string, data []byte) error {
 		return err
 	}
 	return f.Close()
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 func sameDir(a, b string) (bool, error) {
