@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"os"
+	"slices"
 	"strings"
 
 	"github.com/k3go/k3"
@@ -183,4 +185,59 @@ func ExampleModel_Tokenizer() {
 	// "Hello, world!<|end_of_msg|>" <nil>
 	// 12
 	// 506 512
+}
+
+// ExamplePrefixCacheOptions shows two requests that share a header: the
+// second restores the header's state from the prefix cache and computes
+// only its own tokens, and its logits are exactly those of a cold prefill.
+func ExamplePrefixCacheOptions() {
+	dir, err := os.MkdirTemp("", "k3-prefix-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	m, err := k3.Open(checkpoint(), k3.Options{PrefixCache: &k3.PrefixCacheOptions{
+		Dir:              dir, // default: k3/prefix under the user's cache directory
+		BlockTokens:      16,  // default 256; small here for a small example
+		CheckpointBlocks: 1,   // keep the recurrent state at every block
+	}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer m.Close()
+	ctx := context.Background()
+
+	header := make([]int, 32) // a system prompt and tool schemas, say
+	for i := range header {
+		header[i] = 10 + i
+	}
+	first := append(append([]int(nil), header...), 100, 101, 102)
+	second := append(append([]int(nil), header...), 200, 201)
+
+	for _, prompt := range [][]int{first, second} {
+		s := m.NewSession()
+		logits, err := s.Step(ctx, prompt)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("%d prompt tokens, %d restored\n", len(prompt), s.CachedTokens())
+		if len(prompt) == len(second) {
+			// The same prompt on a model without the cache.
+			cold, err := k3.Open(checkpoint(), k3.Options{})
+			if err != nil {
+				log.Fatal(err)
+			}
+			want, err := cold.NewSession().Step(ctx, prompt)
+			cold.Close()
+			if err != nil {
+				log.Fatal(err)
+			}
+			fmt.Println("logits identical to a cold prefill:", slices.Equal(logits, want))
+		}
+		s.Close()
+	}
+	// Output:
+	// 35 prompt tokens, 0 restored
+	// 34 prompt tokens, 32 restored
+	// logits identical to a cold prefill: true
 }
