@@ -15,7 +15,7 @@ type MemoryPlan struct {
 	// OffHeapBytes + HeapBytes + ExecutableBytes.
 	TotalBytes int64
 	// OffHeapBytes are the engine's buffers outside the Go heap: pinned
-	// trunk parts, the streaming ring, the expert cache.
+	// trunk parts, the streaming ring, the expert cache, a pass's scratch.
 	OffHeapBytes int64
 	// HeapBytes is what the plan puts on the Go heap, the runtime and the
 	// collector's headroom included.
@@ -36,7 +36,9 @@ type MemoryPlan struct {
 	Sessions            int
 	StateBytes, KVBytes int64
 	// Rows is the most token rows one pass carries; ScratchBytes one
-	// pass's scratch for them.
+	// pass's scratch for them. Under a budget this is the resting plan,
+	// whose passes are sized for decoding: while prompts wait, the engine
+	// may move to a plan of wider passes (Inspection.PlanWork).
 	Rows         int
 	ScratchBytes int64
 	// The process outside the weights and state: the checkpoint's tensor
@@ -72,7 +74,7 @@ func newMemoryPlan(mp *planner.MemoryPlan) *MemoryPlan {
 	p := &MemoryPlan{
 		Budget: mp.Budget, TotalBytes: mp.Total(), OffHeapBytes: mp.OffHeap(), HeapBytes: mp.Heap(), HeapLimitBytes: mp.HeapLimit(),
 		LMHeadBytes: mp.LMHead, EmbedBytes: mp.Embed, VectorBytes: mp.Vectors, EmbedResident: mp.EmbedResident,
-		Sessions: mp.Sessions, StateBytes: mp.State, KVBytes: mp.KV, Rows: mp.Rows, ScratchBytes: mp.Scratch,
+		Sessions: mp.Sessions, StateBytes: mp.State, KVBytes: mp.KV, Rows: mp.Rows, ScratchBytes: mp.Scratch + planner.BufferBytes(mp.ScratchArena),
 		IndexBytes: mp.Index, TokenizerBytes: mp.Tokenizer, SessionVocabBytes: mp.SessionVocab, RuntimeBytes: mp.Runtime, ExecutableBytes: mp.Executable,
 		PinnedLayers: mp.PinnedLayers, PinnedBytes: mp.PinnedBytes, RingSlots: mp.RingSlots, RingSlotBytes: mp.RingSlotBytes,
 		TrunkBytesPerPass: mp.TrunkBytesPerPass,

@@ -125,3 +125,47 @@ func (in *Inspection) PlanSessions(budget int64, sessions, maxBatch int) (*Memor
 	}
 	return newMemoryPlan(mp), nil
 }
+
+// Workload is the work waiting for the model's next passes: DecodeRows
+// sequences generating (one row each per pass) and PromptRows prompt
+// tokens still to prefill.
+type Workload struct {
+	DecodeRows, PromptRows int
+}
+
+// WorkPlan is the memory plan the engine takes for a workload, and what
+// the planner projects that work to read there.
+type WorkPlan struct {
+	// Plan is where the budget goes for the work; Plan.Rows the rows of
+	// its passes. Resting reports whether it is the resting plan (the
+	// one Plan returns, sized for decoding); otherwise the engine moves
+	// there while the prompts are prefilled, and back after.
+	Plan    *MemoryPlan
+	Resting bool
+	// Passes is the passes the prompt rows take (1 for decoding alone);
+	// BytesRead the planner's estimate of what they read, the moves there
+	// and back included (trunk parts pinned again, the expert cache's warm
+	// contents), with routing spread evenly over the experts.
+	Passes    int
+	BytesRead int64
+}
+
+// PlanWork returns the plan the engine chooses for work w at a budget with
+// room for sessions sessions (0: the inspected value), starting from its
+// resting plan: the resting plan while no prompt waits; for waiting
+// prompts the plan of wider passes whose move and passes read least.
+func (in *Inspection) PlanWork(budget int64, sessions int, w Workload) (*WorkPlan, error) {
+	r := in.req
+	r.Budget = budget
+	if sessions > 0 {
+		r.Sessions = sessions
+	}
+	res, err := planner.NewResidency(in.w, r)
+	if err != nil {
+		return nil, fmt.Errorf("k3: %w", err)
+	}
+	work := planner.Work{DecodeRows: w.DecodeRows, PromptRows: w.PromptRows}
+	i := res.Choose(0, work)
+	return &WorkPlan{Plan: newMemoryPlan(res.Plans[i]), Resting: i == 0, Passes: res.Passes(i, work),
+		BytesRead: int64(res.Cost(0, i, work))}, nil
+}

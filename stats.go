@@ -75,6 +75,13 @@ type Stats struct {
 	// they chose under its mask, MaskTime the time spent computing masks.
 	ConstrainedGenerations, MaskedTokens int64
 	MaskTime                             time.Duration
+
+	// PlanMoves counts the moves between the memory plans of the budget:
+	// to wider passes while prompts wait, and back to the resting plan,
+	// whose memory holds weights for decoding. ReloadedBytes is what the
+	// moves read to pin trunk parts again (in BytesRead, not in
+	// TrunkBytesRead).
+	PlanMoves, ReloadedBytes int64
 }
 
 // ReadGBps returns the achieved read bandwidth over IOTime, in GB/s.
@@ -119,6 +126,8 @@ func (s Stats) Sub(prev Stats) Stats {
 	d.ConstrainedGenerations -= prev.ConstrainedGenerations
 	d.MaskedTokens -= prev.MaskedTokens
 	d.MaskTime -= prev.MaskTime
+	d.PlanMoves -= prev.PlanMoves
+	d.ReloadedBytes -= prev.ReloadedBytes
 	return d
 }
 

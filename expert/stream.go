@@ -30,9 +30,13 @@ var ErrClosed = errors.New("closed")
 // another forever).
 type Stream struct {
 	index  *Index
-	cache  *cache.Cache
+	cache  atomic.Pointer[cache.Cache] // nil while suspended
 	read   iox.ReadFunc
-	window int
+	window int // reads in flight per pass, below the cache's slots
+	asked  int // the window NewStream was asked for
+
+	statMu sync.Mutex  // guards base, and the swap of a cache into it
+	base   cache.Stats // the counters of caches replaced by Resume
 
 	phase sync.Mutex // one expert pass at a time
 
@@ -62,22 +66,76 @@ func NewStream(x *Index, topK, slots int, arena []byte, read iox.ReadFunc, windo
 	if slots < k+1 {
 		return nil, fmt.Errorf("expert cache: needs at least %d slots, has %d", k+1, slots)
 	}
-	c, err := cache.New(cache.Options{SlotSize: int(x.SlotBytes()),
-		Arena: arena, MinSlots: k + 1})
-	if err != nil {
-		return nil, err
-	}
 	if window <= 0 {
 		window = k
 	}
-	window = min(window, c.Slots()-1)
-	s := &Stream{index: x, cache: c, read: read, window: window, fills: make(chan cache.Fill, window)}
+	s := &Stream{index: x, read: read, asked: window, fills: make(chan cache.Fill, window)}
+	if err := s.start(topK, slots, arena); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// start builds the cache over arena and starts the loaders.
+func (s *Stream) start(topK, slots int, arena []byte) error {
+	if slots < topK+1 {
+		return fmt.Errorf("expert cache: needs at least %d slots, has %d", topK+1, slots)
+	}
+	c, err := cache.New(cache.Options{SlotSize: int(s.index.SlotBytes()), Arena: arena, MinSlots: topK + 1})
+	if err != nil {
+		return err
+	}
+	s.window = min(s.asked, c.Slots()-1)
+	s.cache.Store(c)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	for i := 0; i < window; i++ {
+	for i := 0; i < s.window; i++ {
 		s.workers.Add(1)
 		go s.worker()
 	}
-	return s, nil
+	return nil
+}
+
+// Suspend waits for the expert pass running, if any, stops the loaders
+// after their reads and drops the cache, so that its arena may be freed
+// or lent (the engine moves between plans of one budget,
+// planner.Residency); passes wait until Resume. Its counters carry on.
+func (s *Stream) Suspend() {
+	s.phase.Lock()
+	s.cancel()
+	s.workers.Wait()
+	for len(s.fills) > 0 {
+		<-s.fills // abandoned by their pass: nothing waits for them
+	}
+	s.statMu.Lock()
+	s.base = addStats(s.base, s.cache.Swap(nil).Stats())
+	s.statMu.Unlock()
+}
+
+// Resume gives a suspended Stream a new, empty cache of slots slots over
+// arena (at least topK+1) and lets passes run again.
+func (s *Stream) Resume(topK, slots int, arena []byte) error {
+	if s.cache.Load() != nil {
+		return errors.New("expert: Resume of a Stream that is not suspended")
+	}
+	if err := s.start(topK, slots, arena); err != nil {
+		return err
+	}
+	s.phase.Unlock()
+	return nil
+}
+
+// addStats sums two caches' counters; the sizes and gauges are b's.
+func addStats(a, b cache.Stats) cache.Stats {
+	b.Requests += a.Requests
+	b.Hits += a.Hits
+	b.InflightWaits += a.InflightWaits
+	b.Misses += a.Misses
+	b.Canceled += a.Canceled
+	b.Evictions += a.Evictions
+	b.LoadErrors += a.LoadErrors
+	b.SlotWaits += a.SlotWaits
+	b.BytesLoaded += a.BytesLoaded
+	return b
 }
 
 // worker runs pending loads until Close.
@@ -133,7 +191,7 @@ func (s *Stream) Begin(ctx context.Context, b *Batch) error {
 func (s *Stream) topUp(ctx context.Context, b *Batch, sb *streamBatch, i int) error {
 	for sb.started < len(b.IDs) && sb.started < i+s.window {
 		k := sb.started
-		h, f, err := s.cache.Start(ctx, cache.Key{Layer: int32(b.Layer), Expert: b.IDs[k]})
+		h, f, err := s.cache.Load().Start(ctx, cache.Key{Layer: int32(b.Layer), Expert: b.IDs[k]})
 		if err != nil {
 			return fmt.Errorf("expert %d: %w", b.IDs[k], err)
 		}
@@ -141,7 +199,7 @@ func (s *Stream) topUp(ctx context.Context, b *Batch, sb *streamBatch, i int) er
 		sb.started++
 		if k < len(b.Uses) {
 			// The policy sees one request per row that chose the expert.
-			s.cache.Touch(cache.Key{Layer: int32(b.Layer), Expert: b.IDs[k]}, int(b.Uses[k])-1)
+			s.cache.Load().Touch(cache.Key{Layer: int32(b.Layer), Expert: b.IDs[k]}, int(b.Uses[k])-1)
 		}
 		if f.Pending() {
 			select {
@@ -206,7 +264,8 @@ func (s *Stream) End(b *Batch) {
 // Resident implements Residency: whether the expert is in the cache
 // already (no request is counted).
 func (s *Stream) Resident(layer int, id int32) bool {
-	return s.cache.Resident(cache.Key{Layer: int32(layer), Expert: id})
+	c := s.cache.Load()
+	return c != nil && c.Resident(cache.Key{Layer: int32(layer), Expert: id})
 }
 
 // StreamStats are a source's cumulative counters.
@@ -218,12 +277,21 @@ type StreamStats struct {
 
 // ExpertStats implements Stats.
 func (s *Stream) ExpertStats() StreamStats {
-	st := s.cache.Stats()
+	st := s.CacheStats()
 	return StreamStats{BytesRead: s.bytesRead.Load(), Hits: st.Hits, Misses: st.Misses + st.InflightWaits, Wait: time.Duration(s.waitNanos.Load())}
 }
 
-// CacheStats returns the cache's counters.
-func (s *Stream) CacheStats() cache.Stats { return s.cache.Stats() }
+// CacheStats returns the cache's counters, summed over the caches Resume
+// replaced; sizes and gauges are the current cache's.
+func (s *Stream) CacheStats() cache.Stats {
+	s.statMu.Lock()
+	defer s.statMu.Unlock()
+	var cur cache.Stats
+	if c := s.cache.Load(); c != nil {
+		cur = c.Stats()
+	}
+	return addStats(s.base, cur)
+}
 
 // Close stops the loaders after reads in flight finish; the arena may then
 // be freed.

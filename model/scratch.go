@@ -1,6 +1,11 @@
 package model
 
-import "github.com/k3go/k3/expert"
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/k3go/k3/expert"
+)
 
 // Scratch holds the buffers of a forward pass over up to Rows token rows,
 // summed over the sequences in the pass. A pass reads each weight part
@@ -88,7 +93,93 @@ const DefaultTile = 32
 // rows.
 func NewScratch(c *Config, rows, tile int) *Scratch {
 	rows, tile = scratchShape(rows, tile)
-	return buildScratch(c, rows, tile, func(n int) []float32 { return make([]float32, n) })
+	return buildScratch(c, rows, tile, heapScratch{})
+}
+
+// NewScratchIn lays out the buffers of passes of up to rows token rows
+// (tiles of tile rows, 0: DefaultTile) in mem, which must hold
+// ScratchArenaBytes(c, rows, tile) bytes, instead of on the Go heap: the
+// engine lends a wide prefill pass memory that otherwise holds weights
+// (an expert cache, pinned trunk parts), so the room is used by whichever
+// work runs. The Scratch is valid while mem is; mem must not be used for
+// anything else meanwhile. A pass computes the same bits in either kind of
+// scratch.
+func NewScratchIn(c *Config, rows, tile int, mem []byte) (*Scratch, error) {
+	rows, tile = scratchShape(rows, tile)
+	if need := ScratchArenaBytes(c, rows, tile); int64(len(mem)) < need {
+		return nil, fmt.Errorf("scratch for %d rows needs %d bytes, have %d", rows, need, len(mem))
+	}
+	return buildScratch(c, rows, tile, &carveScratch{mem: mem}), nil
+}
+
+// ScratchArenaBytes returns the bytes NewScratchIn lays out in its memory
+// for passes of rows rows in tiles of tile rows: every buffer NewScratch
+// would allocate, each aligned to a cache line. What a pass allocates
+// beside them (ScratchBytes less the buffers) stays on the heap.
+func ScratchArenaBytes(c *Config, rows, tile int) int64 {
+	rows, tile = scratchShape(rows, tile)
+	n := countScratch{n: scratchLine} // the first buffer's alignment
+	buildScratch(c, rows, tile, &n)
+	return n.n
+}
+
+// scratchAlloc provides a Scratch's buffers: on the heap, carved from one
+// block of memory, or only counted.
+type scratchAlloc interface {
+	f32(n int) []float32
+	i32(n int) []int32
+	bytes(n int) []byte
+}
+
+type heapScratch struct{}
+
+func (heapScratch) f32(n int) []float32 { return make([]float32, n) }
+func (heapScratch) i32(n int) []int32   { return make([]int32, n) }
+func (heapScratch) bytes(n int) []byte  { return make([]byte, n) }
+
+// scratchLine is the alignment of every carved buffer (a cache line, so no
+// two buffers written by different threads share one).
+const scratchLine = 64
+
+func lineUp(n int) int { return (n + scratchLine - 1) &^ (scratchLine - 1) }
+
+// countScratch counts the bytes carveScratch would take.
+type countScratch struct{ n int64 }
+
+func (c *countScratch) f32(n int) []float32 { c.n += int64(lineUp(4 * n)); return nil }
+func (c *countScratch) i32(n int) []int32   { c.n += int64(lineUp(4 * n)); return nil }
+func (c *countScratch) bytes(n int) []byte  { c.n += int64(lineUp(n)); return nil }
+
+// carveScratch hands out consecutive, line-aligned pieces of mem, zeroed
+// (memory lent by the engine holds other data before).
+type carveScratch struct {
+	mem []byte
+	off int
+}
+
+func (c *carveScratch) bytes(n int) []byte {
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(c.mem)))
+	start := int((base+uintptr(c.off)+scratchLine-1)&^(scratchLine-1) - base)
+	b := c.mem[start : start+n : start+n]
+	clear(b)
+	c.off = start + n
+	return b
+}
+
+func (c *carveScratch) f32(n int) []float32 {
+	if n == 0 {
+		return []float32{}
+	}
+	b := c.bytes(4 * n)
+	return unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(b))), n)
+}
+
+func (c *carveScratch) i32(n int) []int32 {
+	if n == 0 {
+		return []int32{}
+	}
+	b := c.bytes(4 * n)
+	return unsafe.Slice((*int32)(unsafe.Pointer(unsafe.SliceData(b))), n)
 }
 
 func scratchShape(rows, tile int) (int, int) {
@@ -102,22 +193,26 @@ func scratchShape(rows, tile int) (int, int) {
 // scratchSizes returns the length of every buffer NewScratch allocates, in
 // 4-byte words.
 func scratchSizes(c *Config, rows, tile int) []int {
-	var sizes []int
 	rows, tile = scratchShape(rows, tile)
-	buildScratch(c, rows, tile, func(n int) []float32 { sizes = append(sizes, n); return nil })
-	return sizes
+	var sz sizeScratch
+	buildScratch(c, rows, tile, &sz)
+	return sz.words
 }
 
-// buildScratch lays out the scratch buffers through f, so that the memory
+// sizeScratch records every buffer's length in 4-byte words.
+type sizeScratch struct{ words []int }
+
+func (s *sizeScratch) f32(n int) []float32 { s.words = append(s.words, n); return nil }
+func (s *sizeScratch) i32(n int) []int32   { s.words = append(s.words, n); return nil }
+func (s *sizeScratch) bytes(n int) []byte  { s.words = append(s.words, n/4); return nil }
+
+// buildScratch lays out the scratch buffers through a, so that the memory
 // planner counts exactly what a pass allocates.
-func buildScratch(c *Config, rows, tile int, f func(n int) []float32) *Scratch {
+func buildScratch(c *Config, rows, tile int, a scratchAlloc) *Scratch {
 	E, P, D, Hk := c.Hidden, c.KDAWidth(), c.KDAHeadDim, c.KDAHeads
 	K, Lt := c.TopK, c.LatentDim
 	nb := c.NumBoundaries()
-	i32 := func(n int) []int32 {
-		f(n)
-		return make([]int32, n)
-	}
+	f, i32 := a.f32, a.i32
 	R, T := rows, tile
 	s := &Scratch{rows: R, tile: T,
 		pref: f(R * E), ffn: f(R * E), blocks: f(R * nb * E),
@@ -136,8 +231,7 @@ func buildScratch(c *Config, rows, tile int, f func(n int) []float32) *Scratch {
 		accL: f(T * Lt), xg: f(T * Lt), a1: f(T * c.MoEIntermediate), a3: f(T * c.MoEIntermediate), eo: f(T * Lt),
 		segs: make([]segment, 0, R), tsegs: make([]segment, 0, T), picks: make([]pick, 0, T),
 	}
-	s.rowBuf = make([]byte, c.Hidden*4+2*Align)
-	f((c.Hidden*4 + 2*Align) / 4)
+	s.rowBuf = a.bytes(c.Hidden*4 + 2*Align)
 	wide := c.SharedExperts * c.MoEIntermediate
 	if c.FirstKDense > 0 {
 		wide = max(wide, c.DenseIntermediate)

@@ -74,18 +74,25 @@ func SpecRecordBytes(c *Config, rows int) int64 {
 }
 
 // ScratchBytes returns the bytes NewScratch allocates for passes of rows
-// token rows in tiles of tile rows, plus what a pass allocates beside it:
-// the per-head score buffers for maxContext positions, the router's rows
-// widened to float64, and the kernels' packed copies of a product's input
-// rows (both per tile).
+// token rows in tiles of tile rows, plus what a pass allocates beside it
+// (ScratchHeapBytes).
 func ScratchBytes(c *Config, rows, tile, maxContext int) int64 {
 	rows, tc := scratchShape(rows, tile)
-	sizes := scratchSizes(c, rows, tc)
 	var n int64
-	for _, s := range sizes {
+	for _, s := range scratchSizes(c, rows, tc) {
 		n += int64(s)
 	}
-	n += int64(c.MLAHeads) * int64(2*c.KVLoraRank+maxContext)
+	return n*4 + ScratchHeapBytes(c, tc, maxContext)
+}
+
+// ScratchHeapBytes returns what a pass in tiles of tile rows allocates on
+// the heap beside its Scratch, whether the Scratch is on the heap or in
+// lent memory (NewScratchIn): the per-head score buffers for maxContext
+// positions, the router's rows widened to float64, and the kernels'
+// packed copies of a product's input rows (both per tile).
+func ScratchHeapBytes(c *Config, tile, maxContext int) int64 {
+	tc := max(tile, 1)
+	n := int64(c.MLAHeads) * int64(2*c.KVLoraRank+maxContext)
 	// Each head's queries widened to float64 (mla_attend.go): two floats.
 	n += int64(c.MLAHeads) * 2 * int64(c.KVLoraRank+c.QKRopeDim)
 	// The router's rows widened to float64 (tensor.MatMulF64Acc).

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/k3go/k3/internal/engine/planner"
 	"github.com/k3go/k3/internal/engine/sched"
 	"github.com/k3go/k3/internal/platform/crash"
 	"github.com/k3go/k3/model"
@@ -23,6 +25,11 @@ type request struct {
 	tokens []int
 	out    []float32
 	all    bool
+
+	// ahead is the prompt tokens its caller feeds right after this step
+	// (a prefill cut at the prefix cache's checkpoints): work that keeps a
+	// wide plan worth holding between the steps.
+	ahead atomic.Int64
 
 	fed     int   // tokens fed by completed passes
 	err     error // set with done
@@ -42,8 +49,7 @@ type request struct {
 type batcher struct {
 	log   *slog.Logger
 	m     *model.Model
-	sc    *model.Scratch
-	rows  int // most rows per pass
+	room  passRoom
 	chunk int // most rows of one prompt per pass
 
 	mu     sync.Mutex
@@ -59,13 +65,31 @@ type batcher struct {
 	takes  []sched.Take
 	groups []model.Group
 	inPass []*request
+	sc     *model.Scratch // the current pass's
 	last   time.Duration // the last pass's wall time
 
 	observe atomic.Pointer[func(rows int, d time.Duration)] // Engine.ObservePasses
 }
 
-func newBatcher(log *slog.Logger, m *model.Model, rows, tile, chunk int) *batcher {
-	b := &batcher{log: log, m: m, sc: model.NewScratch(m.Cfg, rows, tile), rows: rows, chunk: chunk,
+// passRoom gives the batcher the scratch and the most rows of its next
+// pass, for the work waiting: the engine moves between the plans of its
+// budget there (planner.Residency), so that memory a wide pass needs holds
+// weights while no prompt waits. An error fails the steps waiting.
+type passRoom interface {
+	prepare(w planner.Work) (sc *model.Scratch, rows int, err error)
+}
+
+// fixedRoom is one scratch for every pass.
+type fixedRoom struct{ sc *model.Scratch }
+
+func (f fixedRoom) prepare(planner.Work) (*model.Scratch, int, error) { return f.sc, f.sc.Rows(), nil }
+
+// newBatcher starts the batcher; chunk ≤ 0 lets a prompt fill a pass.
+func newBatcher(log *slog.Logger, m *model.Model, room passRoom, chunk int) *batcher {
+	if chunk <= 0 {
+		chunk = math.MaxInt
+	}
+	b := &batcher{log: log, m: m, room: room, chunk: chunk,
 		wake: make(chan struct{}, 1), exited: make(chan struct{})}
 	go b.loop()
 	return b
@@ -140,6 +164,29 @@ func (b *batcher) expected(now time.Time) int {
 	return n
 }
 
+// work sums what waits (b.mu held): the decode rows and prompt rows of the
+// queued steps, and the prompt their callers (and those of steps finished
+// lately, which are likely to come back) announced to feed next.
+func (b *batcher) work(now time.Time) planner.Work {
+	var w planner.Work
+	for _, r := range b.queue {
+		switch left := len(r.tokens) - r.fed; {
+		case left == 1:
+			w.DecodeRows++
+		case left > 1:
+			w.PromptRows += left
+		}
+		w.PromptRows += int(r.ahead.Load())
+	}
+	b.expected(now)
+	for _, r := range b.recent {
+		if !r.queued {
+			w.PromptRows += int(r.ahead.Load())
+		}
+	}
+	return w
+}
+
 // maxGrace bounds how long the batcher waits for the sequences of the last
 // pass to come back (they sample their next token in between) before it
 // starts a pass without them; the wait is also at most a 32nd of the last
@@ -197,11 +244,31 @@ func (b *batcher) loop() {
 			b.mu.Unlock()
 			continue
 		}
+		// The plan for the work waiting (a move between plans runs here,
+		// between passes, without the lock: steps keep arriving).
+		work := b.work(time.Now())
+		b.mu.Unlock()
+		sc, rows, err := b.room.prepare(work)
+		b.mu.Lock()
+		if err != nil {
+			for _, r := range b.queue {
+				b.finish(r, err)
+			}
+			clear(b.queue)
+			b.queue = b.queue[:0]
+			b.mu.Unlock()
+			continue
+		}
+		if len(b.queue) == 0 {
+			b.mu.Unlock()
+			continue
+		}
+		b.sc = sc
 		b.reqs = b.reqs[:0]
 		for _, r := range b.queue {
 			b.reqs = append(b.reqs, sched.Request{Left: len(r.tokens) - r.fed})
 		}
-		b.takes = sched.Next(b.takes[:0], b.reqs, b.rows, b.chunk, b.start)
+		b.takes = sched.Next(b.takes[:0], b.reqs, rows, b.chunk, b.start)
 		b.start++
 		b.inPass = b.inPass[:0]
 		for _, t := range b.takes {

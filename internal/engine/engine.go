@@ -82,7 +82,7 @@ type Engine struct {
 	reader *iox.Reader
 	pool   *par.Pool
 	m      *model.Model
-	mem    *planner.MemoryPlan
+	mem    *planner.MemoryPlan // the resting plan (res.Plans[0])
 	trunk  *trunk.Trunk
 	xs     *expert.Stream // nil when every expert is resident
 	prefix *prefixCache   // nil when the prefix cache is off
@@ -92,6 +92,20 @@ type Engine struct {
 
 	mu   sync.Mutex
 	bufs []*iox.Buffer
+
+	// Where the budget goes now (residency.go): the plans it moves
+	// between, the current one, and what the current plan mapped; all but
+	// cur and moves are touched by the batcher's goroutine only, once
+	// Open is done.
+	res        *planner.Residency
+	cur        atomic.Int32
+	moves      atomic.Int64
+	moveErr    error
+	sc         *model.Scratch
+	scratchBuf []byte
+	cacheArena []byte
+	moveCtx    context.Context
+	moveCancel context.CancelFunc
 
 	// limit is this engine's claim on the Go runtime's memory limit (nil
 	// without a budget).
@@ -183,9 +197,11 @@ func Open(ctx context.Context, dir string, cfg *model.Config, opts Options) (_ *
 			return nil, err
 		}
 	}
-	if e.mem, err = planner.Plan(lay.Weights(), budgetRequest(dir, opts)); err != nil {
+	if e.res, err = planner.NewResidency(lay.Weights(), budgetRequest(dir, opts)); err != nil {
 		return nil, fmt.Errorf("k3: %w", err)
 	}
+	e.mem = e.res.Plans[0]
+	e.moveCtx, e.moveCancel = moveContext()
 	if opts.RAMBudget == 0 {
 		if err := checkResidentFits(e.mem, opts.MachineMemory); err != nil {
 			return nil, fmt.Errorf("k3: %w", err)
@@ -210,11 +226,11 @@ func Open(ctx context.Context, dir string, cfg *model.Config, opts Options) (_ *
 		e.slots = make(chan struct{}, max(opts.Sessions, 1))
 	}
 	// A prompt may fill a pass unless the caller capped its share.
-	chunk := opts.PrefillChunk
-	if chunk <= 0 {
-		chunk = e.mem.Rows
+	var room passRoom = e
+	if len(e.res.Plans) == 1 {
+		room = fixedRoom{e.sc}
 	}
-	e.b = newBatcher(log, e.m, e.mem.Rows, e.mem.Tile, chunk)
+	e.b = newBatcher(log, e.m, room, opts.PrefillChunk)
 	log.Info("k3: model loaded", "dir", dir, "layers", cfg.Layers, "experts", cfg.Experts, "vocab", cfg.Vocab)
 	return e, nil
 }
@@ -236,13 +252,16 @@ func (e *Engine) load(ctx context.Context, lay *trunk.Layout) error {
 		if err != nil {
 			return fmt.Errorf("expert cache: %w", err)
 		}
+		e.cacheArena = arena
 		if e.xs, err = expert.NewStream(plan.Experts(), plan.Cfg.TopK, slots, arena, e.read, 0); err != nil {
 			return err
 		}
 		mo.Experts = e.xs
 	}
-	e.m, err = model.Load(ctx, plan, e.read, mo)
-	return err
+	if e.m, err = model.Load(ctx, plan, e.read, mo); err != nil {
+		return err
+	}
+	return e.newScratch(e.mem)
 }
 
 // usePacked points the layout's trunk reads at a packed trunk (k3 pack). A
@@ -408,6 +427,9 @@ func (e *Engine) Close() error {
 		return nil
 	}
 	e.m.Interrupt()
+	if e.moveCancel != nil {
+		e.moveCancel() // a move's reads stop too
+	}
 	e.b.close()
 	e.active.Wait()
 	return e.release()
@@ -420,6 +442,9 @@ func (e *Engine) release() error {
 	var errs []error
 	if e.prefix != nil {
 		errs = append(errs, e.prefix.close())
+	}
+	if e.moveCancel != nil {
+		e.moveCancel()
 	}
 	if e.m != nil {
 		e.m.Close()

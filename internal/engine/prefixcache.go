@@ -100,9 +100,13 @@ func (e *Engine) openPrefixCache(o *PrefixOptions) error {
 	}
 	fixed, perPos := model.StateBytes(c)
 	pc := &prefixCache{cfg: c, b: b, fixed: fixed, perPos: perPos}
-	pc.every = checkpointBlocks(o.CheckpointBlocks, fixed, perPos*int64(b), e.mem.Rows, b)
-	if e.mem.TrunkBytesPerPass > 0 {
-		pc.perToken = e.mem.TrunkBytesPerPass / int64(max(e.mem.Rows, 1))
+	// A prompt's prefill runs in the widest passes the budget affords
+	// (planner.Residency): checkpoints at least a pass apart, and a token's
+	// share of the trunk read per such pass.
+	wide := e.res.Plans[len(e.res.Plans)-1]
+	pc.every = checkpointBlocks(o.CheckpointBlocks, fixed, perPos*int64(b), wide.Rows, b)
+	if wide.TrunkBytesPerPass > 0 {
+		pc.perToken = wide.TrunkBytesPerPass / int64(max(wide.Rows, 1))
 	}
 	st, err := prefix.Open(prefix.Options{
 		Fingerprint: e.Fingerprint() + "/" + prefixPayloadVersion, BlockSize: b,

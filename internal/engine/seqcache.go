@@ -81,7 +81,11 @@ func (s *Seq) stepCached(ctx context.Context, pc *prefixCache, tokens []int) ([]
 		if branch > done && branch < end {
 			end = branch
 		}
+		// The rest of the prompt follows this step at once: the batcher
+		// keeps a wide pass for it between the steps (0 at the last).
+		s.req.ahead.Store(int64(len(full) - end))
 		if err := s.forward(ctx, full[done:end], out, false); err != nil {
+			s.req.ahead.Store(0)
 			if !s.broken && len(s.tokens) > done {
 				// Stopped between passes: the state is that of its tokens.
 				pc.save(s.st, p, done, len(s.tokens), nil)

@@ -27,12 +27,14 @@ type Stats struct {
 	PrefixRestoreTime, PrefixSaveTime          time.Duration
 	ConstrainedGenerations, MaskedTokens       int64
 	MaskTime                                   time.Duration
+	PlanMoves, ReloadedBytes                   int64
 }
 
 // Stats returns the counters since Open.
 func (e *Engine) Stats() Stats {
-	s := Stats{BudgetBytes: e.opts.RAMBudget, PlannedBytes: e.mem.Total(), PinnedLayers: e.mem.PinnedLayers}
-	for _, p := range e.mem.Pinned {
+	mp := e.res.Plans[e.cur.Load()]
+	s := Stats{BudgetBytes: e.opts.RAMBudget, PlannedBytes: mp.Total(), PinnedLayers: mp.PinnedLayers}
+	for _, p := range mp.Pinned {
 		if !p {
 			s.StreamedParts++
 		}
@@ -44,6 +46,7 @@ func (e *Engine) Stats() Stats {
 	ts := e.trunk.Stats()
 	s.TrunkBytesRead = ts.StreamedBytes
 	s.TrunkDecodedBytes, s.TrunkDecodeTime = ts.DecodedBytes, ts.DecodeTime
+	s.PlanMoves, s.ReloadedBytes = e.moves.Load(), ts.ReloadedBytes
 	wait := ts.WaitTime
 	if e.xs != nil {
 		var xs expert.StreamStats = e.xs.ExpertStats()

@@ -52,7 +52,13 @@ type benchResult struct {
 	MeasuredCompute float64 `json:"measured_compute_s_per_token"`
 	OtherSPerToken  float64 `json:"other_s_per_token"`
 	CacheHitRate    float64 `json:"cache_hit_rate"`
-	PeakRSSBytes    int64   `json:"peak_rss_bytes"`
+	// PlanMoves counts the engine's moves between the memory plans of the
+	// budget over the whole run (to wider passes for the prompt, back to
+	// the resting plan for decoding), ReloadedBytes what they read to pin
+	// trunk parts again (in the bytes read, not in the trunk's).
+	PlanMoves     int64 `json:"plan_moves"`
+	ReloadedBytes int64 `json:"reloaded_bytes"`
+	PeakRSSBytes  int64 `json:"peak_rss_bytes"`
 	// FloorBytes is the smallest budget for these options, as k3 doctor
 	// and the error refusing a smaller budget report it.
 	FloorBytes int64 `json:"floor_bytes"`
@@ -210,7 +216,9 @@ func benchOne(ctx context.Context, mf *cli.ModelFlags, trunk string, budget int6
 	if req := d.CacheHits + d.CacheMisses; req > 0 {
 		r.CacheHitRate = float64(d.CacheHits) / float64(req)
 	}
-	r.PeakRSSBytes = m.Stats().PeakRSSBytes
+	end := m.Stats()
+	r.PeakRSSBytes = end.PeakRSSBytes
+	r.PlanMoves, r.ReloadedBytes = end.PlanMoves-st0.PlanMoves, end.ReloadedBytes-st0.ReloadedBytes
 	if d.TrunkDecodedBytes > 0 {
 		r.TrunkDecodedPerToken = int64(float64(d.TrunkDecodedBytes) / steps)
 		r.DecodeCoreSPerToken = d.TrunkDecodeTime.Seconds() / steps
@@ -265,6 +273,9 @@ func printBench(w io.Writer, r *benchResult) {
 	}
 	fmt.Fprintf(w, "time per token  waiting for weights %.3f s, compute %.3f s, other %.3f s\n", r.IOWaitSPerToken, r.MeasuredCompute, r.OtherSPerToken)
 	fmt.Fprintf(w, "cache hit rate  %8.1f %%\n", 100*r.CacheHitRate)
+	if r.PlanMoves > 0 {
+		fmt.Fprintf(w, "memory plan     %d moves (wider passes for the prompt, back for decoding), %s read to pin trunk parts again\n", r.PlanMoves, human(r.ReloadedBytes))
+	}
 	fmt.Fprintf(w, "peak RSS        %8s (floor %s)\n", human(r.PeakRSSBytes), human(r.FloorBytes))
 	ioBound := "I/O unmeasured (no device bandwidth; the bound is compute only)"
 	if r.DeviceGBps > 0 {

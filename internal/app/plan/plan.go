@@ -63,13 +63,47 @@ type prefillRow struct {
 	Chunk64Bytes  int64     `json:"chunk64_bytes"`
 }
 
+// workRow is where one budget goes for one kind of work: the plan the
+// engine takes for it (the resting plan for decoding; for prompts
+// waiting, the plan of wider passes it moves to while they prefill).
+type workRow struct {
+	Budget     int64  `json:"budget_bytes"`
+	Work       string `json:"work"`
+	DecodeRows int    `json:"decode_rows"`
+	PromptRows int    `json:"prompt_rows"`
+	Fits       bool   `json:"fits"`
+	Resting    bool   `json:"resting_plan"`
+	Rows       int    `json:"rows_per_pass"`
+	// Where the budget goes: pinned trunk parts, the streaming ring, the
+	// expert cache, the pass's scratch.
+	PinnedBytes       int64 `json:"pinned_trunk_bytes"`
+	RingBytes         int64 `json:"ring_bytes"`
+	CacheBytes        int64 `json:"expert_cache_bytes"`
+	ScratchBytes      int64 `json:"scratch_bytes"`
+	TrunkBytesPerPass int64 `json:"trunk_bytes_per_pass"`
+	Passes            int   `json:"passes"`
+	BytesRead         int64 `json:"bytes_read"`
+}
+
 type planReport struct {
 	Model      string       `json:"model"`
 	Projection string       `json:"projection"`
 	GBps       []float64    `json:"gbps"`
 	UnionModel string       `json:"union_model"`
 	Rows       []planRow    `json:"rows"`
+	Work       []workRow    `json:"work"`
 	Prefill    []prefillRow `json:"prefill"`
+}
+
+// workloads are the kinds of work k3 plan shows the budget's split for:
+// decoding alone, a long prompt, and prompts among decoding sequences.
+var workloads = []struct {
+	name           string
+	decode, prompt int
+}{
+	{"decode-only", 1, 0},
+	{"prompt-heavy", 0, 10000},
+	{"mixed", 4, 2000},
 }
 
 // cachedTail is the new part of a prompt whose prefix is cached in the
@@ -167,6 +201,20 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		}
 	}
 	for _, budget := range bs {
+		for _, wl := range workloads {
+			row := workRow{Budget: budget, Work: wl.name, DecodeRows: wl.decode, PromptRows: wl.prompt}
+			wp, err := in.PlanWork(budget, max(wl.decode, 1), k3.Workload{DecodeRows: wl.decode, PromptRows: wl.prompt})
+			if err == nil {
+				mp := wp.Plan
+				row.Fits, row.Resting, row.Rows = true, wp.Resting, mp.Rows
+				row.PinnedBytes, row.RingBytes = mp.PinnedBytes, int64(mp.RingSlots)*mp.RingSlotBytes
+				row.CacheBytes, row.ScratchBytes = int64(mp.CacheSlots)*mp.CacheSlotBytes, mp.ScratchBytes
+				row.TrunkBytesPerPass, row.Passes, row.BytesRead = mp.TrunkBytesPerPass, wp.Passes, wp.BytesRead
+			}
+			rep.Work = append(rep.Work, row)
+		}
+	}
+	for _, budget := range bs {
 		for _, n := range ps {
 			row, err := prefill(*dir, budget, n, union, bw)
 			if err != nil {
@@ -197,8 +245,23 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintln(stdout)
 	}
+	if len(rep.Work) > 0 {
+		fmt.Fprintf(stdout, "\nwhere the budget goes for the work waiting (decode-only: the resting plan; with prompts waiting the engine moves to wider passes and back):\n")
+		fmt.Fprintf(stdout, "%10s %-12s %8s %7s %6s %12s %10s %12s %10s %12s %7s %9s\n", "budget", "work", "decoding", "prompt",
+			"rows", "pinned trunk", "ring", "expert cache", "scratch", "trunk/pass", "passes", "GB read")
+		for _, r := range rep.Work {
+			if !r.Fits {
+				fmt.Fprintf(stdout, "%10s %-12s %8d %7d   does not fit: %d sessions' state exceeds the budget\n", planner.Human(r.Budget), r.Work,
+					r.DecodeRows, r.PromptRows, max(r.DecodeRows, 1))
+				continue
+			}
+			fmt.Fprintf(stdout, "%10s %-12s %8d %7d %6d %12s %10s %12s %10s %12s %7d %9.1f\n", planner.Human(r.Budget), r.Work, r.DecodeRows, r.PromptRows, r.Rows,
+				planner.Human(r.PinnedBytes), planner.Human(r.RingBytes), planner.Human(r.CacheBytes), planner.Human(r.ScratchBytes),
+				planner.Human(r.TrunkBytesPerPass), r.Passes, float64(r.BytesRead)/1e9)
+		}
+	}
 	if len(rep.Prefill) > 0 {
-		fmt.Fprintf(stdout, "\nprefill: passes of the planner's rows; cached = all but the last %d tokens restored from the prefix cache's disk tier\n", cachedTail)
+		fmt.Fprintf(stdout, "\nprefill: passes of the rows the engine takes for the prompt; cached = all but the last %d tokens restored from the prefix cache's disk tier\n", cachedTail)
 		fmt.Fprintf(stdout, "%10s %8s %6s %7s %14s %12s", "budget", "prompt", "rows", "passes", "GB/prompt-tok", "vs chunk 64")
 		for _, g := range bw {
 			fmt.Fprintf(stdout, " %16s %16s", fmt.Sprintf("cold s@%gGB/s", g), fmt.Sprintf("cached s@%gGB/s", g))
@@ -282,10 +345,11 @@ func prefill(dir string, budget int64, n int, union func(int) float64, bw []floa
 	if err != nil {
 		return row, err
 	}
-	mp, err := in.PlanSessions(budget, 1, 0)
+	wp, err := in.PlanWork(budget, 1, k3.Workload{PromptRows: n})
 	if err != nil {
 		return row, nil // does not fit
 	}
+	mp := wp.Plan // the plan the engine moves to for this prompt
 	row.Fits, row.Rows = true, mp.Rows
 	hit := min(1, float64(mp.CacheSlots)/float64(in.Sizes.Experts))
 	moe := float64(in.Config.MoELayers) * float64(in.Sizes.ExpertBytes) * (1 - hit)

@@ -67,6 +67,10 @@ type Request struct {
 	PrefixRAM     int64
 	PrefixRAMAuto bool
 
+	// keepEmbed plans the embeddings resident from the start (a wider
+	// plan of a Residency whose resting plan keeps them so).
+	keepEmbed bool
+
 	// What the process holds besides the engine's own buffers, so that a
 	// budget bounds the peak resident set of the whole process:
 	//
@@ -88,15 +92,19 @@ type Request struct {
 type MemoryPlan struct {
 	Budget int64 // 0 = unlimited
 
-	// Fixed floor. State and KV are for Sessions sessions; Scratch is one
-	// pass of Rows rows computed in tiles of Tile rows; AutoRows says the
-	// planner chose Rows (a prompt may then fill a pass). Overhead is the sum of the process's costs
+	// Fixed floor. State and KV are for Sessions sessions. A pass of Rows
+	// rows computed in tiles of Tile rows has its buffers in one off-heap
+	// block of ScratchArena bytes (model.NewScratchIn) and allocates
+	// Scratch bytes of heap beside them; AutoRows says the planner chose
+	// Rows: the resting plan's Rows serve decoding, and prompts waiting
+	// may move the engine to a wider plan (Residency). Overhead is the sum of the process's costs
 	// outside the weights and state: Index (the checkpoint's tensor index
 	// and the plan), Tokenizer, SessionVocab (each session's logits and
 	// sampler buffers), Runtime (the Go runtime, thread stacks and the
 	// garbage collector's headroom) and Executable (the program's own
 	// pages).
 	LMHead, Embed, Vectors, State, KV, Scratch, Overhead int64
+	ScratchArena                                         int64
 	Index, Tokenizer, SessionVocab, Runtime, Executable  int64
 	EmbedResident                                        bool
 	Sessions, Rows, Tile                                 int
@@ -130,11 +138,13 @@ type MemoryPlan struct {
 func (p *MemoryPlan) Total() int64 { return p.OffHeap() + p.Heap() + p.Executable }
 
 // OffHeap returns the bytes of the engine's buffers mapped outside the Go
-// heap (pinned trunk parts, the ring, the expert cache's arena), each as
-// mapped (BufferBytes). A compressed part decodes in place, in a buffer a
-// little larger than its image (Part.Room), so it needs no staging.
+// heap (pinned trunk parts, the ring, the expert cache's arena, a pass's
+// scratch), each as mapped (BufferBytes). A compressed part decodes in
+// place, in a buffer a little larger than its image (Part.Room), so it
+// needs no staging.
 func (p *MemoryPlan) OffHeap() int64 {
-	return p.PinnedBytes + BufferBytes(int64(p.RingSlots)*p.RingSlotBytes) + BufferBytes(int64(p.CacheSlots)*p.CacheSlotBytes) + p.PrefixRAM
+	return p.PinnedBytes + BufferBytes(int64(p.RingSlots)*p.RingSlotBytes) + BufferBytes(int64(p.CacheSlots)*p.CacheSlotBytes) +
+		BufferBytes(p.ScratchArena) + p.PrefixRAM
 }
 
 // Heap returns what the plan puts on the Go heap, runtime and collector's
@@ -199,7 +209,7 @@ func (p *MemoryPlan) String() string {
 	}
 	fmt.Fprintf(&b, "  lm_head %s, embeddings %s, vectors %s\n", gb(p.LMHead), emb, gb(p.Vectors))
 	fmt.Fprintf(&b, "  %d sessions: state %s, KV cache %s; scratch %s for %d rows per pass in tiles of %d\n",
-		p.Sessions, gb(p.State), gb(p.KV), gb(p.Scratch), p.Rows, p.Tile)
+		p.Sessions, gb(p.State), gb(p.KV), gb(BufferBytes(p.ScratchArena)+p.Scratch), p.Rows, p.Tile)
 	fmt.Fprintf(&b, "  process: tensor index %s, tokenizer %s, logits and samplers %s, Go runtime and GC headroom %s, executable %s (Go memory limit %s)\n",
 		gb(p.Index), gb(p.Tokenizer), gb(p.SessionVocab), gb(p.Runtime), gb(p.Executable), gb(p.HeapLimit()))
 	n := 0
@@ -249,15 +259,19 @@ const (
 // The rows of a pass when the planner chooses them (Request.Chunk and
 // MaxBatch zero). A pass reads the streamed trunk and the union of the
 // experts its rows chose, so a prompt costs those bytes divided by the
-// rows of its passes: wide passes are what makes a long prompt cheap. The
-// floor holds MinAutoRows; above it, a quarter of what the budget has left
-// over the floor widens the pass (the rest pins trunk parts and caches
-// experts), up to every position the sessions can hold. Without a budget,
-// MaxAutoRowsResident.
+// rows of its passes: wide passes are what makes a long prompt cheap. But
+// memory held for a wide pass while none runs is taken from the pinned
+// trunk and the expert cache, which every decoded token would have used.
+// So the resting plan (Plan) sizes its passes for decoding, DecodeRows
+// (more with many sessions or drafted rows, at most MinAutoRows), and
+// spends the rest of the budget on weights; the floor still holds a pass
+// of MinAutoRows, and Residency adds the plans of wider passes that the
+// engine moves to while prompts wait, when their bytes pay for the move
+// (Residency.Choose). Without a budget, MaxAutoRowsResident.
 const (
+	DecodeRows          = 64
 	MinAutoRows         = 256
 	MaxAutoRowsResident = 1024
-	autoRowsShare       = 4 // 1/autoRowsShare of the budget above the floor
 	autoPrefixShare     = 8 // the prefix cache's RAM tier, when left to the planner
 )
 
@@ -268,38 +282,40 @@ const (
 // is left, towards room for two consecutive streamed parts, so that reads
 // overlap compute), then whatever is left to the expert cache. It fails
 // with ErrBudget if the floor does not fit, naming what is needed. The rows
-// of a pass are the request's, or chosen as MinAutoRows says.
+// of a pass are the request's, or with a budget the resting rows
+// (DecodeRows, see MinAutoRows) while the floor is that of a pass of
+// MinAutoRows.
 func Plan(w *Weights, req Request) (*MemoryPlan, error) {
 	req = req.resolved()
 	limit := req.rowLimit()
-	auto := req.MaxBatch <= 0
-	rows := min(req.MaxBatch, limit)
 	switch {
-	case !auto:
+	case req.MaxBatch > 0:
+		return planRows(w, req, min(req.MaxBatch, limit), false)
 	case req.Budget <= 0:
-		rows = min(MaxAutoRowsResident, limit)
-	default:
-		rows = min(MinAutoRows, limit)
+		return planRows(w, req, min(MaxAutoRowsResident, limit), true)
 	}
-	mp, err := planRows(w, req, rows, auto)
-	if err != nil || req.Budget <= 0 || (!req.PrefixRAMAuto && (!auto || rows == limit)) {
-		return mp, err
+	// The floor is the plan of the narrowest wide pass: it must fit, and
+	// names what does not.
+	wide := min(MinAutoRows, limit)
+	if _, err := planRows(w, req, wide, true); err != nil {
+		return nil, err
 	}
-	// Shares of what the budget has above its floor: wider passes, the
-	// prefix cache's RAM.
-	spare := req.Budget - floorRows(w, req, rows)
-	if auto && rows < limit {
-		perRow := model.ScratchBytes(w.Cfg, rows+1, model.DefaultTile, req.MaxContext) - model.ScratchBytes(w.Cfg, rows, model.DefaultTile, req.MaxContext)
-		rows = min(rows+int(spare/autoRowsShare/max(perRow, 1)), limit)
-	}
-	r := req
 	if req.PrefixRAMAuto {
-		r.PrefixRAM = iox.AlignDown(spare / autoPrefixShare)
+		// A share of what the budget has above its floor.
+		r := req
+		r.PrefixRAM = iox.AlignDown((req.Budget - floorRows(w, req, wide)) / autoPrefixShare)
+		if _, err := planRows(w, r, wide, true); err == nil {
+			req = r
+		}
 	}
-	if wide, err := planRows(w, r, rows, auto); err == nil {
-		return wide, nil
-	}
-	return mp, nil
+	return planRows(w, req, restRows(req, limit), true)
+}
+
+// restRows is the rows of the resting plan's passes: every session's
+// decode row and drafted rows in one pass, at least DecodeRows (a short
+// prompt in one pass), at most MinAutoRows, at most limit.
+func restRows(req Request, limit int) int {
+	return min(limit, max(DecodeRows, min(MinAutoRows, req.Sessions*(1+max(req.Speculate, 0)))))
 }
 
 // resolved fills the request's defaults: one session; MaxBatch is Chunk
@@ -350,7 +366,11 @@ func planRows(w *Weights, req Request, rows int, auto bool) (*MemoryPlan, error)
 		mp.State += s * (fixed + model.SpecRecordBytes(c, req.Speculate+1))
 	}
 	mp.KV = s * perPos * int64(req.MaxContext)
-	mp.Scratch = model.ScratchBytes(c, mp.Rows, mp.Tile, req.MaxContext)
+	// Every plan of a budget counts the heap of tiles as wide as its widest
+	// plan's, so that all of them share one Go heap (Residency moves
+	// between them without touching it).
+	mp.Scratch = model.ScratchHeapBytes(c, min(model.DefaultTile, req.rowLimit()), req.MaxContext)
+	mp.ScratchArena = model.ScratchArenaBytes(c, mp.Rows, mp.Tile)
 	mp.Index = int64(w.Sizes.Tensors) * perTensorOverhead
 	mp.Tokenizer = req.Tokenizer
 	mp.SessionVocab = s * perSessionVocabBytes * int64(c.Vocab)
@@ -362,6 +382,14 @@ func planRows(w *Weights, req Request, rows int, auto bool) (*MemoryPlan, error)
 	heap := mp.LMHead + mp.Vectors + mp.State + mp.KV + mp.Scratch + mp.Index + mp.Tokenizer + mp.SessionVocab
 	mp.Runtime = runtimeFixed + int64(threads)*perThread + gcHeadroom + heap>>gcHeadroomShift
 	mp.Overhead = mp.Index + mp.Tokenizer + mp.SessionVocab + mp.Runtime + mp.Executable
+	var embed int64
+	if req.keepEmbed && req.Budget > 0 {
+		// Resident embeddings add to the heap and to the collector's share.
+		mp.EmbedResident = true
+		mp.Runtime += mp.Embed >> gcHeadroomShift
+		mp.Overhead += mp.Embed >> gcHeadroomShift
+		embed = mp.Embed
+	}
 	mp.CacheSlotBytes = iox.AlignUp(w.Sizes.ExpertSlot)
 	minCache := BufferBytes(int64(c.TopK+1) * mp.CacheSlotBytes)
 
@@ -380,7 +408,7 @@ func planRows(w *Weights, req Request, rows int, auto bool) (*MemoryPlan, error)
 		mp.CacheSlots = int(totalExperts)
 		return mp, nil
 	}
-	base := mp.LMHead + mp.Vectors + mp.State + mp.KV + mp.Scratch + mp.Overhead + minCache + mp.PrefixRAM
+	base := mp.LMHead + mp.Vectors + mp.State + mp.KV + mp.Scratch + BufferBytes(mp.ScratchArena) + mp.Overhead + minCache + mp.PrefixRAM + embed
 
 	// Parts by size, largest first.
 	order := make([]int, len(parts))
@@ -430,9 +458,9 @@ func planRows(w *Weights, req Request, rows int, auto bool) (*MemoryPlan, error)
 	}
 	if chosenK < 0 {
 		need, _ := fits(0)
-		return nil, fmt.Errorf("%w: the floor needs %s (lm_head %s, vectors %s, state %s, KV cache %s for %d positions × %d sessions, scratch %s, %d expert slots %s, one ring slot %s; the process %s: executable %s, Go runtime and GC headroom %s, tensor index %s, tokenizer %s, logits %s); the budget is %s",
+		return nil, fmt.Errorf("%w: the floor needs %s (lm_head %s, vectors %s, state %s, KV cache %s for %d positions × %d sessions, scratch %s for %d rows, %d expert slots %s, one ring slot %s; the process %s: executable %s, Go runtime and GC headroom %s, tensor index %s, tokenizer %s, logits %s); the budget is %s",
 			ErrBudget, Human(need), Human(mp.LMHead), Human(mp.Vectors), Human(mp.State), Human(mp.KV), req.MaxContext, req.Sessions,
-			Human(mp.Scratch), c.TopK+1, Human(minCache), Human(BufferBytes(parts[order[0]].Room)),
+			Human(mp.Scratch+BufferBytes(mp.ScratchArena)), mp.Rows, c.TopK+1, Human(minCache), Human(BufferBytes(parts[order[0]].Room)),
 			Human(mp.Overhead), Human(mp.Executable), Human(mp.Runtime), Human(mp.Index), Human(mp.Tokenizer), Human(mp.SessionVocab), Human(req.Budget))
 	}
 	need, _ := fits(chosenK)
@@ -471,7 +499,7 @@ func planRows(w *Weights, req Request, rows int, auto bool) (*MemoryPlan, error)
 	if int64(mp.CacheSlots) >= totalExperts {
 		mp.CacheSlots = int(max(totalExperts, int64(c.TopK+1)))
 		// Resident embeddings add to the heap and to the collector's share.
-		if mp.Total()+mp.Embed+mp.Embed>>gcHeadroomShift <= req.Budget {
+		if !mp.EmbedResident && mp.Total()+mp.Embed+mp.Embed>>gcHeadroomShift <= req.Budget {
 			mp.EmbedResident = true
 			mp.Runtime += mp.Embed >> gcHeadroomShift
 			mp.Overhead += mp.Embed >> gcHeadroomShift

@@ -202,20 +202,25 @@ func planWithPinned(w *Weights, req Request, k int) (float64, bool) {
 }
 
 // TestAutoRows checks the rows the planner chooses when the request leaves
-// them open: the floor holds MinAutoRows, the rows never shrink as the
-// budget grows and widen somewhere above the floor, never past what the
-// sessions can feed, every plan stays within its budget, and a request's
-// own rows (MaxBatch, or Chunk alone) are kept as they are.
+// them open: the resting plan's passes are sized for decoding, the floor
+// holds a pass of MinAutoRows (the narrowest wide plan of the floor's
+// residency), the widest plan never narrows as the budget grows and
+// widens somewhere above the floor, never past what the sessions can
+// feed, every plan stays within its budget, and a request's own rows
+// (MaxBatch, or Chunk alone) are kept as they are.
 func TestAutoRows(t *testing.T) {
 	w := oracleWeights(t, "tiny-mxfp4")
 	req := Request{MaxContext: 2048, Sessions: 2, Threads: 2}
 	floor := Floor(w, req)
-	at, err := Plan(w, Request{Budget: floor, MaxContext: 2048, Sessions: 2, Threads: 2})
+	at, err := NewResidency(w, Request{Budget: floor, MaxContext: 2048, Sessions: 2, Threads: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if at.Rows != MinAutoRows || !at.AutoRows || at.Tile != 32 {
-		t.Fatalf("at the floor: %d rows in tiles of %d (auto %v), want %d in tiles of 32", at.Rows, at.Tile, at.AutoRows, MinAutoRows)
+	if rest := at.Plans[0]; rest.Rows != DecodeRows || !rest.AutoRows || rest.Tile != 32 {
+		t.Fatalf("at the floor: resting passes of %d rows in tiles of %d (auto %v), want %d in tiles of 32", rest.Rows, rest.Tile, rest.AutoRows, DecodeRows)
+	}
+	if len(at.Plans) < 2 || at.Plans[1].Rows != MinAutoRows {
+		t.Fatalf("at the floor: %d plans, want a wide one of %d rows", len(at.Plans), MinAutoRows)
 	}
 	if _, err := Plan(w, Request{Budget: floor - 1, MaxContext: 2048, Sessions: 2, Threads: 2}); err == nil {
 		t.Fatal("a budget under the floor was planned")
@@ -224,18 +229,24 @@ func TestAutoRows(t *testing.T) {
 	for budget := floor; budget < 4*floor; budget += floor / 16 {
 		r := req
 		r.Budget = budget
-		mp, err := Plan(w, r)
+		res, err := NewResidency(w, r)
 		if err != nil {
 			t.Fatalf("budget %d: %v", budget, err)
 		}
-		if mp.Total() > budget {
-			t.Fatalf("budget %d: planned %d", budget, mp.Total())
+		for i, mp := range res.Plans {
+			if mp.Total() > budget {
+				t.Fatalf("budget %d, plan %d: planned %d", budget, i, mp.Total())
+			}
+			if i > 0 && mp.Rows <= res.Plans[i-1].Rows {
+				t.Fatalf("budget %d: plan %d has %d rows after %d", budget, i, mp.Rows, res.Plans[i-1].Rows)
+			}
 		}
-		if mp.Rows < last || mp.Rows > 2*2048 {
-			t.Fatalf("budget %d: %d rows after %d (limit %d)", budget, mp.Rows, last, 2*2048)
+		widest := res.Plans[len(res.Plans)-1].Rows
+		if widest < last || widest > 2*2048 {
+			t.Fatalf("budget %d: widest pass %d rows after %d (limit %d)", budget, widest, last, 2*2048)
 		}
-		widened = widened || mp.Rows > MinAutoRows
-		last = mp.Rows
+		widened = widened || widest > MinAutoRows
+		last = widest
 	}
 	if !widened {
 		t.Error("the rows never widened above the floor")
@@ -245,6 +256,12 @@ func TestAutoRows(t *testing.T) {
 	}
 	if mp, _ := Plan(w, Request{MaxContext: 64}); mp.Rows != 64 {
 		t.Errorf("one session of 64 positions: %d rows, want 64", mp.Rows)
+	}
+	for _, c := range []struct{ sessions, spec, rows int }{{8, 7, DecodeRows}, {50, 3, 200}, {70, 3, MinAutoRows}} {
+		mp, err := Plan(w, Request{Budget: 64 * floor, MaxContext: 256, Sessions: c.sessions, Speculate: c.spec})
+		if err != nil || mp.Rows != c.rows {
+			t.Errorf("%d sessions verifying %d drafts: resting passes of %v rows (%v), want %d", c.sessions, c.spec, mp, err, c.rows)
+		}
 	}
 	for _, c := range []struct {
 		req  Request
@@ -257,6 +274,9 @@ func TestAutoRows(t *testing.T) {
 		mp, err := Plan(w, c.req)
 		if err != nil || mp.Rows != c.rows || mp.AutoRows {
 			t.Errorf("%+v: %v rows (auto %v), err %v; want %d", c.req, mp.Rows, mp.AutoRows, err, c.rows)
+		}
+		if res, _ := NewResidency(w, c.req); len(res.Plans) != 1 {
+			t.Errorf("%+v: %d plans; the request's own rows allow no wider one", c.req, len(res.Plans))
 		}
 	}
 }

@@ -18,8 +18,9 @@ import (
 // current one computes. Parts are used in a fixed cyclic order
 // ((0, attention), (0, ffn), (1, attention), ... and around again for the
 // next pass), so the ring always knows what to read next, including across
-// the end of a pass. One forward pass at a time may use a streaming trunk
-// (BeginPass/EndPass); a fully pinned trunk serves passes concurrently.
+// the end of a pass. One forward pass at a time uses the trunk
+// (BeginPass/EndPass); between passes, Replan moves it to another plan of
+// the same budget (other parts pinned, another ring).
 //
 // The ring is one arena of the plan's ring bytes, not slots of the largest
 // part: parts are placed at either end of it or after the last one placed
@@ -37,6 +38,7 @@ type Trunk struct {
 	read   ReadFunc
 	loader *partLoader
 	pinned []*model.LayerMats // by unit; nil when streamed
+	pinBuf [][]byte           // by unit: a pinned part's buffer
 	order  []int              // streamed units in pass order
 	pos    []int              // unit -> index in order, -1 if pinned
 	arena  []byte             // the ring's memory
@@ -52,6 +54,7 @@ type Trunk struct {
 	next    int           // index in order of the next part to load
 	reading bool          // a load's reads are in flight
 	runBusy [2]bool       // runs[i] serves a load in flight
+	holding bool          // Replan is draining the ring: start no load
 	readEnd [2]bool       // runs[i]'s load has reported its reads done
 	onRead  [2]func()     // runs[i]'s readsDone, bound once
 	closed  bool
@@ -69,6 +72,8 @@ type Trunk struct {
 	decodedBytes  atomic.Int64 // bytes produced by decoding
 	streamed      atomic.Int64 // acquires of streamed parts
 	ahead         atomic.Int64 // loads that started while another part was placed
+	reloadBytes   atomic.Int64 // parts pinned again by Replan
+	replans       atomic.Int64
 }
 
 type partState int
@@ -104,7 +109,7 @@ func New(ctx context.Context, lay *Layout, mp *planner.MemoryPlan, read ReadFunc
 	if len(mp.Pinned) != n {
 		return nil, fmt.Errorf("trunk: the memory plan covers %d parts, the model has %d", len(mp.Pinned), n)
 	}
-	t := &Trunk{lay: lay, read: read, loader: newPartLoader(lay, read), pinned: make([]*model.LayerMats, n), pos: make([]int, n)}
+	t := &Trunk{lay: lay, read: read, loader: newPartLoader(lay, read), pinned: make([]*model.LayerMats, n), pinBuf: make([][]byte, n), pos: make([]int, n)}
 	ok := false
 	defer func() {
 		if !ok {
@@ -121,7 +126,45 @@ func New(ctx context.Context, lay *Layout, mp *planner.MemoryPlan, read ReadFunc
 	}
 	t.changed = make(chan struct{}, 1)
 	t.ctx, t.cancel = context.WithCancel(context.Background())
-	for u := range lay.parts {
+	if err := t.pin(ctx, mp, alloc, &pinRun); err != nil {
+		return nil, err
+	}
+	if err := t.setRing(mp, alloc); err != nil {
+		return nil, err
+	}
+	ok = true
+	return t, nil
+}
+
+// pin reads every part mp pins that is not pinned yet into a buffer of its
+// own.
+func (t *Trunk) pin(ctx context.Context, mp *planner.MemoryPlan, alloc Alloc, run *decodeRun) error {
+	for u := range t.lay.parts {
+		if !mp.Pinned[u] || t.pinned[u] != nil {
+			continue
+		}
+		pp := &t.lay.parts[u]
+		buf, err := alloc(pp.room())
+		if err != nil {
+			return fmt.Errorf("pinning layer %d %s: %w", pp.Layer, pp.Part, err)
+		}
+		t.pinBuf[u] = buf
+		n, err := t.loader.load(ctx, pp, buf, run, nil)
+		t.bytesRead.Add(n)
+		if err != nil {
+			return fmt.Errorf("layer %d %s: %w", pp.Layer, pp.Part, err)
+		}
+		t.pinned[u] = new(model.LayerMats)
+		pp.Bind(buf, t.pinned[u])
+	}
+	return nil
+}
+
+// setRing makes every part mp does not pin stream, in pass order, through
+// a ring of the plan's bytes.
+func (t *Trunk) setRing(mp *planner.MemoryPlan, alloc Alloc) error {
+	t.order = t.order[:0]
+	for u := range t.lay.parts {
 		t.pos[u] = -1
 		if mp.Pinned[u] {
 			continue
@@ -129,41 +172,74 @@ func New(ctx context.Context, lay *Layout, mp *planner.MemoryPlan, read ReadFunc
 		t.pos[u] = len(t.order)
 		t.order = append(t.order, u)
 	}
-	for u := range lay.parts {
-		if !mp.Pinned[u] {
-			continue
-		}
-		pp := &lay.parts[u]
-		buf, err := alloc(pp.room())
-		if err != nil {
-			return nil, fmt.Errorf("pinning layer %d %s: %w", pp.Layer, pp.Part, err)
-		}
-		n, err := t.loader.load(ctx, pp, buf, &pinRun, nil)
-		t.bytesRead.Add(n)
-		if err != nil {
-			return nil, fmt.Errorf("layer %d %s: %w", pp.Layer, pp.Part, err)
-		}
-		t.pinned[u] = new(model.LayerMats)
-		pp.Bind(buf, t.pinned[u])
+	t.arena, t.parts, t.live, t.next, t.head = nil, nil, nil, 0, 0
+	if len(t.order) == 0 {
+		return nil
 	}
-	if len(t.order) > 0 {
-		size := int64(mp.RingSlots) * mp.RingSlotBytes
-		for _, u := range t.order {
-			if n := t.room(u); n > size {
-				pp := &lay.parts[u]
-				return nil, fmt.Errorf("trunk: layer %d %s streams (%d bytes) but the plan's ring has %d bytes", pp.Layer, pp.Part, n, size)
-			}
+	size := int64(mp.RingSlots) * mp.RingSlotBytes
+	for _, u := range t.order {
+		if n := t.room(u); n > size {
+			pp := &t.lay.parts[u]
+			return fmt.Errorf("trunk: layer %d %s streams (%d bytes) but the plan's ring has %d bytes", pp.Layer, pp.Part, n, size)
 		}
-		buf, err := alloc(size)
-		if err != nil {
-			return nil, fmt.Errorf("trunk ring: %w", err)
-		}
-		t.arena = buf
-		t.parts = make([]ringPart, len(t.order))
-		t.live = make([]*ringPart, 0, len(t.order))
 	}
-	ok = true
-	return t, nil
+	buf, err := alloc(size)
+	if err != nil {
+		return fmt.Errorf("trunk ring: %w", err)
+	}
+	t.arena = buf
+	t.parts = make([]ringPart, len(t.order))
+	t.live = make([]*ringPart, 0, len(t.order))
+	return nil
+}
+
+// Replan moves the trunk to another plan of the same budget between
+// passes (planner.Residency): it waits for the ring's reads in flight,
+// gives back (free) the ring and the buffers of the parts mp no longer
+// pins, then reads the parts mp pins that were streamed, and sets up mp's
+// ring; parts pinned in both stay where they are, unread. Everything is
+// given back before anything is allocated, so the process never holds
+// both plans' buffers. It must be called by the caller that runs passes,
+// with none running. On an error the trunk is left without the failed
+// parts and ring: Replan again (to any plan) before the next pass.
+func (t *Trunk) Replan(ctx context.Context, mp *planner.MemoryPlan, alloc Alloc, free func([]byte)) error {
+	if len(mp.Pinned) != len(t.lay.parts) {
+		return fmt.Errorf("trunk: the memory plan covers %d parts, the model has %d", len(mp.Pinned), len(t.lay.parts))
+	}
+	t.passMu.Lock()
+	defer t.passMu.Unlock()
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return ErrClosed
+	}
+	t.holding = true
+	t.mu.Unlock()
+	t.pending.Wait() // the ring's loads in flight end; fill starts no other
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.holding = false
+	t.replans.Add(1)
+	if t.arena != nil {
+		free(t.arena)
+		t.arena = nil
+	}
+	t.parts, t.live = nil, nil
+	t.runBusy, t.readEnd, t.reading = [2]bool{}, [2]bool{}, false
+	for u, m := range t.pinned {
+		if m != nil && !mp.Pinned[u] {
+			free(t.pinBuf[u])
+			t.pinned[u], t.pinBuf[u] = nil, nil
+		}
+	}
+	before := t.bytesRead.Load()
+	var run decodeRun
+	err := t.pin(ctx, mp, alloc, &run)
+	t.reloadBytes.Add(t.bytesRead.Load() - before)
+	if err != nil {
+		return err
+	}
+	return t.setRing(mp, alloc)
 }
 
 // room is the arena bytes part u takes: its buffer, aligned so that the
@@ -173,19 +249,13 @@ func (t *Trunk) room(u int) int64 { return iox.AlignUp(t.lay.parts[u].room()) }
 // Streaming reports whether any part streams.
 func (t *Trunk) Streaming() bool { return len(t.order) > 0 }
 
-// BeginPass serialises forward passes while the trunk streams.
-func (t *Trunk) BeginPass() {
-	if t.Streaming() {
-		t.passMu.Lock()
-	}
-}
+// BeginPass serialises forward passes: a streaming trunk's ring serves one
+// pass at a time, and Replan may change whether it streams between
+// passes. (The engine runs one pass at a time anyway: the batcher's.)
+func (t *Trunk) BeginPass() { t.passMu.Lock() }
 
 // EndPass ends a pass started with BeginPass.
-func (t *Trunk) EndPass() {
-	if t.Streaming() {
-		t.passMu.Unlock()
-	}
-}
+func (t *Trunk) EndPass() { t.passMu.Unlock() }
 
 // Acquire returns the matrices of one layer part, waiting for its read.
 func (t *Trunk) Acquire(ctx context.Context, layer int, part model.Part) (*model.LayerMats, error) {
@@ -351,7 +421,7 @@ func (t *Trunk) signal() {
 // placed, once no other load is reading and there is room for it. t.mu
 // must be held.
 func (t *Trunk) fill() {
-	if t.closed || t.reading {
+	if t.closed || t.reading || t.holding {
 		return
 	}
 	run := 0
@@ -441,6 +511,8 @@ type TrunkStats struct {
 	DecodedBytes     int64         // bytes decoded from a compressed pack
 	WaitTime         time.Duration // compute blocked on a streamed part
 	LoadsAhead       int64         // streamed loads that started while an earlier part was still placed (overlapping its compute)
+	Replans          int64         // moves to another plan (Replan)
+	ReloadedBytes    int64         // parts read again to be pinned by Replan (in BytesRead, not StreamedBytes)
 	PinnedAcquires   int64         // layer parts used from resident buffers
 	StreamedAcquires int64         // layer parts used from the streaming ring
 }
@@ -449,7 +521,8 @@ type TrunkStats struct {
 func (t *Trunk) Stats() TrunkStats {
 	return TrunkStats{BytesRead: t.bytesRead.Load(), StreamedBytes: t.streamedBytes.Load(), ReadTime: time.Duration(t.readNanos.Load()),
 		WaitTime:   time.Duration(t.waitNanos.Load()),
-		DecodeTime: time.Duration(t.decodeNanos.Load()), DecodedBytes: t.decodedBytes.Load(), PinnedAcquires: t.hits.Load(), StreamedAcquires: t.streamed.Load(), LoadsAhead: t.ahead.Load()}
+		DecodeTime: time.Duration(t.decodeNanos.Load()), DecodedBytes: t.decodedBytes.Load(), PinnedAcquires: t.hits.Load(), StreamedAcquires: t.streamed.Load(), LoadsAhead: t.ahead.Load(),
+		Replans: t.replans.Load(), ReloadedBytes: t.reloadBytes.Load()}
 }
 
 // Close stops the ring and waits for reads in flight, after which the

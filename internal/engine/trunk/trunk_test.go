@@ -12,6 +12,7 @@ import (
 	"github.com/k3go/k3/internal/engine/planner"
 	"github.com/k3go/k3/internal/platform/par"
 	"github.com/k3go/k3/internal/testkit/oracle"
+	"github.com/k3go/k3/iox"
 	"github.com/k3go/k3/model"
 )
 
@@ -185,6 +186,101 @@ func TestStreamedBatchesAndRollback(t *testing.T) {
 					oracle.CheckRandomBatches(t, m, rng, seqs, want, shape[0], shape[1])
 				}
 				oracle.CheckRollback(t, m, rng, long, wantLong)
+			}
+		})
+	}
+}
+
+// TestReplan moves one trunk through plans of different budgets between
+// passes (everything pinned, streaming, the smallest, pinned again, with
+// the ring's reads of the next pass in flight at each move): the logits
+// stay bit-identical, parts pinned in both plans are not read again, parts
+// pinned anew are read once, and every buffer the trunk took is given back
+// once, before the new plan's are taken.
+func TestReplan(t *testing.T) {
+	for _, name := range []string{"tiny-f32", "tiny-mxfp4"} {
+		t.Run(name, func(t *testing.T) {
+			ref, exp := oracle.Load(t, name, model.Options{})
+			want := oracle.Teacher(t, ref, exp.FullIDs)
+			lay := NewLayout(ref.Plan)
+			w := lay.Weights()
+			lo := smallestBudget(t, ref.Plan)
+			full, _ := planner.Plan(w, planner.Request{Budget: 1 << 40, MaxContext: 64, Chunk: 64})
+			plan := func(b int64) *planner.MemoryPlan {
+				mp, err := planner.Plan(w, planner.Request{Budget: b, MaxContext: 64, Chunk: 64})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return mp
+			}
+			// Buffers by first byte's address: taken and given back.
+			held := map[*byte]int{}
+			var live, peak int64
+			alloc := func(n int64) ([]byte, error) {
+				b := make([]byte, n)
+				held[&b[0]]++
+				live += n
+				peak = max(peak, live)
+				return b, nil
+			}
+			free := func(b []byte) {
+				if held[&b[0]] != 1 {
+					t.Fatalf("a buffer of %d bytes given back %d times before", len(b), 1-held[&b[0]])
+				}
+				held[&b[0]]--
+				live -= int64(len(b))
+			}
+			p, _ := oracle.Open(t, name)
+			pool := par.New(2)
+			t.Cleanup(pool.Close)
+			mp := plan(1 << 40)
+			tr, err := New(context.Background(), NewLayout(p), mp, oracle.Read(p), alloc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(tr.Close)
+			m, err := model.Load(context.Background(), p, oracle.Read(p), model.Options{Pool: pool, Layers: tr})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(m.Close)
+			check := func(step string) {
+				got := oracle.Teacher(t, m, exp.FullIDs)
+				for i := range want {
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("%s: logit %d = %v, want %v", step, i, got[i], want[i])
+					}
+				}
+			}
+			check("all pinned")
+			for _, b := range []int64{lo + (full.Total()-lo)/2, lo, full.Total(), lo} {
+				next := plan(b)
+				st := tr.Stats()
+				var repin, parts int64
+				for u := range next.Pinned {
+					if next.Pinned[u] && !mp.Pinned[u] {
+						repin += w.Parts[u].Read
+						parts++
+					}
+				}
+				if err := tr.Replan(context.Background(), next, alloc, free); err != nil {
+					t.Fatal(err)
+				}
+				// Direct reads round each extent out to aligned windows.
+				if got := tr.Stats().ReloadedBytes - st.ReloadedBytes; got < repin || got > repin+parts*16*iox.Align {
+					t.Fatalf("to budget %d: %d bytes read again to pin %d parts of %d bytes", b, got, parts, repin)
+				}
+				if want := next.PinnedBytes + int64(next.RingSlots)*next.RingSlotBytes; live != want {
+					t.Fatalf("to budget %d: %d bytes held after the move, the plan has %d", b, live, want)
+				}
+				mp = next
+				check("budget " + planner.Human(b))
+				if mp.Streaming() && tr.Stats().StreamedAcquires == st.StreamedAcquires {
+					t.Fatalf("budget %d: streaming plan but no streamed acquires", b)
+				}
+			}
+			if peak > full.PinnedBytes+int64(full.RingSlots)*full.RingSlotBytes {
+				t.Fatalf("the trunk held %d bytes at once, more than its largest plan's %d", peak, full.PinnedBytes)
 			}
 		})
 	}
