@@ -66,7 +66,7 @@ type batcher struct {
 	groups []model.Group
 	inPass []*request
 	sc     *model.Scratch // the current pass's
-	last   time.Duration // the last pass's wall time
+	last   time.Duration  // the last pass's wall time
 
 	observe atomic.Pointer[func(rows int, d time.Duration)] // Engine.ObservePasses
 }
