@@ -192,18 +192,19 @@ func runMeasured(t *testing.T, args ...string) measured {
 }
 
 // statsOf returns the "stats" object of k3 generate --json --stats.
-func statsOf(t *testing.T, m measured) (read, vmhwm int64) {
+func statsOf(t *testing.T, m measured) (read, vmhwm, moves int64) {
 	t.Helper()
 	var out struct {
 		Stats struct {
 			BytesRead int64 `json:"bytes_read"`
 			PeakRSS   int64 `json:"peak_rss_bytes"`
+			Moves     int64 `json:"plan_moves"`
 		} `json:"stats"`
 	}
 	if err := json.Unmarshal(m.stdout, &out); err != nil {
 		t.Fatalf("k3 generate output %q: %v\n%s", m.stdout, err, m.stderr)
 	}
-	return out.Stats.BytesRead, out.Stats.PeakRSS
+	return out.Stats.BytesRead, out.Stats.PeakRSS, out.Stats.Moves
 }
 
 // doctorFloor returns the floor k3 doctor reports for dir.
@@ -221,25 +222,33 @@ func doctorFloor(t *testing.T, dir string) int64 {
 
 // checkPeak runs k3 generate with a budget and checks that the process's
 // peak RSS stayed within it, with no allowance, and that the run read at
-// least minRead bytes (it really streamed).
-func checkPeak(t *testing.T, dir string, budget int64, threads int, minRead int64) {
+// least minRead bytes (it really streamed). The prompt (300 tokens) is
+// long enough that the engine moves to wider passes for it and back for
+// decoding: both plans, and the moves between them, stay within the
+// budget.
+func checkPeak(t *testing.T, dir string, budget int64, threads int, minRead int64) (moves int64) {
 	t.Helper()
+	ids := make([]string, 300)
+	for i := range ids {
+		ids[i] = strconv.Itoa(1 + i*7%1000)
+	}
 	m := runMeasured(t, "generate", "--model", dir, "--budget", strconv.FormatInt(budget, 10), "--threads", strconv.Itoa(threads),
-		"--ids", "1,2,3,4,5,6,7,8", "--max-tokens", "6", "--json", "--stats")
+		"--ids", strings.Join(ids, ","), "--max-tokens", "6", "--json", "--stats")
 	if m.exitCode != 0 {
 		t.Fatalf("budget %d, %d threads: exit %d\n%s", budget, threads, m.exitCode, m.stderr)
 	}
-	read, vmhwm := statsOf(t, m)
+	read, vmhwm, moves := statsOf(t, m)
 	if m.how == "" {
 		m.peak, m.how = vmhwm, "VmHWM (no /usr/bin/time)"
 	}
-	t.Logf("budget %s, %d threads: peak RSS %s (%s), read %s", human(budget), threads, human(m.peak), m.how, human(read))
+	t.Logf("budget %s, %d threads: peak RSS %s (%s), read %s, %d moves between memory plans", human(budget), threads, human(m.peak), m.how, human(read), moves)
 	if m.peak <= 0 || m.peak > budget {
 		t.Errorf("budget %d, %d threads: peak RSS %d exceeds the budget", budget, threads, m.peak)
 	}
 	if read < minRead {
 		t.Errorf("budget %d: only %d bytes read; the run did not stream", budget, read)
 	}
+	return moves
 }
 
 // TestPeakRSSWithinBudget runs the k3 command on a checkpoint several
@@ -275,13 +284,17 @@ func TestPeakRSSWithinBudget(t *testing.T) {
 			t.Errorf("k3 %s one byte under doctor's floor %s: exit %d (want 5, ErrBudget) with the same floor:\n%s", args[0], planner.Human(floor), m.exitCode, m.stderr)
 		}
 	}
+	var moves int64
 	for _, budget := range []int64{floor, floor + (total-floor)/4} {
 		if budget >= total {
 			t.Fatalf("budget %d is not smaller than the checkpoint's weights %d", budget, total)
 		}
 		for _, threads := range []int{1, 4} {
-			checkPeak(t, dir, budget, threads, total/2)
+			moves += checkPeak(t, dir, budget, threads, total/2)
 		}
+	}
+	if moves == 0 {
+		t.Error("no run moved to wider passes for its 300-token prompt: the moves between memory plans went unmeasured")
 	}
 }
 

@@ -29,6 +29,8 @@ type StatsJSON struct {
 	SpecPasses      int64   `json:"spec_passes,omitempty"`
 	SpecRows        int64   `json:"spec_rows,omitempty"`
 	SpecAccepted    int64   `json:"spec_accepted,omitempty"`
+	PlanMoves       int64   `json:"plan_moves"`
+	ReloadedBytes   int64   `json:"reloaded_bytes"`
 }
 
 // NewStatsJSON converts s.
@@ -40,6 +42,7 @@ func NewStatsJSON(s k3.Stats) *StatsJSON {
 		PeakRSSBytes: s.PeakRSSBytes, IOSeconds: s.IOTime.Seconds(), ComputeSeconds: s.ComputeTime.Seconds(),
 		WaitSeconds: s.WaitTime.Seconds(), ForwardSeconds: s.ForwardTime.Seconds(), ReadGBps: s.ReadGBps(),
 		Passes: s.Passes, SpecPasses: s.SpecPasses, SpecRows: s.SpecRows, SpecAccepted: s.SpecAccepted,
+		PlanMoves: s.PlanMoves, ReloadedBytes: s.ReloadedBytes,
 	}
 }
 
