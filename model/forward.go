@@ -146,7 +146,7 @@ func (m *Model) ForwardBatch(ctx context.Context, sc *Scratch, gs []Group) (err 
 	defer func() { m.forwardNanos.Add(int64(time.Since(start))) }()
 
 	p := &sc.pass
-	*p = pass{m: m, c: c, sc: sc, gs: gs}
+	*p = pass{ctx: ctx, m: m, c: c, sc: sc, gs: gs}
 	defer func() { *p = pass{} }()
 	defer p.recoverPanic(&err)
 	gi, off := 0, 0 // the next row to place: group gi, token off
@@ -187,6 +187,7 @@ func (m *Model) ForwardBatch(ctx context.Context, sc *Scratch, gs []Group) (err 
 // pass is one sub-pass: R rows over the segments of its sequences, each
 // segment's rows contiguous and in order, computed tile by tile.
 type pass struct {
+	ctx context.Context
 	m   *Model
 	c   *Config
 	sc  *Scratch
@@ -372,6 +373,28 @@ func (p *pass) tileLogits(tile []pick, single bool, nb, nbMax int) error {
 		rmsNorm(sc.xn[i*E:(i+1)*E], sc.x[i*E:(i+1)*E], m.Plan.finalNorm, c.RMSNormEps)
 	}
 	head := Linear{Dense: m.lmHead}
+	if p.sharded() {
+		// Every rank's vocabulary rows: one round into the sequence's
+		// buffer, or a tile of rows of logits to copy out.
+		out := sc.logitBuf(k * V)
+		if single {
+			out = tile[0].out[:k*V]
+		}
+		rd := p.round(-1, RoundHead)
+		p.add(rd, Product{N: k, Rows: V, Out: out}, sc.xn[:k*E])
+		if err := p.finish(rd, nil); err != nil {
+			return err
+		}
+		if err := p.screenLogits(out, V, tile); err != nil {
+			return err
+		}
+		if !single {
+			for i, pk := range tile {
+				copy(pk.out[:V], out[i*V:(i+1)*V])
+			}
+		}
+		return nil
+	}
 	if single {
 		out := tile[0].out[:k*V]
 		head.MatMul(m.pool, out, sc.xn[:k*E], k)
@@ -466,10 +489,16 @@ func (p *pass) layer(ctx context.Context, l int, nb *int, nbMax int) error {
 				copy(sc.blocks[off:off+E], sc.pref[r*E:(r+1)*E])
 			}
 		}
+		var err error
 		if c.IsMLA(l) {
-			p.mla(l, mats, vec)
+			err = p.mla(l, mats, vec)
 		} else {
-			p.kda(l, mats, vec)
+			err = p.kda(l, mats, vec)
+		}
+		if err != nil {
+			m.layers.Release(l, PartAttn)
+			p.held.ok = false
+			return err
 		}
 		// One check per op result: a NaN from a matrix, or from a
 		// restored state, stops here, before it can reach the router.
@@ -501,7 +530,9 @@ func (p *pass) layer(ctx context.Context, l int, nb *int, nbMax int) error {
 		for i := range p.tiles() {
 			p.setTile(i)
 			p.normIn(*nb, nbMax, vec.FoldM, vec.PostNorm)
-			p.denseFFN(mats)
+			if err = p.denseFFN(l, mats); err != nil {
+				break
+			}
 			if err = p.addFFN("dense MLP"); err != nil {
 				break
 			}
@@ -530,12 +561,18 @@ func (p *pass) addFFN(op string) error {
 
 // denseFFN computes ffn = down(SiTU(gate(xn), up(xn))) for the current
 // tile.
-func (p *pass) denseFFN(mats *LayerMats) {
-	m, c, sc, T := p.m, p.c, p.sc, p.T
+func (p *pass) denseFFN(l int, mats *LayerMats) error {
+	c, sc, T := p.c, p.sc, p.T
 	E, Id := c.Hidden, c.DenseIntermediate
 	g, u := sc.sg[:T*Id], sc.su[:T*Id]
-	mats.GateProj.MatMul(m.pool, g, sc.xn[:T*E], T)
-	mats.UpProj.MatMul(m.pool, u, sc.xn[:T*E], T)
+	rd := p.round(l, RoundFFN)
+	p.prod(rd, &mats.GateProj, MatGateProj, g, sc.xn[:T*E], T)
+	p.prod(rd, &mats.UpProj, MatUpProj, u, sc.xn[:T*E], T)
+	if err := p.finish(rd, mats); err != nil {
+		return err
+	}
 	situGLU(g, g, u, c.SituBeta, c.SituLinearBeta)
-	mats.DownProj.MatMul(m.pool, sc.ffn[p.r0*E:(p.r0+T)*E], g, T)
+	rd = p.round(l, RoundFFN)
+	p.prod(rd, &mats.DownProj, MatDownProj, sc.ffn[p.r0*E:(p.r0+T)*E], g, T)
+	return p.finish(rd, mats)
 }

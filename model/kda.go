@@ -12,18 +12,26 @@ import (
 // RMSNorm, the full-rank output gate and the output projection. The
 // projections run over every row at once; the convolutions and the
 // recurrence run each sequence's rows in order on its own state.
-func (p *pass) kda(l int, mats *LayerMats, vec *LayerVecs) {
+func (p *pass) kda(l int, mats *LayerMats, vec *LayerVecs) error {
 	m, c, sc, T := p.m, p.c, p.sc, p.T
 	E, P, D, Hk, kc := c.Hidden, c.KDAWidth(), c.KDAHeadDim, c.KDAHeads, c.ConvKernel
 	xn := sc.xn[:T*E]
 	q, k, v, g, z := sc.q[:T*P], sc.k[:T*P], sc.v[:T*P], sc.g[:T*P], sc.z[:T*P]
-	mats.QProj.MatMul(m.pool, q, xn, T)
-	mats.KProj.MatMul(m.pool, k, xn, T)
-	mats.VProj.MatMul(m.pool, v, xn, T)
-	mats.GProj.MatMul(m.pool, g, xn, T)
-	mats.BProj.MatMul(m.pool, sc.bl[:T*Hk], xn, T)
-	mats.FAProj.MatMul(m.pool, sc.fa[:T*D], xn, T)
-	mats.FBProj.MatMul(m.pool, z, sc.fa[:T*D], T)
+	rd := p.round(l, RoundAttn)
+	p.prod(rd, &mats.QProj, MatQProj, q, xn, T)
+	p.prod(rd, &mats.KProj, MatKProj, k, xn, T)
+	p.prod(rd, &mats.VProj, MatVProj, v, xn, T)
+	p.prod(rd, &mats.GProj, MatGProj, g, xn, T)
+	p.prod(rd, &mats.BProj, MatBProj, sc.bl[:T*Hk], xn, T)
+	p.prod(rd, &mats.FAProj, MatFAProj, sc.fa[:T*D], xn, T)
+	if err := p.finish(rd, mats); err != nil {
+		return err
+	}
+	rd = p.round(l, RoundAttn)
+	p.prod(rd, &mats.FBProj, MatFBProj, z, sc.fa[:T*D], T)
+	if err := p.finish(rd, mats); err != nil {
+		return err
+	}
 
 	for i := range p.segs {
 		sg := &p.segs[i]
@@ -70,7 +78,9 @@ func (p *pass) kda(l int, mats *LayerMats, vec *LayerVecs) {
 			ot[i] *= sigmoid(gt[i])
 		}
 	}
-	mats.OProj.MatMul(m.pool, sc.attn[:T*E], o, T)
+	rd = p.round(l, RoundAttn)
+	p.prod(rd, &mats.OProj, MatOProj, sc.attn[:T*E], o, T)
+	return p.finish(rd, mats)
 }
 
 // kdaDecay computes one head's decay (§6.5 step 5): with a single

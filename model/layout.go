@@ -43,7 +43,7 @@ type PartTensor struct {
 	Rows, Cols int
 	DType      tensor.DType
 	Off        int64
-	field      func(*LayerMats) *Linear
+	Mat        MatID // the LayerMats field it binds
 }
 
 // Part names half of a layer's dense weights. The trunk streams layers in
@@ -90,6 +90,50 @@ type PartLayout struct {
 // ...
 func Unit(layer int, part Part) int { return layer*int(NumParts) + int(part) }
 
+// MatID names one matrix of a layer (a field of LayerMats): the ranks of a
+// cluster name the products of a round by it.
+type MatID uint8
+
+// The matrices of a layer, in LayerMats' field order.
+const (
+	MatQProj MatID = iota
+	MatKProj
+	MatVProj
+	MatGProj
+	MatOProj
+	MatFAProj
+	MatFBProj
+	MatBProj
+	MatQAProj
+	MatQBProj
+	MatKVAProj
+	MatKVBProj
+	MatMLAOProj
+	MatMLAGProj
+	MatGateProj
+	MatUpProj
+	MatDownProj
+	MatRouter
+	MatLatentDown
+	MatLatentUp
+	MatSharedGate
+	MatSharedUp
+	MatSharedDown
+	NumMats
+)
+
+// Field returns the matrix id names, nil for an id out of range.
+func (m *LayerMats) Field(id MatID) *Linear {
+	fields := [NumMats]*Linear{&m.QProj, &m.KProj, &m.VProj, &m.GProj, &m.OProj, &m.FAProj, &m.FBProj, &m.BProj,
+		&m.QAProj, &m.QBProj, &m.KVAProj, &m.KVBProj, &m.MLAOProj, &m.MLAGProj,
+		&m.GateProj, &m.UpProj, &m.DownProj,
+		&m.Router, &m.LatentDown, &m.LatentUp, &m.SharedGate, &m.SharedUp, &m.SharedDown}
+	if id >= NumMats {
+		return nil
+	}
+	return fields[id]
+}
+
 // LayerMats are the matrix views of one layer, bound to the buffer that
 // holds the layer's bytes. Fields unused by the layer's type stay zero.
 type LayerMats struct {
@@ -123,6 +167,6 @@ type LayerVecs struct {
 func (pl *PartLayout) Bind(buf []byte, m *LayerMats) {
 	for _, s := range pl.Tensors {
 		size := int64(s.Rows * s.Cols * s.DType.Size())
-		*s.field(m) = Linear{Dense: tensor.Mat{DType: s.DType, Rows: s.Rows, Cols: s.Cols, Data: buf[s.Off : s.Off+size : s.Off+size]}}
+		*m.Field(s.Mat) = Linear{Dense: tensor.Mat{DType: s.DType, Rows: s.Rows, Cols: s.Cols, Data: buf[s.Off : s.Off+size : s.Off+size]}}
 	}
 }

@@ -15,19 +15,32 @@ import (
 // value half of kv_b is applied once to the probability-weighted latent sum.
 // This is the same mathematics as expanding every cached position, 43×
 // smaller in memory, and identical in every decoding mode.
-func (p *pass) mla(l int, mats *LayerMats, vec *LayerVecs) {
+func (p *pass) mla(l int, mats *LayerMats, vec *LayerVecs) error {
 	m, c, sc, T := p.m, p.c, p.sc, p.T
 	E, Cq, Ckv, r := c.Hidden, c.QLoraRank, c.KVLoraRank, c.QKRopeDim
 	H, dh, vh := c.MLAHeads, c.MLAHeadDim(), c.VHeadDim
 	xn := sc.xn[:T*E]
 	qa := sc.qa[:T*Cq]
-	mats.QAProj.MatMul(m.pool, qa, xn, T)
+	ckv := sc.ckv[:T*(Ckv+r)]
+	// Every product of the layer's input at once (one round in a cluster):
+	// the query and key-value down-projections and the output gate.
+	rd := p.round(l, RoundAttn)
+	p.prod(rd, &mats.QAProj, MatQAProj, qa, xn, T)
+	p.prod(rd, &mats.KVAProj, MatKVAProj, ckv, xn, T)
+	if c.MLAOutputGate {
+		p.prod(rd, &mats.MLAGProj, MatMLAGProj, sc.mg[:T*H*vh], xn, T)
+	}
+	if err := p.finish(rd, mats); err != nil {
+		return err
+	}
 	for t := 0; t < T; t++ {
 		rmsNorm(qa[t*Cq:(t+1)*Cq], qa[t*Cq:(t+1)*Cq], vec.QANorm, c.RMSNormEps)
 	}
-	mats.QBProj.MatMul(m.pool, sc.qm[:T*H*dh], qa, T)
-	ckv := sc.ckv[:T*(Ckv+r)]
-	mats.KVAProj.MatMul(m.pool, ckv, xn, T)
+	rd = p.round(l, RoundAttn)
+	p.prod(rd, &mats.QBProj, MatQBProj, sc.qm[:T*H*dh], qa, T)
+	if err := p.finish(rd, mats); err != nil {
+		return err
+	}
 
 	longest := 0
 	for _, sg := range p.segs {
@@ -53,12 +66,13 @@ func (p *pass) mla(l int, mats *LayerMats, vec *LayerVecs) {
 	o := sc.mo[:T*H*vh]
 	if c.MLAOutputGate {
 		g := sc.mg[:T*H*vh]
-		mats.MLAGProj.MatMul(m.pool, g, xn, T)
 		for i := range o {
 			o[i] *= sigmoid(g[i])
 		}
 	}
-	mats.MLAOProj.MatMul(m.pool, sc.attn[:T*E], o, T)
+	rd = p.round(l, RoundAttn)
+	p.prod(rd, &mats.MLAOProj, MatMLAOProj, sc.attn[:T*E], o, T)
+	return p.finish(rd, mats)
 }
 
 // mlaJob computes attention for the heads of each index range over every

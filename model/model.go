@@ -40,6 +40,11 @@ type Options struct {
 	// when it is needed (14 KB on Kimi K3) instead of keeping the table
 	// (2.35 GB) in memory.
 	EmbedPerToken bool
+	// Ranks are the other ranks of a cluster, for a plan of rank 0
+	// (Plan.Shard): every product of a pass is split over them. A plan of
+	// another rank runs no pass; it computes its rows of the rounds rank 0
+	// sends (Model.Slices).
+	Ranks Ranks
 }
 
 // Model is a loaded Kimi K3: its plan, its weight sources and its worker
@@ -54,6 +59,7 @@ type Model struct {
 	embedEntry iox.Entry
 	lmHead     tensor.Mat
 	pool       tensor.Runner
+	ranks      Ranks     // nil in one process
 	ownPool    *par.Pool // the pool Load made, closed by Close
 	chunk      int
 	closed     atomic.Bool
@@ -91,20 +97,31 @@ func singleExtent(file int, off, size int64) (Extent, int64) {
 // provide, through read.
 func Load(ctx context.Context, p *Plan, read ReadFunc, opts Options) (*Model, error) {
 	m := &Model{Cfg: p.Cfg, Plan: p, layers: opts.Layers, experts: opts.Experts, pool: opts.Pool, chunk: opts.Chunk}
+	switch rank, ranks := p.Rank(); {
+	case ranks > 1 && rank == 0 && (opts.Ranks == nil || opts.Ranks.Size() != ranks):
+		return nil, errNoRanks
+	case ranks > 1 && rank == 0:
+		m.ranks = opts.Ranks
+	case opts.Ranks != nil:
+		return nil, fmt.Errorf("model: Options.Ranks given for a plan of rank %d of %d", rank, ranks)
+	}
 	if m.chunk <= 0 {
 		m.chunk = 64
 	}
 	var err error
-	if !opts.EmbedPerToken {
-		if m.embed, err = readMat(ctx, p, read, p.embed.Name); err != nil {
+	switch {
+	case p.rank != 0:
+		// Only rank 0 embeds tokens.
+	case !opts.EmbedPerToken:
+		if m.embed, err = readMat(ctx, read, p.embed); err != nil {
 			return nil, err
 		}
-	} else {
+	default:
 		e := p.embed
 		m.embed = tensor.Mat{DType: e.DType, Rows: e.Shape[0], Cols: e.Shape[1]}
 		m.embedRead, m.embedEntry = read, e
 	}
-	if m.lmHead, err = readMat(ctx, p, read, p.lmHead.Name); err != nil {
+	if m.lmHead, err = readMat(ctx, read, p.lmHead); err != nil {
 		return nil, err
 	}
 	alloc := opts.Alloc
@@ -128,12 +145,11 @@ func Load(ctx context.Context, p *Plan, read ReadFunc, opts Options) (*Model, er
 	return m, nil
 }
 
-func readMat(ctx context.Context, p *Plan, read ReadFunc, name string) (tensor.Mat, error) {
-	e, _ := p.Ckpt.Lookup(name)
+func readMat(ctx context.Context, read ReadFunc, e iox.Entry) (tensor.Mat, error) {
 	x, n := singleExtent(e.Shard, e.Offset, e.Size)
 	buf := make([]byte, n)
 	if err := read(ctx, x, buf); err != nil {
-		return tensor.Mat{}, fmt.Errorf("%s: %w", name, err)
+		return tensor.Mat{}, fmt.Errorf("%s: %w", e.Name, err)
 	}
 	return tensor.Mat{DType: e.DType, Rows: e.Shape[0], Cols: e.Shape[1], Data: buf[x.BufOff : x.BufOff+e.Size]}, nil
 }

@@ -31,7 +31,9 @@ func (p *pass) moe(ctx context.Context, l int, mats *LayerMats, vec *LayerVecs, 
 	for i := range p.tiles() {
 		in.prepare(p, i)
 		T := p.T
-		p.routerScores(&mats.Router)
+		if err := p.routerScores(l, mats); err != nil {
+			return err
+		}
 		// A NaN score would rank below every expert: top-k would pick
 		// nothing (or the same expert K times), so routing stops here
 		// instead.
@@ -46,6 +48,19 @@ func (p *pass) moe(ctx context.Context, l int, mats *LayerMats, vec *LayerVecs, 
 	first := p.bucket(l)
 	m.expertUnion.Add(int64(len(first)))
 	m.moeLayerPasses.Add(1)
+	if p.sharded() {
+		// Every rank's rows of every expert, in rounds: the latent input
+		// and the shared experts first, as in one process.
+		err := p.moeDense(l, mats, in)
+		if err == nil {
+			err = p.expertRounds(l, first)
+		}
+		p.clearSeen(first)
+		if err != nil {
+			return err
+		}
+		return p.mixAll(l, mats, vec)
+	}
 	b := &sc.batch
 	b.Layer, b.IDs, b.Uses = l, first, sc.uses[:len(first)]
 	p.experts = b
@@ -58,7 +73,7 @@ func (p *pass) moe(ctx context.Context, l int, mats *LayerMats, vec *LayerVecs, 
 
 	// 2. The latent down-projection and the shared experts while the
 	// experts' reads run.
-	err := p.moeDense(mats, in)
+	err := p.moeDense(l, mats, in)
 	// 3. Experts, resident ones first, each released as soon as it is done.
 	for i := range first {
 		if err != nil {
@@ -74,9 +89,14 @@ func (p *pass) moe(ctx context.Context, l int, mats *LayerMats, vec *LayerVecs, 
 	}
 
 	// 4. Mix in selection order, normalise, project back, add shared.
+	return p.mixAll(l, mats, vec)
+}
+
+// mixAll runs moeMix over every tile.
+func (p *pass) mixAll(l int, mats *LayerMats, vec *LayerVecs) error {
 	for i := range p.tiles() {
 		p.setTile(i)
-		if err := p.moeMix(mats, vec); err != nil {
+		if err := p.moeMix(l, mats, vec); err != nil {
 			return err
 		}
 	}
@@ -103,25 +123,35 @@ func (in moeInput) prepare(p *pass, i int) {
 
 // moeDense computes, tile by tile, the experts' latent input zl and the
 // shared experts' output (into ffn) of every row.
-func (p *pass) moeDense(mats *LayerMats, in moeInput) error {
-	m, c, sc := p.m, p.c, p.sc
+func (p *pass) moeDense(l int, mats *LayerMats, in moeInput) error {
+	c, sc := p.c, p.sc
 	E, Lt, I := c.Hidden, c.LatentDim, c.MoEIntermediate
 	for i := range p.tiles() {
 		in.prepare(p, i)
 		T, r0 := p.T, p.r0
 		xn := sc.xn[:T*E]
-		mats.LatentDown.MatMul(m.pool, sc.zl[r0*Lt:(r0+T)*Lt], xn, T)
 		ffn := sc.ffn[r0*E : (r0+T)*E]
+		S := c.SharedExperts * I
+		g, u := sc.sg[:T*S], sc.su[:T*S]
+		rd := p.round(l, RoundFFN)
+		p.prod(rd, &mats.LatentDown, MatLatentDown, sc.zl[r0*Lt:(r0+T)*Lt], xn, T)
+		if c.SharedExperts > 0 {
+			p.prod(rd, &mats.SharedGate, MatSharedGate, g, xn, T)
+			p.prod(rd, &mats.SharedUp, MatSharedUp, u, xn, T)
+		}
+		if err := p.finish(rd, mats); err != nil {
+			return err
+		}
 		if c.SharedExperts == 0 {
 			clear(ffn)
 			continue
 		}
-		S := c.SharedExperts * I
-		g, u := sc.sg[:T*S], sc.su[:T*S]
-		mats.SharedGate.MatMul(m.pool, g, xn, T)
-		mats.SharedUp.MatMul(m.pool, u, xn, T)
 		situGLU(g, g, u, c.SituBeta, c.SituLinearBeta)
-		mats.SharedDown.MatMul(m.pool, ffn, g, T)
+		rd = p.round(l, RoundFFN)
+		p.prod(rd, &mats.SharedDown, MatSharedDown, ffn, g, T)
+		if err := p.finish(rd, mats); err != nil {
+			return err
+		}
 		if err := p.screen(ffn, E, "shared experts"); err != nil {
 			return err
 		}
@@ -132,8 +162,8 @@ func (p *pass) moeDense(mats *LayerMats, in moeInput) error {
 // moeMix mixes the current tile's expert outputs in selection order,
 // normalises the aggregate, projects it back and adds it to the shared
 // experts' output, then adds the FFN output to the residual.
-func (p *pass) moeMix(mats *LayerMats, vec *LayerVecs) error {
-	m, c, sc, T, r0 := p.m, p.c, p.sc, p.T, p.r0
+func (p *pass) moeMix(l int, mats *LayerMats, vec *LayerVecs) error {
+	c, sc, T, r0 := p.c, p.sc, p.T, p.r0
 	E, K, Lt := c.Hidden, c.TopK, c.LatentDim
 	acc := sc.accL[:T*Lt]
 	for t := 0; t < T; t++ {
@@ -152,7 +182,11 @@ func (p *pass) moeMix(mats *LayerMats, vec *LayerVecs) error {
 		}
 	}
 	up := sc.attn[:T*E] // the tile's attention output was already folded into pref
-	mats.LatentUp.MatMul(m.pool, up, acc, T)
+	rd := p.round(l, RoundFFN)
+	p.prod(rd, &mats.LatentUp, MatLatentUp, up, acc, T)
+	if err := p.finish(rd, mats); err != nil {
+		return err
+	}
 	f := sc.ffn[r0*E : (r0+T)*E]
 	for i := range f {
 		f[i] = up[i] + f[i]
@@ -220,13 +254,23 @@ func (p *pass) bucket(l int) []int32 {
 // products, one fixed order on every kernel implementation, the gate read
 // once for all rows), so that a BF16 gate and its F32 widening give
 // identical scores and routing never depends on the kernels or the batch.
-func (p *pass) routerScores(w *Linear) {
+func (p *pass) routerScores(l int, mats *LayerMats) error {
 	c, sc, T := p.c, p.sc, p.T
 	sco := sc.scores[:T*c.Experts]
-	tensor.MatMulF64Acc(p.m.pool, sco, w.Dense, sc.xn[:T*c.Hidden], T)
+	xn := sc.xn[:T*c.Hidden]
+	if p.sharded() {
+		rd := p.round(l, RoundFFN)
+		p.add(rd, Product{Mat: MatRouter, F64: true, N: T, Rows: c.Experts, Out: sco}, xn)
+		if err := p.finish(rd, mats); err != nil {
+			return err
+		}
+	} else {
+		tensor.MatMulF64Acc(p.m.pool, sco, mats.Router.Dense, xn, T)
+	}
 	for e, v := range sco {
 		sco[e] = sigmoid(v)
 	}
+	return nil
 }
 
 // clearSeen resets the first-seen marks of a pass.
@@ -287,4 +331,123 @@ func (p *pass) runExpert(ctx context.Context, b *expert.Batch, i int) error {
 	}
 	m.experts.Put(b, i)
 	return nil
+}
+
+// expertRounds runs the experts of a cluster pass: every rank holds its
+// rows of each expert's w1 and w3 (the up half) and of its w2 (the down
+// half), and w2 needs every rank's rows of w1 and w3 first. So the union
+// goes in chunks of whole experts: one round computes the up rows of every
+// expert of the chunk for the rows that chose it, rank 0 applies SiTU-GLU
+// to the whole results, and a second round computes the down rows. Each
+// row still gets exactly the one-process arithmetic (whole dot products),
+// and contributions land in contrib[row][slot] as runExpert puts them.
+func (p *pass) expertRounds(l int, first []int32) error {
+	c, sc := p.c, p.sc
+	K, Lt, I := c.TopK, c.LatentDim, c.MoEIntermediate
+	users := p.R * K
+	limit := min(users, max(expertChunkUsers, 2*((users+c.Experts-1)/c.Experts)))
+	sc.growChunk(limit, Lt, I)
+	for i := 0; i < len(first); {
+		// Whole experts while their rows fit; an expert with more rows
+		// than the chunk runs alone, its rows in pieces.
+		j, n := i, 0
+		for j < len(first) {
+			u := int(sc.ustart[j+1] - sc.ustart[j])
+			if n > 0 && n+u > limit {
+				break
+			}
+			n += u
+			j++
+			if n >= limit {
+				break
+			}
+		}
+		if err := p.expertChunk(l, first, i, j, limit); err != nil {
+			return err
+		}
+		i = j
+	}
+	return nil
+}
+
+// expertChunkUsers is the fewest (row, expert) pairs a chunk of expert
+// rounds holds (it grows with the pass's rows, so that an expert's rows
+// rarely span two chunks).
+const expertChunkUsers = 256
+
+// expertChunk runs experts [i, j) of the union, their users in pieces of
+// at most limit.
+func (p *pass) expertChunk(l int, first []int32, i, j, limit int) error {
+	c, sc := p.c, p.sc
+	K, Lt, I := c.TopK, c.LatentDim, c.MoEIntermediate
+	// Pieces: [from, to) of the concatenated users of experts i..j-1.
+	lo, hi := int(sc.ustart[i]), int(sc.ustart[j])
+	for from := lo; from < hi; from += limit {
+		to := min(from+limit, hi)
+		n := to - from
+		for u, ch := range sc.users[from:to] {
+			r := int(ch) / K
+			copy(sc.cxg[u*Lt:(u+1)*Lt], sc.zl[r*Lt:(r+1)*Lt])
+		}
+		// The products of each expert of the piece, grouped by expert.
+		up := p.round(l, RoundExpertUp)
+		p.expertProducts(up, first, i, j, from, to, func(e int32, a, b int) {
+			in := sc.cxg[(a-from)*Lt : (b-from)*Lt]
+			p.add(up, Product{Expert: e, W: 0, N: b - a, Rows: I, Out: sc.ca1[(a-from)*I : (b-from)*I]}, in)
+			p.add(up, Product{Expert: e, W: 2, N: b - a, Rows: I, Out: sc.ca3[(a-from)*I : (b-from)*I]}, in)
+		})
+		if err := p.finish(up, nil); err != nil {
+			return err
+		}
+		a1, a3 := sc.ca1[:n*I], sc.ca3[:n*I]
+		situGLU(a1, a1, a3, c.SituBeta, c.SituLinearBeta)
+		down := p.round(l, RoundExpertDown)
+		p.expertProducts(down, first, i, j, from, to, func(e int32, a, b int) {
+			p.add(down, Product{Expert: e, W: 1, N: b - a, Rows: Lt, Out: sc.ceo[(a-from)*Lt : (b-from)*Lt]}, sc.ca1[(a-from)*I:(b-from)*I])
+		})
+		if err := p.finish(down, nil); err != nil {
+			return err
+		}
+		eo := sc.ceo[:n*Lt]
+		if !allFinite(eo) {
+			if p.gs == nil {
+				return fmt.Errorf("%w: a routed expert of layer %d", ErrNonFinite, l)
+			}
+			for u, ch := range sc.users[from:to] {
+				if row := eo[u*Lt : (u+1)*Lt]; !allFinite(row) {
+					e := first[p.expertOf(i, j, from+u)]
+					p.failRow(int(ch)/K, fmt.Errorf("layer %d: %w: routed expert %d", l, ErrNonFinite, e))
+					clear(row)
+				}
+			}
+			if err := p.allFailed(); err != nil {
+				return err
+			}
+		}
+		for u, ch := range sc.users[from:to] {
+			copy(sc.contrib[int(ch)*Lt:(int(ch)+1)*Lt], eo[u*Lt:(u+1)*Lt])
+		}
+	}
+	return nil
+}
+
+// expertProducts calls add(expert, a, b) for every expert of [i, j) with
+// users [a, b) inside [from, to), in union order.
+func (p *pass) expertProducts(rd *Round, first []int32, i, j, from, to int, add func(e int32, a, b int)) {
+	for k := i; k < j; k++ {
+		a, b := max(int(p.sc.ustart[k]), from), min(int(p.sc.ustart[k+1]), to)
+		if a < b {
+			add(first[k], a, b)
+		}
+	}
+}
+
+// expertOf returns the union index in [i, j) whose users hold user u.
+func (p *pass) expertOf(i, j, u int) int {
+	for k := i; k < j; k++ {
+		if u < int(p.sc.ustart[k+1]) {
+			return k
+		}
+	}
+	return j - 1
 }

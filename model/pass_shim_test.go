@@ -7,17 +7,21 @@ import "context"
 
 func (s *Session) onePass(T int) *pass {
 	s.sc.segs = append(s.sc.segs[:0], segment{st: s.st, lo: 0, n: T, p0: s.st.pos})
-	p := &pass{m: s.m, c: s.m.Cfg, sc: s.sc, all: s.sc.segs, R: T}
+	p := &pass{ctx: context.Background(), m: s.m, c: s.m.Cfg, sc: s.sc, all: s.sc.segs, R: T}
 	p.setTile(0)
 	return p
 }
 
 func (s *Session) kda(l int, mats *LayerMats, vec *LayerVecs, T int) {
-	s.onePass(T).kda(l, mats, vec)
+	if err := s.onePass(T).kda(l, mats, vec); err != nil {
+		panic(err) // one process: no round can fail
+	}
 }
 
 func (s *Session) mla(l int, mats *LayerMats, vec *LayerVecs, T int) {
-	s.onePass(T).mla(l, mats, vec)
+	if err := s.onePass(T).mla(l, mats, vec); err != nil {
+		panic(err)
+	}
 }
 
 func (s *Session) moe(ctx context.Context, l int, mats *LayerMats, vec *LayerVecs, T int) error {
@@ -28,4 +32,8 @@ func (s *Session) layer(ctx context.Context, l, T int, nb *int, nbMax int) error
 	return s.onePass(T).layer(ctx, l, nb, nbMax)
 }
 
-func (s *Session) routerScores(w *Linear, T int) { s.onePass(T).routerScores(w) }
+func (s *Session) routerScores(w *Linear, T int) {
+	if err := s.onePass(T).routerScores(0, &LayerMats{Router: *w}); err != nil {
+		panic(err)
+	}
+}

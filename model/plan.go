@@ -24,6 +24,7 @@ type Plan struct {
 	experts *expert.Index
 
 	embed, lmHead    iox.Entry
+	rank, ranks      int // a slice of the model for rank of ranks (Shard); 0, 0 whole
 	finalNorm        []float32
 	foldO            []float32
 	outNorm, outProj []float32
@@ -175,11 +176,10 @@ func (p *Plan) planLayer(pr *problems, l int, all []iox.Entry) {
 	pre := layerPrefix(l)
 	v := &p.vecs[l]
 
-	type m = func(*LayerMats) *Linear
 	var mats [NumParts][]PartTensor
 	part := PartAttn
-	add := func(suffix string, rows, cols int, f m) {
-		mats[part] = append(mats[part], PartTensor{Name: pre + suffix, Rows: rows, Cols: cols, field: f})
+	add := func(suffix string, rows, cols int, id MatID) {
+		mats[part] = append(mats[part], PartTensor{Name: pre + suffix, Rows: rows, Cols: cols, Mat: id})
 	}
 	v.InNorm = p.vector(pr, pre+"input_layernorm.weight", E, false)
 	v.PostNorm = p.vector(pr, pre+"post_attention_layernorm.weight", E, false)
@@ -192,25 +192,25 @@ func (p *Plan) planLayer(pr *problems, l int, all []iox.Entry) {
 
 	if c.IsMLA(l) {
 		H, dh, Cq, Ckv, r, vh := c.MLAHeads, c.MLAHeadDim(), c.QLoraRank, c.KVLoraRank, c.QKRopeDim, c.VHeadDim
-		add("self_attn.q_a_proj.weight", Cq, E, func(x *LayerMats) *Linear { return &x.QAProj })
-		add("self_attn.q_b_proj.weight", H*dh, Cq, func(x *LayerMats) *Linear { return &x.QBProj })
-		add("self_attn.kv_a_proj_with_mqa.weight", Ckv+r, E, func(x *LayerMats) *Linear { return &x.KVAProj })
-		add("self_attn.kv_b_proj.weight", H*(c.QKNopeDim+vh), Ckv, func(x *LayerMats) *Linear { return &x.KVBProj })
-		add("self_attn.o_proj.weight", E, H*vh, func(x *LayerMats) *Linear { return &x.MLAOProj })
+		add("self_attn.q_a_proj.weight", Cq, E, MatQAProj)
+		add("self_attn.q_b_proj.weight", H*dh, Cq, MatQBProj)
+		add("self_attn.kv_a_proj_with_mqa.weight", Ckv+r, E, MatKVAProj)
+		add("self_attn.kv_b_proj.weight", H*(c.QKNopeDim+vh), Ckv, MatKVBProj)
+		add("self_attn.o_proj.weight", E, H*vh, MatMLAOProj)
 		if c.MLAOutputGate {
-			add("self_attn.g_proj.weight", H*vh, E, func(x *LayerMats) *Linear { return &x.MLAGProj })
+			add("self_attn.g_proj.weight", H*vh, E, MatMLAGProj)
 		}
 		v.QANorm = p.vector(pr, pre+"self_attn.q_a_layernorm.weight", Cq, false)
 		v.KVANorm = p.vector(pr, pre+"self_attn.kv_a_layernorm.weight", Ckv, false)
 	} else {
-		add("self_attn.q_proj.weight", P, E, func(x *LayerMats) *Linear { return &x.QProj })
-		add("self_attn.k_proj.weight", P, E, func(x *LayerMats) *Linear { return &x.KProj })
-		add("self_attn.v_proj.weight", P, E, func(x *LayerMats) *Linear { return &x.VProj })
-		add("self_attn.g_proj.weight", P, E, func(x *LayerMats) *Linear { return &x.GProj })
-		add("self_attn.o_proj.weight", E, P, func(x *LayerMats) *Linear { return &x.OProj })
-		add("self_attn.f_a_proj.weight", D, E, func(x *LayerMats) *Linear { return &x.FAProj })
-		add("self_attn.f_b_proj.weight", P, D, func(x *LayerMats) *Linear { return &x.FBProj })
-		add("self_attn.b_proj.weight", Hk, E, func(x *LayerMats) *Linear { return &x.BProj })
+		add("self_attn.q_proj.weight", P, E, MatQProj)
+		add("self_attn.k_proj.weight", P, E, MatKProj)
+		add("self_attn.v_proj.weight", P, E, MatVProj)
+		add("self_attn.g_proj.weight", P, E, MatGProj)
+		add("self_attn.o_proj.weight", E, P, MatOProj)
+		add("self_attn.f_a_proj.weight", D, E, MatFAProj)
+		add("self_attn.f_b_proj.weight", P, D, MatFBProj)
+		add("self_attn.b_proj.weight", Hk, E, MatBProj)
 		kc := c.ConvKernel
 		v.QConv = p.vector(pr, pre+"self_attn.q_conv1d.weight", P*kc, false)
 		v.KConv = p.vector(pr, pre+"self_attn.k_conv1d.weight", P*kc, false)
@@ -222,19 +222,19 @@ func (p *Plan) planLayer(pr *problems, l int, all []iox.Entry) {
 	part = PartFFN
 	if c.IsDense(l) {
 		Id := c.DenseIntermediate
-		add("mlp.gate_proj.weight", Id, E, func(x *LayerMats) *Linear { return &x.GateProj })
-		add("mlp.up_proj.weight", Id, E, func(x *LayerMats) *Linear { return &x.UpProj })
-		add("mlp.down_proj.weight", E, Id, func(x *LayerMats) *Linear { return &x.DownProj })
+		add("mlp.gate_proj.weight", Id, E, MatGateProj)
+		add("mlp.up_proj.weight", Id, E, MatUpProj)
+		add("mlp.down_proj.weight", E, Id, MatDownProj)
 	} else {
 		moe := "block_sparse_moe."
-		add(moe+"gate.weight", c.Experts, E, func(x *LayerMats) *Linear { return &x.Router })
-		add(moe+"routed_expert_down_proj.weight", c.LatentDim, E, func(x *LayerMats) *Linear { return &x.LatentDown })
-		add(moe+"routed_expert_up_proj.weight", E, c.LatentDim, func(x *LayerMats) *Linear { return &x.LatentUp })
+		add(moe+"gate.weight", c.Experts, E, MatRouter)
+		add(moe+"routed_expert_down_proj.weight", c.LatentDim, E, MatLatentDown)
+		add(moe+"routed_expert_up_proj.weight", E, c.LatentDim, MatLatentUp)
 		if c.SharedExperts > 0 {
 			S := c.SharedExperts * c.MoEIntermediate
-			add(moe+"shared_experts.gate_proj.weight", S, E, func(x *LayerMats) *Linear { return &x.SharedGate })
-			add(moe+"shared_experts.up_proj.weight", S, E, func(x *LayerMats) *Linear { return &x.SharedUp })
-			add(moe+"shared_experts.down_proj.weight", E, S, func(x *LayerMats) *Linear { return &x.SharedDown })
+			add(moe+"shared_experts.gate_proj.weight", S, E, MatSharedGate)
+			add(moe+"shared_experts.up_proj.weight", S, E, MatSharedUp)
+			add(moe+"shared_experts.down_proj.weight", E, S, MatSharedDown)
 		}
 		v.Bias = p.vector(pr, pre+moe+"gate.e_score_correction_bias", c.Experts, false)
 		v.LatentNorm = p.vector(pr, pre+moe+"routed_expert_norm.weight", c.LatentDim, false)

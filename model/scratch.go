@@ -70,6 +70,37 @@ type Scratch struct {
 	pass   pass      // the current pass (kept here so it is not allocated)
 	kdaJob kdaJob
 	mlaJob mlaJob
+
+	// A cluster pass's rounds (round.go).
+	round    Round
+	rwork    RoundWork
+	// A cluster pass's chunk of expert rows: their latent inputs, the up
+	// halves' results, the down halves' (moe.go, expertRounds).
+	cxg, ca1, ca3, ceo []float32
+	logits             []float32 // a tile of rows' logits (logitBuf)
+	local    localRound
+	localRun func() error
+}
+
+// growChunk makes the chunk buffers of a cluster pass's expert rounds hold
+// n (row, expert) pairs; they grow once, to the widest chunk.
+func (s *Scratch) growChunk(n, lt, inter int) {
+	if len(s.cxg) < n*lt {
+		s.cxg, s.ceo = make([]float32, n*lt), make([]float32, n*lt)
+	}
+	if len(s.ca1) < n*inter {
+		s.ca1, s.ca3 = make([]float32, n*inter), make([]float32, n*inter)
+	}
+}
+
+// logitBuf returns n floats for a cluster pass's logits of several
+// sequences (one process writes them through contrib, by vocabulary
+// blocks; a cluster's rounds carry whole rows).
+func (s *Scratch) logitBuf(n int) []float32 {
+	if len(s.logits) < n {
+		s.logits = make([]float32, n)
+	}
+	return s.logits[:n]
 }
 
 // Rows returns the number of token rows one pass over the scratch carries.

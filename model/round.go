@@ -1,0 +1,337 @@
+package model
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"unsafe"
+
+	"github.com/k3go/k3/expert"
+	"github.com/k3go/k3/tensor"
+)
+
+// Round is one exchange of a cluster's forward pass: products of weight
+// matrices whose inputs are ready, each computed by every rank for its
+// rows. A pass over K3 is a few rounds per layer: the projections that
+// read the layer's input, those that read their results, the output
+// projection; the experts' gate and up rows, then their down rows.
+type Round struct {
+	Layer int
+	Kind  RoundKind
+	// Inputs are the products' input rows (each N × the matrix's columns);
+	// several products may read one.
+	Inputs   [][]float32
+	Products []Product
+}
+
+// RoundKind says which weights a round's products use.
+type RoundKind uint8
+
+const (
+	RoundAttn       RoundKind = iota // the layer's attention part
+	RoundFFN                         // the layer's FFN part (dense, or the MoE trunk)
+	RoundExpertUp                    // routed experts: their w1 and w3 rows (expert.HalfUp)
+	RoundExpertDown                  // routed experts: their w2 rows (expert.HalfDown)
+	RoundHead                        // the output head
+	NumRoundKinds
+)
+
+// Product is one product of a Round: Out = W · In for N input rows, W a
+// layer matrix (Mat), an expert's matrix (Expert, W: 0 for w1, 1 for w2,
+// 2 for w3) or the output head.
+type Product struct {
+	Mat    MatID
+	Expert int32
+	W      uint8
+	// F64 sums in float64 (the router: tensor.MatMulF64Acc).
+	F64 bool
+	// In indexes Round.Inputs; N is its rows; Rows the whole matrix's
+	// rows (Out holds N × Rows, every rank's rows in place; only rank 0
+	// has it).
+	In, N, Rows int
+	Out         []float32
+}
+
+// Ranks is a cluster's other ranks as rank 0 sees them.
+type Ranks interface {
+	// Size returns the number of ranks, rank 0 included.
+	Size() int
+	// Round has every other rank compute its rows of every product of rd
+	// while local computes rank 0's, and places every rank's rows in the
+	// products' Out. An error (a rank failed, or did not answer in time)
+	// must name the rank; the pass then fails.
+	Round(ctx context.Context, rd *Round, local func() error) error
+}
+
+// errNoRanks reports a sharded plan loaded without the rest of its cluster.
+var errNoRanks = errors.New("model: a plan of one rank of a cluster needs Options.Ranks")
+
+// SliceRows returns the rows rank holds of product pr (RowRange of its
+// whole matrix; rank 0 keeps kv_b whole, which no round carries).
+func SliceRows(pr *Product, rank, ranks int) (lo, hi int) { return RowRange(pr.Rows, rank, ranks) }
+
+// RoundWork is what computing a round's slices reuses from round to round,
+// so that a pass allocates nothing once its buffers have grown.
+type RoundWork struct {
+	buf   []float32
+	out   [][]float32
+	ids   []int32
+	batch expert.Batch
+}
+
+// Slices computes this model's rows of every product of rd (its plan's
+// rank) and returns them, product i's N × its rows (row-major) in slice i,
+// valid until w is used again. mats is the layer part a layer round's
+// matrices come from (the caller holds it); an expert round takes this
+// rank's halves of the experts from the model's expert source, each once;
+// a head round its rows of the output head.
+func (m *Model) Slices(ctx context.Context, rd *Round, mats *LayerMats, w *RoundWork) ([][]float32, error) {
+	rank, ranks := m.Plan.Rank()
+	total := 0
+	for i := range rd.Products {
+		lo, hi := SliceRows(&rd.Products[i], rank, ranks)
+		total += rd.Products[i].N * (hi - lo)
+	}
+	if cap(w.buf) < total {
+		w.buf = make([]float32, total, total+total/4)
+	}
+	w.out = w.out[:0]
+	off := 0
+	for i := range rd.Products {
+		lo, hi := SliceRows(&rd.Products[i], rank, ranks)
+		n := rd.Products[i].N * (hi - lo)
+		w.out = append(w.out, w.buf[off:off+n:off+n])
+		off += n
+	}
+	var err error
+	switch rd.Kind {
+	case RoundAttn, RoundFFN:
+		if mats == nil {
+			return nil, fmt.Errorf("model: round of layer %d %s without its matrices", rd.Layer, rd.Kind)
+		}
+		for i := range rd.Products {
+			pr := &rd.Products[i]
+			lin := mats.Field(pr.Mat)
+			if lin == nil {
+				return nil, fmt.Errorf("model: round of layer %d: no matrix %d", rd.Layer, pr.Mat)
+			}
+			if err = m.slice(rd, pr, lin, w.out[i], rank, ranks); err != nil {
+				return nil, err
+			}
+		}
+	case RoundHead:
+		head := Linear{Dense: m.lmHead}
+		for i := range rd.Products {
+			if err = m.slice(rd, &rd.Products[i], &head, w.out[i], rank, ranks); err != nil {
+				return nil, err
+			}
+		}
+	case RoundExpertUp, RoundExpertDown:
+		err = m.expertSlices(ctx, rd, w, rank, ranks)
+	default:
+		err = fmt.Errorf("model: round of unknown kind %d", rd.Kind)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return w.out, nil
+}
+
+// slice computes one product with this rank's rows w.
+func (m *Model) slice(rd *Round, pr *Product, w *Linear, dst []float32, rank, ranks int) error {
+	if pr.In < 0 || pr.In >= len(rd.Inputs) {
+		return fmt.Errorf("model: product reads input %d of %d", pr.In, len(rd.Inputs))
+	}
+	lo, hi := SliceRows(pr, rank, ranks)
+	rows := w.Rows()
+	if rows != hi-lo {
+		return fmt.Errorf("model: a product of %d rows needs rows [%d, %d) of rank %d of %d; this rank holds %d", pr.Rows, lo, hi, rank, ranks, rows)
+	}
+	if rows == 0 || pr.N == 0 {
+		return nil
+	}
+	in := rd.Inputs[pr.In]
+	if len(in) < pr.N*w.Cols() || len(dst) < pr.N*rows {
+		return fmt.Errorf("model: product of a %dx%d matrix over %d rows: %d inputs, %d outputs", rows, w.Cols(), pr.N, len(in), len(dst))
+	}
+	if pr.F64 {
+		if w.IsMX {
+			return fmt.Errorf("model: a float64 product needs a dense matrix")
+		}
+		tensor.MatMulF64Acc(m.pool, dst, w.Dense, in, pr.N)
+		return nil
+	}
+	w.MatMul(m.pool, dst, in, pr.N)
+	return nil
+}
+
+// expertSlices computes an expert round's products from this rank's halves
+// of the experts, each fetched once from the expert source.
+func (m *Model) expertSlices(ctx context.Context, rd *Round, w *RoundWork, rank, ranks int) error {
+	half := int32(expert.HalfUp)
+	if rd.Kind == RoundExpertDown {
+		half = expert.HalfDown
+	}
+	// The products come grouped by expert (the pass adds them so); one id
+	// per group.
+	w.ids = w.ids[:0]
+	for i := range rd.Products {
+		id := 2*rd.Products[i].Expert + half
+		if n := len(w.ids); n == 0 || w.ids[n-1] != id {
+			w.ids = append(w.ids, id)
+		}
+	}
+	b := &w.batch
+	b.Layer, b.IDs, b.Uses = rd.Layer, w.ids, nil
+	if err := m.experts.Begin(ctx, b); err != nil {
+		m.experts.End(b)
+		return fmt.Errorf("experts: %w", err)
+	}
+	defer m.experts.End(b)
+	k := 0
+	for i, id := range w.ids {
+		ex, err := m.experts.Get(ctx, b, i)
+		if err != nil {
+			if errors.Is(err, expert.ErrClosed) {
+				return ErrClosed
+			}
+			return fmt.Errorf("expert %d: %w", id/2, err)
+		}
+		for ; k < len(rd.Products) && 2*rd.Products[k].Expert+half == id; k++ {
+			pr := &rd.Products[k]
+			if pr.W > 2 {
+				m.experts.Put(b, i)
+				return fmt.Errorf("model: expert matrix %d", pr.W)
+			}
+			if err := m.slice(rd, pr, &ex.W[pr.W], w.out[k], rank, ranks); err != nil {
+				m.experts.Put(b, i)
+				return err
+			}
+		}
+		m.experts.Put(b, i)
+	}
+	if k != len(rd.Products) {
+		return fmt.Errorf("model: an expert round's products are not grouped by expert")
+	}
+	return nil
+}
+
+// Place copies one rank's rows of every product (slices[i]: product i's N
+// × its rows, as Slices returns them) into the products' Out.
+func Place(rd *Round, rank, ranks int, slices [][]float32) {
+	for i := range rd.Products {
+		pr := &rd.Products[i]
+		lo, hi := SliceRows(pr, rank, ranks)
+		w := hi - lo
+		if w == 0 {
+			continue
+		}
+		s := slices[i]
+		for t := 0; t < pr.N; t++ {
+			copy(pr.Out[t*pr.Rows+lo:t*pr.Rows+hi], s[t*w:(t+1)*w])
+		}
+	}
+}
+
+func (k RoundKind) String() string {
+	switch k {
+	case RoundAttn:
+		return "attention"
+	case RoundFFN:
+		return "ffn"
+	case RoundExpertUp:
+		return "experts (gate, up)"
+	case RoundExpertDown:
+		return "experts (down)"
+	case RoundHead:
+		return "head"
+	}
+	return fmt.Sprintf("round kind %d", k)
+}
+
+// sameSlice reports whether a and b are the same slice (start and length).
+func sameSlice(a, b []float32) bool {
+	return len(a) == len(b) && (len(a) == 0 || unsafe.SliceData(a) == unsafe.SliceData(b))
+}
+
+// The pass's side of rounds. In one process a product runs at once; in a
+// cluster the pass collects a round's products and finishes the round:
+// every rank's rows, rank 0's computed here meanwhile, land in the
+// outputs.
+
+// sharded reports whether the pass's products are split over ranks.
+func (p *pass) sharded() bool { return p.m.ranks != nil }
+
+// round starts a round of kind over layer l.
+func (p *pass) round(l int, kind RoundKind) *Round {
+	rd := &p.sc.round
+	clear(rd.Inputs)
+	clear(rd.Products)
+	*rd = Round{Layer: l, Kind: kind, Inputs: rd.Inputs[:0], Products: rd.Products[:0]}
+	return rd
+}
+
+// prod adds out = w·in (n rows) to rd, or in one process computes it now.
+// out holds n rows of the whole matrix's rows.
+func (p *pass) prod(rd *Round, w *Linear, id MatID, out, in []float32, n int) {
+	if !p.sharded() {
+		w.MatMul(p.m.pool, out, in, n)
+		return
+	}
+	p.add(rd, Product{Mat: id, N: n, Rows: len(out) / max(n, 1), Out: out}, in)
+}
+
+// add appends a product reading in to rd (in cluster passes).
+func (p *pass) add(rd *Round, pr Product, in []float32) {
+	pr.In = -1
+	for i, x := range rd.Inputs {
+		if sameSlice(x, in) {
+			pr.In = i
+			break
+		}
+	}
+	if pr.In < 0 {
+		pr.In = len(rd.Inputs)
+		rd.Inputs = append(rd.Inputs, in)
+	}
+	rd.Products = append(rd.Products, pr)
+}
+
+// finish runs rd over the cluster (nothing to do in one process): rank
+// 0's rows from mats (the held part) or its expert halves, the others'
+// from their ranks.
+func (p *pass) finish(rd *Round, mats *LayerMats) error {
+	if !p.sharded() || len(rd.Products) == 0 {
+		return nil
+	}
+	m := p.m
+	local := &p.sc.local
+	*local = localRound{p: p, rd: rd, mats: mats}
+	if p.sc.localRun == nil {
+		p.sc.localRun = local.run // bound once: a method value allocates
+	}
+	err := m.ranks.Round(p.ctx, rd, p.sc.localRun)
+	*local = localRound{}
+	if err != nil {
+		return fmt.Errorf("%s round: %w", rd.Kind, err)
+	}
+	return nil
+}
+
+// localRound computes rank 0's share of a round (a struct, not a closure,
+// so that a round allocates nothing).
+type localRound struct {
+	p    *pass
+	rd   *Round
+	mats *LayerMats
+}
+
+func (l *localRound) run() error {
+	sl, err := l.p.m.Slices(l.p.ctx, l.rd, l.mats, &l.p.sc.rwork)
+	if err != nil {
+		return err
+	}
+	_, ranks := l.p.m.Plan.Rank()
+	Place(l.rd, 0, ranks, sl)
+	return nil
+}

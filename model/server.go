@@ -1,0 +1,76 @@
+package model
+
+import (
+	"context"
+	"fmt"
+)
+
+// Server computes one rank's share of the rounds rank 0 sends (a rank
+// other than 0 runs no pass of its own): it takes each round's layer part
+// from the model's layer source as the rounds reach it, in pass order,
+// holding it until a round of another part comes (the experts and the head
+// need no part), so that a streaming trunk reads ahead exactly as in a
+// pass. One Server serves one rank 0 at a time; End gives back what it
+// holds.
+type Server struct {
+	m      *Model
+	held   heldPart
+	mats   *LayerMats
+	inPass bool
+	work   RoundWork
+}
+
+// NewServer returns a Server over m, a model of a sharded plan's rank.
+func (m *Model) NewServer() *Server { return &Server{m: m} }
+
+// Round computes this rank's rows of every product of rd and returns them
+// (Slices): product i's N × its rows in slice i, valid until the next
+// call.
+func (s *Server) Round(ctx context.Context, rd *Round) ([][]float32, error) {
+	switch rd.Kind {
+	case RoundAttn, RoundFFN:
+		part := PartAttn
+		if rd.Kind == RoundFFN {
+			part = PartFFN
+		}
+		if rd.Layer < 0 || rd.Layer >= s.m.Cfg.Layers {
+			return nil, fmt.Errorf("model: round of layer %d of %d", rd.Layer, s.m.Cfg.Layers)
+		}
+		if !s.held.ok || s.held.layer != rd.Layer || s.held.part != part {
+			s.release()
+			if !s.inPass {
+				if pl, ok := s.m.layers.(PassLocker); ok {
+					pl.BeginPass()
+				}
+				s.inPass = true
+			}
+			mats, err := s.m.layers.Acquire(ctx, rd.Layer, part)
+			if err != nil {
+				return nil, fmt.Errorf("layer %d %s: %w", rd.Layer, part, err)
+			}
+			s.held, s.mats = heldPart{layer: rd.Layer, part: part, ok: true}, mats
+		}
+		return s.m.Slices(ctx, rd, s.mats, &s.work)
+	}
+	return s.m.Slices(ctx, rd, nil, &s.work)
+}
+
+// release gives back the held layer part.
+func (s *Server) release() {
+	if s.held.ok {
+		s.m.layers.Release(s.held.layer, s.held.part)
+		s.held.ok, s.mats = false, nil
+	}
+}
+
+// End gives back the held part and ends the Server's turn on the layer
+// source (rank 0 left, or failed).
+func (s *Server) End() {
+	s.release()
+	if s.inPass {
+		if pl, ok := s.m.layers.(PassLocker); ok {
+			pl.EndPass()
+		}
+		s.inPass = false
+	}
+}

@@ -1,0 +1,101 @@
+package model
+
+import (
+	"fmt"
+
+	"github.com/k3go/k3/expert"
+	"github.com/k3go/k3/iox"
+)
+
+// A cluster of ranks runs one model: rank 0 (the process that serves
+// requests) holds every sequence's state and computes everything but the
+// products of weight matrices, and every rank, rank 0 included, holds a
+// slice of the rows of every matrix (RowRange: the trunk's, the routed
+// experts', the output head's) and computes whole dot products for its
+// rows. The slices put together are the product of the whole matrix, bit
+// for bit: no sum is ever split, so the logits are the same at every rank
+// count. The one matrix rank 0 keeps whole is MLA's kv_b (its attention
+// reads it per head); the embeddings, norms and vectors are rank 0's too.
+
+// RowRange is expert.RowRange: rank's rows [lo, hi) of a matrix of rows
+// rows split over ranks ranks.
+func RowRange(rows, rank, ranks int) (lo, hi int) { return expert.RowRange(rows, rank, ranks) }
+
+// rankZeroOnly reports whether rank 0 keeps matrix id whole instead of
+// splitting it.
+func rankZeroOnly(id MatID) bool { return id == MatKVBProj }
+
+// Rank returns the plan's rank and the cluster's size (0, 1 for a plan of
+// the whole model).
+func (p *Plan) Rank() (rank, ranks int) { return p.rank, max(p.ranks, 1) }
+
+// Shard returns the plan of rank rank of a cluster of ranks ranks: every
+// split matrix of every layer part holds the rank's rows only (its image
+// is read with one request per matrix slice), rank 0 also holds kv_b
+// whole, the output head holds the rank's vocabulary rows, and the routed
+// experts are the rank's halves (expert.Index.Shard). Vectors stay
+// (rank 0 uses them); a rank other than 0 never reads the embeddings.
+func (p *Plan) Shard(rank, ranks int) (*Plan, error) {
+	if ranks < 1 || rank < 0 || rank >= ranks {
+		return nil, fmt.Errorf("model: rank %d of a cluster of %d", rank, ranks)
+	}
+	if p.ranks > 1 {
+		return nil, fmt.Errorf("model: the plan is already rank %d of %d", p.rank, p.ranks)
+	}
+	if ranks == 1 {
+		return p, nil // the whole model
+	}
+	q := *p
+	q.rank, q.ranks = rank, ranks
+	q.parts = make([]PartLayout, len(p.parts))
+	for u := range p.parts {
+		src := &p.parts[u]
+		dst := &q.parts[u]
+		dst.Layer, dst.Part = src.Layer, src.Part
+		var locs []iox.Entry
+		var ms []PartTensor
+		for _, t := range src.Tensors {
+			e, ok := p.Ckpt.Lookup(t.Name)
+			if !ok {
+				return nil, fmt.Errorf("%w: tensor %s is missing", ErrBadCheckpoint, t.Name)
+			}
+			lo, hi := RowRange(t.Rows, rank, ranks)
+			if rankZeroOnly(t.Mat) {
+				lo, hi = 0, t.Rows
+				if rank != 0 {
+					hi = 0
+				}
+			}
+			if hi == lo {
+				continue
+			}
+			ms = append(ms, PartTensor{Name: t.Name, Rows: hi - lo, Cols: t.Cols, DType: t.DType, Mat: t.Mat})
+			locs = append(locs, rowSlice(e, lo, hi))
+		}
+		exts, offs, total := planExtents(locs, 64<<10)
+		for i := range ms {
+			ms[i].Off = offs[i]
+			dst.Payload += int64(ms[i].Rows * ms[i].Cols * ms[i].DType.Size())
+		}
+		dst.Tensors, dst.Extents, dst.Bytes = ms, exts, total
+	}
+	lo, hi := RowRange(p.Cfg.Vocab, rank, ranks)
+	q.lmHead = rowSlice(p.lmHead, lo, hi)
+	x, err := p.experts.Shard(rank, ranks)
+	if err != nil {
+		return nil, err
+	}
+	q.experts = x
+	return &q, nil
+}
+
+// rowSlice is rows [lo, hi) of a row-major matrix entry.
+func rowSlice(e iox.Entry, lo, hi int) iox.Entry {
+	rows := e.Shape[0]
+	rowBytes := e.Size / int64(max(rows, 1))
+	s := e
+	s.Shape = []int{hi - lo, e.Shape[1]}
+	s.Offset += int64(lo) * rowBytes
+	s.Size = int64(hi-lo) * rowBytes
+	return s
+}

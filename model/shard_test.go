@@ -1,0 +1,122 @@
+package model_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+
+	"github.com/k3go/k3/internal/platform/par"
+	"github.com/k3go/k3/internal/testkit/oracle"
+	"github.com/k3go/k3/model"
+)
+
+// localRanks is a cluster in one process: ranks 1..N-1 are models of
+// their sharded plans, serving rank 0's rounds on goroutines.
+type localRanks struct {
+	servers []*model.Server
+	mu      sync.Mutex
+	rounds  int
+}
+
+func (l *localRanks) Size() int { return len(l.servers) + 1 }
+
+func (l *localRanks) Round(ctx context.Context, rd *model.Round, local func() error) error {
+	l.mu.Lock()
+	l.rounds++
+	l.mu.Unlock()
+	errs := make([]error, len(l.servers)+1)
+	var wg sync.WaitGroup
+	for i, s := range l.servers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sl, err := s.Round(ctx, rd)
+			if err == nil {
+				model.Place(rd, i+1, l.Size(), sl)
+			}
+			errs[i+1] = err
+		}()
+	}
+	errs[0] = local()
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// loadCluster loads oracle name as a cluster of ranks ranks in one
+// process and returns rank 0's model.
+func loadCluster(t *testing.T, name string, ranks, threads int) (*model.Model, *localRanks) {
+	t.Helper()
+	p, _ := oracle.Open(t, name)
+	read := oracle.Read(p)
+	cl := &localRanks{}
+	for r := 1; r < ranks; r++ {
+		sp, err := p.Shard(r, ranks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pool := par.New(threads)
+		t.Cleanup(pool.Close)
+		m, err := model.Load(context.Background(), sp, read, model.Options{Pool: pool})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := m.NewServer()
+		t.Cleanup(s.End)
+		cl.servers = append(cl.servers, s)
+	}
+	sp, err := p.Shard(0, ranks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := par.New(threads)
+	t.Cleanup(pool.Close)
+	opts := model.Options{Pool: pool, Ranks: cl}
+	if ranks == 1 {
+		opts.Ranks = nil
+	}
+	m, err := model.Load(context.Background(), sp, read, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, cl
+}
+
+// TestShardedExact runs both oracles as clusters of 1, 2 and 3 ranks in
+// one process: teacher-forced logits bit-identical to the whole model's,
+// in random batch compositions, and every pass really went through rounds.
+func TestShardedExact(t *testing.T) {
+	for _, name := range oracle.Names {
+		t.Run(name, func(t *testing.T) {
+			ref, exp := oracle.Load(t, name, model.Options{})
+			V := ref.Cfg.Vocab
+			want := oracle.Teacher(t, ref, exp.FullIDs)
+			rng := rand.New(rand.NewPCG(3, uint64(len(name))))
+			seqs := make([][]int, 4)
+			wants := make([][]float32, len(seqs))
+			for i := range seqs {
+				seqs[i] = make([]int, 3+rng.IntN(20))
+				for j := range seqs[i] {
+					seqs[i][j] = rng.IntN(V)
+				}
+				wants[i] = oracle.Teacher(t, ref, seqs[i])
+			}
+			for _, ranks := range []int{1, 2, 3} {
+				for _, threads := range []int{1, 2} {
+					m, cl := loadCluster(t, name, ranks, threads)
+					oracle.SameBits(t, fmt.Sprintf("%d ranks, %d threads: teacher forcing", ranks, threads), oracle.Teacher(t, m, exp.FullIDs), want, V)
+					oracle.CheckRandomBatches(t, m, rng, seqs, wants, 7, 3)
+					if ranks > 1 && cl.rounds == 0 {
+						t.Fatalf("%d ranks: no round went to the other ranks", ranks)
+					}
+				}
+			}
+		})
+	}
+}
