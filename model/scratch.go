@@ -72,14 +72,14 @@ type Scratch struct {
 	mlaJob mlaJob
 
 	// A cluster pass's rounds (round.go).
-	round    Round
-	rwork    RoundWork
+	round Round
+	rwork RoundWork
 	// A cluster pass's chunk of expert rows: their latent inputs, the up
 	// halves' results, the down halves' (moe.go, expertRounds).
 	cxg, ca1, ca3, ceo []float32
 	logits             []float32 // a tile of rows' logits (logitBuf)
-	local    localRound
-	localRun func() error
+	local              localRound
+	localRun           func() error
 }
 
 // growChunk makes the chunk buffers of a cluster pass's expert rounds hold
