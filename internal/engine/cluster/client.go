@@ -1,0 +1,380 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/k3go/k3/model"
+)
+
+// Conn is one side of a link between rank 0 and a worker: frames of a kind
+// and a payload, both ways. (*link.Conn is one.)
+type Conn interface {
+	// Send sends one frame made of parts, concatenated.
+	Send(kind uint8, parts ...[]byte) error
+	// Recv receives one frame into dst (grown as needed) and returns its
+	// kind and payload, a prefix of the buffer it used.
+	Recv(dst []byte) (kind uint8, payload []byte, err error)
+	// Peer names the other side in errors: "rank 2 (10.0.0.3:7070)".
+	Peer() string
+	Close() error
+}
+
+// Dialer connects to worker rank (1..N-1), completes the handshake, and
+// returns once the worker has loaded its rank's slice (kindReady).
+type Dialer func(ctx context.Context, rank int) (Conn, error)
+
+// ErrRankDown reports a round that could not run because a rank is not
+// connected; the error names the rank and why it went.
+var ErrRankDown = errors.New("rank not connected")
+
+// Client is rank 0's view of a cluster's other ranks (model.Ranks): each
+// round goes to every worker at once, rank 0 computes its own rows
+// meanwhile, and every worker's rows are placed as its reply comes. A
+// worker that fails, hangs past its link's timeout or closes is dropped:
+// the round fails with an error naming it, and the Client dials it again
+// in the background until it is back (Health says what is missing
+// meanwhile).
+type Client struct {
+	n     int
+	peers []*peer
+	log   *slog.Logger
+
+	hdr   []byte
+	parts [][]byte
+
+	closed    atomic.Bool
+	stop      chan struct{}
+	redialing sync.WaitGroup
+	pinging   sync.WaitGroup
+
+	rounds, sent, received atomic.Int64
+	roundNanos, waitNanos  atomic.Int64
+}
+
+// peer is one worker: its connection, and the goroutine that sends it
+// rounds and places its rows.
+type peer struct {
+	c    *Client
+	rank int
+	dial Dialer
+
+	mu   sync.Mutex
+	conn Conn
+	down error // why it is not connected (nil when it is)
+
+	jobs   chan job
+	done   chan error
+	buf    []byte
+	slices [][]float32
+}
+
+type job struct {
+	rd    *model.Round // nil: a ping
+	parts [][]byte
+	size  int64
+}
+
+// pingEvery is how often an idle worker is asked whether it is there, so
+// that a rank that went away shows in Health before a request needs it.
+const pingEvery = 2 * time.Second
+
+// NewClient connects to the workers of a cluster of len(dials)+1 ranks
+// (dials[i] reaches rank i+1) and returns once every one is connected and
+// loaded, or fails naming the first that is not.
+func NewClient(ctx context.Context, dials []Dialer, log *slog.Logger) (*Client, error) {
+	if !littleEndian() {
+		return nil, errors.New("cluster: ranks exchange floats as they lie in memory, which needs a little-endian machine")
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	c := &Client{n: len(dials) + 1, log: log, stop: make(chan struct{})}
+	for i, d := range dials {
+		p := &peer{c: c, rank: i + 1, dial: d, jobs: make(chan job), done: make(chan error, 1)}
+		c.peers = append(c.peers, p)
+	}
+	type dialed struct {
+		i    int
+		conn Conn
+		err  error
+	}
+	results := make(chan dialed, len(c.peers))
+	for i, p := range c.peers {
+		go func() {
+			conn, err := p.dial(ctx, p.rank)
+			results <- dialed{i, conn, err}
+		}()
+	}
+	var errs []error
+	for range c.peers {
+		r := <-results
+		if r.err != nil {
+			errs = append(errs, fmt.Errorf("rank %d: %w", r.i+1, r.err))
+			continue
+		}
+		c.peers[r.i].conn = r.conn
+	}
+	if len(errs) > 0 {
+		for _, p := range c.peers {
+			if p.conn != nil {
+				p.conn.Close()
+			}
+		}
+		return nil, errors.Join(errs...)
+	}
+	for _, p := range c.peers {
+		go p.serve()
+	}
+	c.pinging.Add(1)
+	go c.pinger()
+	return c, nil
+}
+
+// pinger pings every idle worker every pingEvery until the Client closes
+// (a busy one answers rounds, which is proof enough).
+func (c *Client) pinger() {
+	defer c.pinging.Done()
+	t := time.NewTicker(pingEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+		}
+		for _, p := range c.peers {
+			select {
+			case p.jobs <- job{}:
+			default: // busy with a round
+			}
+		}
+	}
+}
+
+// Size implements model.Ranks.
+func (c *Client) Size() int { return c.n }
+
+// Round implements model.Ranks: rd goes to every worker, local computes
+// rank 0's rows meanwhile, and the workers' rows are placed as they come.
+func (c *Client) Round(ctx context.Context, rd *model.Round, local func() error) error {
+	start := time.Now()
+	c.hdr = encodeRound(c.hdr, rd)
+	c.parts = append(c.parts[:0], c.hdr)
+	size := int64(len(c.hdr))
+	for _, in := range rd.Inputs {
+		b := floatBytes(in)
+		c.parts = append(c.parts, b)
+		size += int64(len(b))
+	}
+	for _, p := range c.peers {
+		p.jobs <- job{rd: rd, parts: c.parts, size: size}
+	}
+	err := local()
+	waited := time.Now()
+	for _, p := range c.peers {
+		if perr := <-p.done; perr != nil && err == nil {
+			err = perr
+		}
+	}
+	end := time.Now()
+	c.rounds.Add(1)
+	c.roundNanos.Add(int64(end.Sub(start)))
+	c.waitNanos.Add(int64(end.Sub(waited)))
+	return err
+}
+
+// serve runs p's rounds (and pings) until the Client closes.
+func (p *peer) serve() {
+	for j := range p.jobs {
+		if j.rd == nil {
+			p.ping()
+			continue
+		}
+		p.done <- p.round(j)
+	}
+}
+
+// ping checks that an idle, connected p answers.
+func (p *peer) ping() {
+	p.mu.Lock()
+	conn := p.conn
+	p.mu.Unlock()
+	if conn == nil {
+		return
+	}
+	if err := conn.Send(kindPing); err != nil {
+		p.drop(conn, fmt.Errorf("ping: %w", err))
+		return
+	}
+	p.buf = alignedGrow(p.buf)
+	kind, _, err := conn.Recv(p.buf)
+	switch {
+	case err != nil:
+		p.drop(conn, fmt.Errorf("ping: %w", err))
+	case kind != kindPong:
+		p.drop(conn, fmt.Errorf("%s: %w: a reply of kind %d to a ping", conn.Peer(), ErrMessage, kind))
+	}
+}
+
+// round sends one round to p and places its rows.
+func (p *peer) round(j job) error {
+	p.mu.Lock()
+	conn, down := p.conn, p.down
+	p.mu.Unlock()
+	if conn == nil {
+		return fmt.Errorf("%w: rank %d: %w", ErrRankDown, p.rank, down)
+	}
+	fail := func(err error) error {
+		p.drop(conn, err)
+		return err
+	}
+	if err := conn.Send(kindRound, j.parts...); err != nil {
+		return fail(fmt.Errorf("sending a round: %w", err))
+	}
+	p.c.sent.Add(j.size)
+	p.buf = alignedGrow(p.buf)
+	kind, msg, err := conn.Recv(p.buf)
+	if err != nil {
+		return fail(fmt.Errorf("waiting for its rows: %w", err))
+	}
+	if cap(msg) > cap(p.buf) {
+		p.buf = msg[:cap(msg)] // Recv grew it: keep the larger buffer
+	}
+	p.c.received.Add(int64(len(msg)))
+	switch kind {
+	case kindSlices:
+		if p.slices, err = placeReply(j.rd, p.rank, p.c.n, msg, p.slices); err != nil {
+			return fail(fmt.Errorf("%s: %w", conn.Peer(), err))
+		}
+		return nil
+	case kindError:
+		// The worker is fine; the round failed there (its disk, say).
+		return fmt.Errorf("%s: %s", conn.Peer(), string(msg))
+	}
+	return fail(fmt.Errorf("%s: %w: a reply of kind %d to a round", conn.Peer(), ErrMessage, kind))
+}
+
+// alignedGrow returns b with at least a small capacity, 4-byte aligned
+// (a fresh Go allocation of bytes is aligned to at least 8).
+func alignedGrow(b []byte) []byte {
+	if cap(b) < 4096 || uintptr(unsafe.Pointer(unsafe.SliceData(b)))%8 != 0 {
+		return make([]byte, 4096)
+	}
+	return b[:cap(b)]
+}
+
+// drop closes p's connection after err and starts dialling it again.
+func (p *peer) drop(conn Conn, err error) {
+	p.mu.Lock()
+	if p.conn != conn {
+		p.mu.Unlock()
+		return
+	}
+	p.conn, p.down = nil, err
+	p.mu.Unlock()
+	conn.Close()
+	p.c.log.Warn("k3: cluster: a rank went away; reconnecting", "rank", p.rank, "err", err)
+	if p.c.closed.Load() {
+		return
+	}
+	p.c.redialing.Add(1)
+	go p.redial()
+}
+
+// redial dials p until it is back or the Client closes.
+func (p *peer) redial() {
+	defer p.c.redialing.Done()
+	wait := 200 * time.Millisecond
+	for {
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			select {
+			case <-p.c.stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		conn, err := p.dial(ctx, p.rank)
+		cancel()
+		if err == nil {
+			p.mu.Lock()
+			p.conn, p.down = conn, nil
+			p.mu.Unlock()
+			p.c.log.Info("k3: cluster: a rank is back", "rank", p.rank, "peer", conn.Peer())
+			if p.c.closed.Load() {
+				conn.Close()
+			}
+			return
+		}
+		p.mu.Lock()
+		p.down = err
+		p.mu.Unlock()
+		select {
+		case <-p.c.stop:
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+// Health returns nil while every rank is connected, else an error naming
+// each missing rank and why.
+func (c *Client) Health() error {
+	var missing []string
+	for _, p := range c.peers {
+		p.mu.Lock()
+		if p.conn == nil {
+			missing = append(missing, fmt.Sprintf("rank %d: %v", p.rank, p.down))
+		}
+		p.mu.Unlock()
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s", ErrRankDown, strings.Join(missing, "; "))
+}
+
+// Stats are a Client's cumulative counters: rounds (gathers), the bytes
+// sent to all workers and received from them, the rounds' wall time, and
+// the part of it rank 0 waited for workers after its own rows were done.
+type Stats struct {
+	Rounds, BytesSent, BytesReceived int64
+	RoundTime, WaitTime              time.Duration
+}
+
+// Stats returns the counters since NewClient.
+func (c *Client) Stats() Stats {
+	return Stats{Rounds: c.rounds.Load(), BytesSent: c.sent.Load(), BytesReceived: c.received.Load(),
+		RoundTime: time.Duration(c.roundNanos.Load()), WaitTime: time.Duration(c.waitNanos.Load())}
+}
+
+// Close closes every connection and stops reconnecting. No round may be
+// running.
+func (c *Client) Close() error {
+	if c.closed.Swap(true) {
+		return nil
+	}
+	close(c.stop)
+	c.pinging.Wait()
+	c.redialing.Wait()
+	for _, p := range c.peers {
+		close(p.jobs)
+		p.mu.Lock()
+		if p.conn != nil {
+			p.conn.Close()
+			p.conn = nil
+		}
+		p.down = errors.New("the cluster client closed")
+		p.mu.Unlock()
+	}
+	return nil
+}

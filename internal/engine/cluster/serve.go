@@ -1,0 +1,93 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/k3go/k3/model"
+)
+
+// RoundServer computes one rank's rows of rank 0's rounds (a
+// *model.Server is one).
+type RoundServer interface {
+	Round(ctx context.Context, rd *model.Round) ([][]float32, error)
+	End()
+}
+
+// Serve answers rank 0's rounds on conn with srv, its rows of every
+// product, until conn fails, rank 0 leaves or ctx ends (it then closes
+// conn). A round that fails here (a read of this rank's weights) is
+// answered with the error, and the connection goes on; a message that
+// does not decode ends it. The caller has sent kindReady (Ready).
+func Serve(ctx context.Context, conn Conn, srv RoundServer) error {
+	defer srv.End()
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	buf := alignedGrow(nil)
+	var rd model.Round
+	var parts [][]byte
+	for {
+		kind, msg, err := conn.Recv(buf)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+		if cap(msg) > cap(buf) {
+			buf = msg[:cap(msg)]
+		}
+		switch kind {
+		case kindPing:
+			if err := conn.Send(kindPong); err != nil {
+				return err
+			}
+		case kindRound:
+			if err := decodeRound(msg, &rd); err != nil {
+				conn.Send(kindError, []byte(err.Error()))
+				return fmt.Errorf("%s: %w", conn.Peer(), err)
+			}
+			sl, err := srv.Round(ctx, &rd)
+			if err != nil {
+				if err := conn.Send(kindError, []byte(err.Error())); err != nil {
+					return err
+				}
+				continue
+			}
+			parts = parts[:0]
+			for _, s := range sl {
+				parts = append(parts, floatBytes(s))
+			}
+			if err := conn.Send(kindSlices, parts...); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("%s: %w: a message of kind %d", conn.Peer(), ErrMessage, kind)
+		}
+	}
+}
+
+// Ready tells rank 0 that this worker has loaded its rank's slice, or,
+// with a non-nil err, why it could not.
+func Ready(conn Conn, err error) error {
+	if err != nil {
+		return conn.Send(kindError, []byte(err.Error()))
+	}
+	return conn.Send(kindReady)
+}
+
+// AwaitReady waits on rank 0's side of a new connection for the worker to
+// load its slice (kindReady), or returns the error it sends.
+func AwaitReady(conn Conn) error {
+	kind, msg, err := conn.Recv(make([]byte, 256))
+	switch {
+	case err != nil:
+		return err
+	case kind == kindError:
+		return fmt.Errorf("%s: %w", conn.Peer(), errors.New(string(msg)))
+	case kind != kindReady:
+		return fmt.Errorf("%s: %w: a message of kind %d before it was ready", conn.Peer(), ErrMessage, kind)
+	}
+	return nil
+}

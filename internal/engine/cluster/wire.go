@@ -1,0 +1,206 @@
+// Package cluster runs one model over several processes (ranks), each
+// reading its rows of every weight matrix from its own disk (issue 32):
+// rank 0, the process that serves requests, holds every sequence's state
+// and computes everything but the products of weight matrices; every rank
+// computes whole dot products for its rows of each product, and the rows
+// are placed side by side on rank 0, never summed, so that the logits are
+// the same bits at every rank count (model.Plan.Shard, model.Round).
+//
+// Client is rank 0's side: a model.Ranks that sends each round to every
+// worker over its link.Conn, computes rank 0's rows meanwhile, and places
+// the workers' rows as they come. Worker is the other side: it loads its
+// rank's slice of the checkpoint when rank 0 says which rank it is, and
+// answers rounds with its rows. Messages are encoded here (a round's
+// products and inputs, a worker's rows, an error); link carries them as
+// checked frames.
+package cluster
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"unsafe"
+
+	"github.com/k3go/k3/model"
+)
+
+// Message kinds on a rank-0-to-worker connection.
+const (
+	kindRound  uint8 = 1 + iota // rank 0 → worker: a round's products and inputs
+	kindSlices                  // worker → rank 0: its rows of every product
+	kindError                   // worker → rank 0: the round failed there (text)
+	kindReady                   // worker → rank 0: its rank's slice is loaded
+	kindPing                    // rank 0 → worker: are you there (health)
+	kindPong                    // worker → rank 0
+)
+
+// ErrMessage reports a message that does not decode: a frame whose bytes
+// are well formed but whose contents are not a valid round or reply.
+var ErrMessage = errors.New("malformed cluster message")
+
+// Limits a decoded round must keep: a hostile or corrupt message is an
+// error, never an allocation of what it claims.
+const (
+	maxOutputRatio = 64
+	maxInputs      = 1 << 16
+	maxProducts    = 1 << 16
+	maxRows        = 1 << 26 // rows of one matrix (the head's vocabulary is 163,840)
+)
+
+// round header: layer int32, kind u8, 3 pad, inputs u32, products u32;
+// then per input its length in floats (u32); then per product: mat u8, w
+// u8, f64 u8, pad u8, expert i32, in u32, n u32, rows u32; then the
+// inputs' floats, little-endian. Every part is a multiple of 4 bytes, so
+// the floats of a message received into an aligned buffer are aligned.
+const (
+	roundHeader = 16
+	productSize = 20
+)
+
+// encodeRound writes rd's header and tables into hdr (reused) and returns
+// it; the inputs follow as their own parts of the frame, sent as they lie
+// in memory (floatBytes).
+func encodeRound(hdr []byte, rd *model.Round) []byte {
+	hdr = hdr[:0]
+	hdr = binary.LittleEndian.AppendUint32(hdr, uint32(int32(rd.Layer)))
+	hdr = append(hdr, byte(rd.Kind), 0, 0, 0)
+	hdr = binary.LittleEndian.AppendUint32(hdr, uint32(len(rd.Inputs)))
+	hdr = binary.LittleEndian.AppendUint32(hdr, uint32(len(rd.Products)))
+	for _, in := range rd.Inputs {
+		hdr = binary.LittleEndian.AppendUint32(hdr, uint32(len(in)))
+	}
+	for i := range rd.Products {
+		pr := &rd.Products[i]
+		f64 := byte(0)
+		if pr.F64 {
+			f64 = 1
+		}
+		hdr = append(hdr, byte(pr.Mat), pr.W, f64, 0)
+		hdr = binary.LittleEndian.AppendUint32(hdr, uint32(pr.Expert))
+		hdr = binary.LittleEndian.AppendUint32(hdr, uint32(pr.In))
+		hdr = binary.LittleEndian.AppendUint32(hdr, uint32(pr.N))
+		hdr = binary.LittleEndian.AppendUint32(hdr, uint32(pr.Rows))
+	}
+	return hdr
+}
+
+// floatBytes views floats as their bytes (little-endian machines only:
+// the cluster refuses to start elsewhere, see littleEndian).
+func floatBytes(f []float32) []byte {
+	if len(f) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(f))), 4*len(f))
+}
+
+// bytesFloats views b (4-byte aligned, a multiple of 4 long) as floats.
+func bytesFloats(b []byte) []float32 {
+	if len(b) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/4)
+}
+
+// littleEndian reports whether the machine stores floats as the wire
+// does; the encoding sends them as they lie in memory.
+func littleEndian() bool {
+	x := uint32(1)
+	return *(*byte)(unsafe.Pointer(&x)) == 1
+}
+
+// decodeRound decodes a round message into rd, reusing its slices; the
+// inputs alias msg, which must be 4-byte aligned and stay unchanged while
+// rd is used. Every count and size is checked against the message's own
+// length and the products against the inputs, so that computing the
+// round allocates at most a bounded multiple of the message.
+func decodeRound(msg []byte, rd *model.Round) error {
+	if len(msg) < roundHeader {
+		return fmt.Errorf("%w: a round of %d bytes", ErrMessage, len(msg))
+	}
+	if uintptr(unsafe.Pointer(unsafe.SliceData(msg)))%4 != 0 {
+		return fmt.Errorf("%w: a round at an unaligned address", ErrMessage)
+	}
+	le := binary.LittleEndian
+	layer := int(int32(le.Uint32(msg)))
+	kind := model.RoundKind(msg[4])
+	nIn, nPr := le.Uint32(msg[8:]), le.Uint32(msg[12:])
+	if kind >= model.NumRoundKinds || msg[5]|msg[6]|msg[7] != 0 {
+		return fmt.Errorf("%w: round kind %d (header %x)", ErrMessage, kind, msg[4:8])
+	}
+	if nIn > maxInputs || nPr > maxProducts {
+		return fmt.Errorf("%w: %d inputs, %d products", ErrMessage, nIn, nPr)
+	}
+	tables := roundHeader + 4*int(nIn) + productSize*int(nPr)
+	if len(msg) < tables {
+		return fmt.Errorf("%w: a round of %d bytes cannot hold its %d inputs' and %d products' tables", ErrMessage, len(msg), nIn, nPr)
+	}
+	rd.Layer, rd.Kind = layer, kind
+	rd.Inputs, rd.Products = rd.Inputs[:0], rd.Products[:0]
+	off := tables
+	for i := 0; i < int(nIn); i++ {
+		n := int(le.Uint32(msg[roundHeader+4*i:]))
+		if n > (len(msg)-off)/4 {
+			return fmt.Errorf("%w: input %d of %d floats overruns the message", ErrMessage, i, n)
+		}
+		rd.Inputs = append(rd.Inputs, bytesFloats(msg[off:off+4*n]))
+		off += 4 * n
+	}
+	if off != len(msg) {
+		return fmt.Errorf("%w: %d bytes after the inputs", ErrMessage, len(msg)-off)
+	}
+	p := roundHeader + 4*int(nIn)
+	var out int64
+	for i := 0; i < int(nPr); i++ {
+		b := msg[p+productSize*i:]
+		pr := model.Product{Mat: model.MatID(b[0]), W: b[1], F64: b[2] == 1, Expert: int32(le.Uint32(b[4:])),
+			In: int(le.Uint32(b[8:])), N: int(le.Uint32(b[12:])), Rows: int(le.Uint32(b[16:]))}
+		if b[2] > 1 || b[3] != 0 || pr.In < 0 || pr.In >= len(rd.Inputs) || pr.Rows <= 0 || pr.Rows > maxRows || pr.Expert < 0 {
+			return fmt.Errorf("%w: product %d (matrix %d, expert %d, input %d, %d rows)", ErrMessage, i, pr.Mat, pr.Expert, pr.In, pr.Rows)
+		}
+		// Every input row has at least one column.
+		if pr.N <= 0 || pr.N > len(rd.Inputs[pr.In]) {
+			return fmt.Errorf("%w: product %d over %d rows of an input of %d floats", ErrMessage, i, pr.N, len(rd.Inputs[pr.In]))
+		}
+		out += int64(pr.N) * int64(pr.Rows)
+		rd.Products = append(rd.Products, pr)
+	}
+	// A worker's rows of the products are bounded by a multiple of what
+	// the message carried (the head has the most output per input: 163,840
+	// vocabulary rows per 7,168 hidden floats, split over at least two
+	// ranks), or refused.
+	if out > maxOutputRatio*int64(len(msg)/4)+1<<20 || out > math.MaxInt32 {
+		return fmt.Errorf("%w: the products' outputs would hold %d floats for a message of %d bytes", ErrMessage, out, len(msg))
+	}
+	return nil
+}
+
+// sliceFloats returns how many floats rank's rows of every product of rd
+// take.
+func sliceFloats(rd *model.Round, rank, ranks int) int {
+	n := 0
+	for i := range rd.Products {
+		lo, hi := model.SliceRows(&rd.Products[i], rank, ranks)
+		n += rd.Products[i].N * (hi - lo)
+	}
+	return n
+}
+
+// placeReply checks a worker's reply against the rows rank must have sent
+// and places them in rd's outputs. slices is reused.
+func placeReply(rd *model.Round, rank, ranks int, msg []byte, slices [][]float32) ([][]float32, error) {
+	if want := sliceFloats(rd, rank, ranks); len(msg) != 4*want {
+		return slices, fmt.Errorf("%w: a reply of %d bytes, want %d floats of rows", ErrMessage, len(msg), want)
+	}
+	all := bytesFloats(msg)
+	slices = slices[:0]
+	off := 0
+	for i := range rd.Products {
+		lo, hi := model.SliceRows(&rd.Products[i], rank, ranks)
+		n := rd.Products[i].N * (hi - lo)
+		slices = append(slices, all[off:off+n])
+		off += n
+	}
+	model.Place(rd, rank, ranks, slices)
+	return slices, nil
+}
