@@ -7,8 +7,8 @@ import (
 	"io"
 	"strings"
 	"sync"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/k3go/k3/internal/platform/par"
 	"github.com/k3go/k3/internal/testkit/fixtures"
