@@ -2,13 +2,17 @@ package server
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/k3go/k3/chat"
 )
@@ -404,6 +408,70 @@ func TestOllamaBadInput(t *testing.T) {
 		}
 		if goTypeName.Match(b) {
 			t.Errorf("%s: the error names a Go type: %s", name, b)
+		}
+	}
+}
+
+// TestOllamaLimits: the Ollama endpoints share the server's limits: beyond
+// the queue a 429 in Ollama's shape with Retry-After; a streamed
+// /api/chat or /api/generate whose client goes away stops generating and
+// counts as cancelled.
+func TestOllamaLimits(t *testing.T) {
+	gate := make(chan struct{})
+	var once sync.Once
+	s, ts, _ := newScripted(t, Options{Sessions: 1, Queue: -1}, nil)
+	s.afterToken = func() { <-gate }
+	defer once.Do(func() { close(gate) })
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		resp, err := http.Post(ts.URL+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"Wait","max_tokens":2,"ignore_eos":true}`))
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}()
+	for s.Active() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	resp, b := post(t, ts, "/api/chat", `{"model":"k3-test","messages":[{"role":"user","content":"hi"}]}`)
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" || !strings.HasPrefix(string(b), `{"error":"the server is busy`) {
+		t.Errorf("queue full: %d %s", resp.StatusCode, b)
+	}
+	once.Do(func() { close(gate) })
+	<-done
+
+	var tokens atomic.Int64
+	s.afterToken = func() { tokens.Add(1); time.Sleep(2 * time.Millisecond) }
+	for path, body := range map[string]string{
+		"/api/chat":     `{"model":"k3-test","messages":[{"role":"user","content":"Tell me everything"}],"options":{"num_predict":3000,"temperature":0}}`,
+		"/api/generate": `{"model":"k3-test","prompt":"Tell me everything","raw":true,"options":{"num_predict":3000,"temperature":0}}`,
+	} {
+		tokens.Store(0)
+		before := s.Cancelled()
+		ctx, cancel := context.WithCancel(context.Background())
+		req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+path, strings.NewReader(body))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		br := bufio.NewReader(resp.Body)
+		for range 3 { // three lines: the generation is under way
+			if _, err := br.ReadString('\n'); err != nil {
+				t.Fatalf("%s: %v", path, err)
+			}
+		}
+		cancel()
+		resp.Body.Close()
+		deadline := time.Now().Add(10 * time.Second)
+		for s.Active() != 0 || s.Cancelled() != before+1 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: after the client left: %d active, %d cancelled (want 0, %d)", path, s.Active(), s.Cancelled(), before+1)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if n := tokens.Load(); n >= 3000 {
+			t.Errorf("%s: the generation ran to the end (%d tokens)", path, n)
 		}
 	}
 }
