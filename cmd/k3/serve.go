@@ -25,10 +25,12 @@ const serveUsage = `--model DIR [--budget SIZE | --preset NAME] [--addr 127.0.0.
 Serves the model with the OpenAI API (GET /v1/models, /v1/models/{id};
 POST /v1/completions, /v1/chat/completions, /v1/responses, with and without
 streaming; GET and DELETE /v1/responses/{id}), Anthropic's Messages API
-(POST /v1/messages, /v1/messages/count_tokens), GET /health (503 while
-loading or draining), GET /metrics (Prometheus), and POST /tokenize,
-/detokenize (llama-server's shapes). Codex CLI and Claude Code work against
-it: see docs/AGENTS.md. Concurrent requests
+(POST /v1/messages, /v1/messages/count_tokens), Ollama's API (GET /,
+/api/version, /api/tags, /api/ps; POST /api/show, /api/chat, /api/generate,
+streamed as NDJSON by default), GET /health (503 while loading or
+draining), GET /metrics (Prometheus), and POST /tokenize, /detokenize
+(llama-server's shapes). Codex CLI, Claude Code and Ollama's clients work
+against it: see docs/AGENTS.md. Concurrent requests
 share passes over the weights. Beyond --sessions running sequences and
 --queue waiting requests, a request gets 429 with Retry-After.
 
