@@ -74,7 +74,7 @@ func runServe(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs.DurationVar(&o.request, "request-timeout", 10*time.Minute, "most time one request may take, queueing included")
 	fs.DurationVar(&o.body, "body-timeout", 30*time.Second, "most time to read a request body once its turn comes")
 	fs.StringVar(&o.maxBody, "max-body", "8MiB", "largest request body, e.g. 8MiB")
-	fs.BoolVar(&o.logBodies, "log-bodies", false, "log the body of every /v1/responses and /v1/messages request (to see what a client sends)")
+	fs.BoolVar(&o.logBodies, "log-bodies", false, "log the body of every /v1/responses, /v1/messages and Ollama /api/ request (to see what a client sends)")
 	fs.IntVar(&o.stored, "stored-responses", 256, "responses /v1/responses keeps for previous_response_id and GET (the least recently used go first; 0 = none)")
 	if err := cli.Parse(fs, args); err != nil {
 		return err

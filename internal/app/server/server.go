@@ -92,8 +92,8 @@ type Options struct {
 	// Logger gets one access-log line per request (Info) and server
 	// events; nil discards them.
 	Logger *slog.Logger
-	// LogBodies logs the body of every /v1/responses and /v1/messages
-	// request (Info), to see what a client really sends.
+	// LogBodies logs the body of every /v1/responses, /v1/messages and
+	// Ollama /api/ request (Info), to see what a client really sends.
 	LogBodies bool
 	// StoredResponses is the most responses /v1/responses keeps for
 	// previous_response_id and GET (the oldest go first); 0 means 256,
