@@ -325,7 +325,7 @@ func TestOllamaEndpoints(t *testing.T) {
 	m := scrape(t, ts)
 	for _, want := range []string{`k3_requests_total{endpoint="/api/chat",status="200"} 1`, `k3_requests_total{endpoint="/api/generate",status="200"} 1`,
 		`k3_requests_total{endpoint="/api/generate",status="400"} 1`, `k3_requests_total{endpoint="/api/tags",status="200"} 2`,
-		`k3_requests_total{endpoint="/api/show",status="404"} 1`} {
+		`k3_requests_total{endpoint="/api/show",status="404"} 1`, `k3_requests_total{endpoint="/",status="200"} 2`} {
 		if !strings.Contains(m, want) {
 			t.Errorf("metrics lack %s", want)
 		}

@@ -363,7 +363,7 @@ func (s *Server) wrap(mux *http.ServeMux) http.Handler {
 		// endpoint label stays one of a few routes, whatever URLs come.
 		endpoint := "other"
 		if _, path, ok := strings.Cut(r.Pattern, " "); ok && path != "/" {
-			endpoint = path
+			endpoint = strings.TrimSuffix(path, "{$}") // "GET /{$}" is the root alone
 		}
 		d := time.Since(start)
 		s.met.request(endpoint, rec.status, d)
