@@ -45,7 +45,7 @@ func init() {
 		{"synth", "write a synthetic checkpoint (tiny, medium, quickstart or custom)", runSynth},
 		{"bench", "measure prefill and decode speed against the roofline, or batches of sessions (--batch)", bench.Run},
 		{"plan", "project bytes and s/token per budget and batch size, and the prefill of long prompts cold and cached, from the memory planner (reads no weights)", plan.Run},
-		{"serve", "serve the model with the OpenAI API, /health, /metrics, /tokenize (llama-server and ollama style)", runServe},
+		{"serve", "serve the model over HTTP: the OpenAI, Anthropic Messages and Ollama APIs, /health, /metrics, /tokenize", runServe},
 		{"bench-serve", "measure the server end to end: aggregate tokens/s of concurrent streaming clients on loopback", bench.RunServe},
 		{"doctor", "check this machine: CPU, kernels, RAM, disk bandwidth, advice for a checkpoint", runDoctor},
 	}

@@ -25,10 +25,12 @@ const serveUsage = `--model DIR [--budget SIZE | --preset NAME] [--addr 127.0.0.
 Serves the model with the OpenAI API (GET /v1/models, /v1/models/{id};
 POST /v1/completions, /v1/chat/completions, /v1/responses, with and without
 streaming; GET and DELETE /v1/responses/{id}), Anthropic's Messages API
-(POST /v1/messages, /v1/messages/count_tokens), GET /health (503 while
-loading or draining), GET /metrics (Prometheus), and POST /tokenize,
-/detokenize (llama-server's shapes). Codex CLI and Claude Code work against
-it: see docs/AGENTS.md. Concurrent requests
+(POST /v1/messages, /v1/messages/count_tokens), Ollama's API (GET /,
+/api/version, /api/tags, /api/ps; POST /api/show, /api/chat, /api/generate,
+streamed as NDJSON by default), GET /health (503 while loading or
+draining), GET /metrics (Prometheus), and POST /tokenize, /detokenize
+(llama-server's shapes). Codex CLI, Claude Code and Ollama's clients work
+against it: see docs/AGENTS.md. Concurrent requests
 share passes over the weights. Beyond --sessions running sequences and
 --queue waiting requests, a request gets 429 with Retry-After.
 
@@ -72,7 +74,7 @@ func runServe(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs.DurationVar(&o.request, "request-timeout", 10*time.Minute, "most time one request may take, queueing included")
 	fs.DurationVar(&o.body, "body-timeout", 30*time.Second, "most time to read a request body once its turn comes")
 	fs.StringVar(&o.maxBody, "max-body", "8MiB", "largest request body, e.g. 8MiB")
-	fs.BoolVar(&o.logBodies, "log-bodies", false, "log the body of every /v1/responses and /v1/messages request (to see what a client sends)")
+	fs.BoolVar(&o.logBodies, "log-bodies", false, "log the body of every /v1/responses, /v1/messages and Ollama /api/ request (to see what a client sends)")
 	fs.IntVar(&o.stored, "stored-responses", 256, "responses /v1/responses keeps for previous_response_id and GET (the least recently used go first; 0 = none)")
 	if err := cli.Parse(fs, args); err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 
 	"github.com/k3go/k3"
 	"github.com/k3go/k3/internal/app/server/internal/anthropic"
+	"github.com/k3go/k3/internal/app/server/internal/ollama"
 	"github.com/k3go/k3/internal/app/server/internal/wire"
 )
 
@@ -17,13 +18,18 @@ type dialect uint8
 const (
 	dialectOpenAI    dialect = iota // {"error": {"message", "type", "param", "code"}}
 	dialectAnthropic                // {"type": "error", "error": {"type", "message"}}
+	dialectOllama                   // {"error": "message"}
 )
 
 // dialectOf returns the dialect of a request path: Anthropic's for
-// /v1/messages and below, OpenAI's for everything else.
+// /v1/messages and below, Ollama's for /api/ and below, OpenAI's for
+// everything else.
 func dialectOf(path string) dialect {
-	if path == "/v1/messages" || strings.HasPrefix(path, "/v1/messages/") {
+	switch {
+	case path == "/v1/messages" || strings.HasPrefix(path, "/v1/messages/"):
 		return dialectAnthropic
+	case path == "/api" || strings.HasPrefix(path, "/api/"):
+		return dialectOllama
 	}
 	return dialectOpenAI
 }
@@ -45,9 +51,15 @@ func writeAPIError(w http.ResponseWriter, e *wire.APIError) {
 	if e.RetryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfter))
 	}
-	if d, ok := w.(dialected); ok && d.dialect() == dialectAnthropic {
-		wire.WriteJSON(w, e.Status, anthropic.ErrorBody(e))
-		return
+	if d, ok := w.(dialected); ok {
+		switch d.dialect() {
+		case dialectAnthropic:
+			wire.WriteJSON(w, e.Status, anthropic.ErrorBody(e))
+			return
+		case dialectOllama:
+			wire.WriteJSON(w, e.Status, ollama.ErrorBody(e))
+			return
+		}
 	}
 	wire.WriteJSON(w, e.Status, map[string]any{"error": e})
 }

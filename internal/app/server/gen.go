@@ -156,6 +156,9 @@ type genInput struct {
 	// cache matches prompts by their tokens and needs no key; the access
 	// log carries it, for routing (docs/SCALING.md).
 	cacheKey string
+	// onStart, if set, is called once the sequences have their places,
+	// before the prompt is fed.
+	onStart func()
 }
 
 type usage struct {
@@ -191,6 +194,9 @@ func (s *Server) generate(ctx context.Context, in genInput, emit func(i int, t k
 		return nil, err
 	}
 	defer s.lim.release(n)
+	if in.onStart != nil {
+		in.onStart()
+	}
 	s.active.Add(1)
 	defer s.active.Add(-1)
 	s.met.running.Add(float64(n))

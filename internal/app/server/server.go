@@ -16,7 +16,10 @@
 // /v1/responses/{id}) and POST /v1/messages and /v1/messages/count_tokens
 // (Anthropic Messages), translated onto the chat completions path
 // (turn.go) by the internal packages responses and anthropic, whose
-// handlers here (responses.go, messages.go) run the turn; GET /health
+// handlers here (responses.go, messages.go) run the turn; Ollama's API
+// (GET / and /api/version, /api/tags, /api/ps; POST /api/show,
+// /api/chat and /api/generate, streamed as NDJSON), translated the same
+// way by the internal package ollama (ollama.go); GET /health
 // (200 when ready, 503 while draining; Loading answers 503 before the
 // model is loaded); GET /metrics (Prometheus text format); POST /tokenize
 // and /detokenize (llama-server's shapes).
@@ -89,8 +92,8 @@ type Options struct {
 	// Logger gets one access-log line per request (Info) and server
 	// events; nil discards them.
 	Logger *slog.Logger
-	// LogBodies logs the body of every /v1/responses and /v1/messages
-	// request (Info), to see what a client really sends.
+	// LogBodies logs the body of every /v1/responses, /v1/messages and
+	// Ollama /api/ request (Info), to see what a client really sends.
 	LogBodies bool
 	// StoredResponses is the most responses /v1/responses keeps for
 	// previous_response_id and GET (the oldest go first); 0 means 256,
@@ -264,6 +267,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /v1/messages/count_tokens", s.countTokens)
 	mux.HandleFunc("POST /tokenize", s.tokenize)
 	mux.HandleFunc("POST /detokenize", s.detokenize)
+	s.ollamaRoutes(mux) // ollama.go
 	for p, allow := range map[string]string{"/health": "GET, HEAD", "/metrics": "GET, HEAD", "/v1/models": "GET, HEAD", "/v1/models/": "GET, HEAD",
 		"/v1/completions": "POST", "/v1/chat/completions": "POST", "/tokenize": "POST", "/detokenize": "POST",
 		"/v1/responses": "POST", "/v1/responses/": "GET, DELETE", "/v1/messages": "POST", "/v1/messages/count_tokens": "POST"} {
@@ -359,7 +363,7 @@ func (s *Server) wrap(mux *http.ServeMux) http.Handler {
 		// endpoint label stays one of a few routes, whatever URLs come.
 		endpoint := "other"
 		if _, path, ok := strings.Cut(r.Pattern, " "); ok && path != "/" {
-			endpoint = path
+			endpoint = strings.TrimSuffix(path, "{$}") // "GET /{$}" is the root alone
 		}
 		d := time.Since(start)
 		s.met.request(endpoint, rec.status, d)

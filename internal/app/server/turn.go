@@ -26,6 +26,9 @@ type prepared struct {
 	// clamped reports that the context, not the request, bounds the reply
 	// (ClampMax lowered MaxTokens).
 	clamped bool
+	// onStart, if set, is called when the generation has its places and
+	// starts (Ollama's timings count the wait before it as loading).
+	onStart func()
 }
 
 // errEnough, returned by a generation's emit, ends that sequence as a
@@ -142,7 +145,7 @@ func (s *Server) runTurn(ctx context.Context, p *prepared, onToken func(i int, t
 		}
 		return nil
 	}
-	res, err := s.generate(ctx, genInput{prompt: p.prompt, n: p.n, opts: p.opts, grammar: p.grammar, cacheKey: p.t.CacheKey}, func(i int, t k3.Token) error {
+	res, err := s.generate(ctx, genInput{prompt: p.prompt, n: p.n, opts: p.opts, grammar: p.grammar, cacheKey: p.t.CacheKey, onStart: p.onStart}, func(i int, t k3.Token) error {
 		if onToken != nil {
 			onToken(i, t)
 		}
