@@ -117,3 +117,43 @@ func nextPow2(n int) int {
 	}
 	return c
 }
+
+// expertChunk is the most (row, expert) pairs one chunk of a cluster
+// pass's expert rounds holds for a pass of rows rows (expertRounds).
+func expertChunk(c *Config, rows int) int {
+	users := max(rows, 1) * c.TopK
+	return min(users, max(expertChunkUsers, 2*((users+c.Experts-1)/max(c.Experts, 1))))
+}
+
+// roundFloats is the most floats one round of a cluster pass carries, its
+// inputs and its outputs together, for passes of rows rows in tiles of
+// tile: a tile's widest layer products, a chunk of expert rows, a tile's
+// logits.
+func roundFloats(c *Config, rows, tile int) int64 {
+	T := int64(min(tile, max(rows, 1)))
+	wide := int64(max(c.DenseIntermediate, c.SharedExperts*c.MoEIntermediate, c.KDAWidth(), c.MLAHeads*c.MLAHeadDim()))
+	layer := T * (int64(c.Hidden) + 6*wide + int64(c.Experts))
+	u := int64(expertChunk(c, rows))
+	experts := u * (int64(c.LatentDim) + 2*int64(c.MoEIntermediate))
+	head := T * (int64(c.Hidden) + int64(c.Vocab))
+	return max(layer, experts, head)
+}
+
+// ClusterScratchBytes returns what rank 0 of a cluster holds beside its
+// Scratch for passes of rows rows in tiles of tile: the chunk of expert
+// rows (their latent inputs, the up halves' and down halves' results), a
+// tile of logits, and the buffers the workers' replies arrive in (at most
+// one round's outputs in all).
+func ClusterScratchBytes(c *Config, rows, tile int) int64 {
+	u := int64(expertChunk(c, rows))
+	chunk := u * 2 * (int64(c.LatentDim) + int64(c.MoEIntermediate))
+	logits := int64(min(tile, max(rows, 1))) * int64(c.Vocab)
+	return 4 * (chunk + logits + roundFloats(c, rows, tile))
+}
+
+// WorkerBufferBytes returns what a rank other than 0 holds to serve rounds
+// of passes of up to rows rows in tiles of tile: the largest round as
+// received, and its rows of the products.
+func WorkerBufferBytes(c *Config, rows, tile int) int64 {
+	return 2 * 4 * roundFloats(c, rows, tile)
+}

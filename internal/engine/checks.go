@@ -121,6 +121,7 @@ func budgetRequest(dir string, opts Options) planner.Request {
 		Threads: threads, IOQueueDepth: opts.IOQueueDepth,
 		Executable: rss.ExecutableBytes(),
 		Tokenizer:  tokenizerBytes(dir, opts.TokenizerDir),
+		Ranks:      len(opts.Cluster.Peers) + 1,
 	}
 	if o := opts.Prefix; o != nil {
 		req.PrefixRAM, req.PrefixRAMAuto = max(o.RAMBytes, 0), o.RAMBytes == 0

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/k3go/k3/expert"
+	"github.com/k3go/k3/internal/engine/cluster"
 	"github.com/k3go/k3/internal/engine/planner"
 	"github.com/k3go/k3/internal/engine/trunk"
 	"github.com/k3go/k3/internal/platform/par"
@@ -63,6 +64,8 @@ type Options struct {
 	MachineMemory func() int64
 	// Prefix turns the prefix cache on (nil: off).
 	Prefix *PrefixOptions
+	// Cluster makes this engine rank 0 of a cluster (Cluster.Peers).
+	Cluster ClusterOptions
 }
 
 // DefaultMaxContext is the context a session holds when Options.MaxContext
@@ -74,21 +77,22 @@ const DefaultMaxContext = 4096
 // plan, the weight sources and the model, the batcher, and the places the
 // budget reserves for sequences' state.
 type Engine struct {
-	ck     *iox.Checkpoint
-	files  []*iox.File
-	srcs   []iox.Source  // what reads go to: the files, or test wrappers
-	paths  []string      // of files, for detecting replacement
-	stats  []os.FileInfo // of files at open
-	reader *iox.Reader
-	pool   *par.Pool
-	m      *model.Model
-	mem    *planner.MemoryPlan // the resting plan (res.Plans[0])
-	trunk  *trunk.Trunk
-	xs     *expert.Stream // nil when every expert is resident
-	prefix *prefixCache   // nil when the prefix cache is off
-	opts   Options
-	log    *slog.Logger
-	tok    *tokenizer.Tokenizer
+	ck      *iox.Checkpoint
+	files   []*iox.File
+	srcs    []iox.Source  // what reads go to: the files, or test wrappers
+	paths   []string      // of files, for detecting replacement
+	stats   []os.FileInfo // of files at open
+	reader  *iox.Reader
+	pool    *par.Pool
+	m       *model.Model
+	mem     *planner.MemoryPlan // the resting plan (res.Plans[0])
+	trunk   *trunk.Trunk
+	xs      *expert.Stream  // nil when every expert is resident
+	prefix  *prefixCache    // nil when the prefix cache is off
+	cluster *cluster.Client // nil in one process
+	opts    Options
+	log     *slog.Logger
+	tok     *tokenizer.Tokenizer
 
 	mu   sync.Mutex
 	bufs []*iox.Buffer
@@ -188,6 +192,17 @@ func Open(ctx context.Context, dir string, cfg *model.Config, opts Options) (_ *
 	if _, err := plan.Ckpt.Fingerprint(); err != nil {
 		return nil, fmt.Errorf("k3: %w", err)
 	}
+	if len(opts.Cluster.Peers) > 0 {
+		if err := checkClusterOptions(opts); err != nil {
+			return nil, err
+		}
+		if e.cluster, err = e.connect(ctx, plan); err != nil {
+			return nil, fmt.Errorf("k3: cluster: %w", err)
+		}
+		if plan, err = plan.Shard(0, e.cluster.Size()); err != nil {
+			return nil, fmt.Errorf("k3: %w", err)
+		}
+	}
 	if e.reader, err = iox.NewReader(iox.ReaderOptions{QueueDepth: opts.IOQueueDepth}); err != nil {
 		return nil, fmt.Errorf("k3: %w", err)
 	}
@@ -245,6 +260,9 @@ func (e *Engine) load(ctx context.Context, lay *trunk.Layout) error {
 	}
 	plan := lay.Plan()
 	mo := model.Options{Chunk: e.mem.Rows, Pool: e.pool, Alloc: e.alloc, Layers: e.trunk}
+	if e.cluster != nil {
+		mo.Ranks = e.cluster
+	}
 	if e.opts.RAMBudget > 0 {
 		mo.EmbedPerToken = !e.mem.EmbedResident
 		slots := e.mem.CacheSlots
@@ -448,6 +466,9 @@ func (e *Engine) release() error {
 	}
 	if e.m != nil {
 		e.m.Close()
+	}
+	if e.cluster != nil {
+		errs = append(errs, e.cluster.Close())
 	}
 	if e.trunk != nil {
 		e.trunk.Close()

@@ -67,6 +67,15 @@ type Request struct {
 	PrefixRAM     int64
 	PrefixRAMAuto bool
 
+	// Ranks is the size of the cluster this process is a rank of (0 or
+	// 1: one process), Worker whether it is a rank other than 0: the
+	// weights are then its slice (model.Plan.Shard), rank 0 holds a
+	// cluster pass's buffers besides its scratch, and another rank holds
+	// no sequence's state, no scratch and no embeddings, only the
+	// buffers of the rounds it serves.
+	Ranks  int
+	Worker bool
+
 	// keepEmbed plans the embeddings resident from the start (a wider
 	// plan of a Residency whose resting plan keeps them so).
 	keepEmbed bool
@@ -371,9 +380,21 @@ func planRows(w *Weights, req Request, rows int, auto bool) (*MemoryPlan, error)
 	// between them without touching it).
 	mp.Scratch = model.ScratchHeapBytes(c, min(model.DefaultTile, req.rowLimit()), req.MaxContext)
 	mp.ScratchArena = model.ScratchArenaBytes(c, mp.Rows, mp.Tile)
+	switch {
+	case req.Worker:
+		// Rounds of rank 0's passes, of its widest rows.
+		mp.State, mp.KV, mp.Embed = 0, 0, 0
+		mp.ScratchArena = 0
+		mp.Scratch = model.WorkerBufferBytes(c, MaxAutoRowsResident*4, model.DefaultTile)
+	case req.Ranks > 1:
+		mp.Scratch += model.ClusterScratchBytes(c, mp.Rows, mp.Tile)
+	}
 	mp.Index = int64(w.Sizes.Tensors) * perTensorOverhead
 	mp.Tokenizer = req.Tokenizer
 	mp.SessionVocab = s * perSessionVocabBytes * int64(c.Vocab)
+	if req.Worker {
+		mp.SessionVocab = 0
+	}
 	mp.Executable = req.Executable
 	// The lm_head is read into a heap buffer with room for the direct
 	// read's alignment on both sides.
