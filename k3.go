@@ -85,6 +85,11 @@ type Options struct {
 	// earlier prompt saved, and prefills only the rest; see
 	// PrefixCacheOptions. Nil: off (k3 serve and k3 batch turn it on).
 	PrefixCache *PrefixCacheOptions
+	// Cluster makes this process rank 0 of a cluster: one model over it
+	// and the workers at Cluster.Peers (k3 worker, Worker), each holding
+	// and reading its rows of every weight matrix. Nil: this process
+	// alone. See ClusterOptions.
+	Cluster *ClusterOptions
 
 	// wrapSource, set by tests only, wraps every file the engine reads
 	// (to inject I/O faults).
@@ -101,7 +106,7 @@ func (opts Options) engineOptions(tok *tokenizer.Tokenizer) engine.Options {
 		Sessions: opts.Sessions, MaxBatch: opts.MaxBatch, Speculate: opts.Speculate, IOQueueDepth: opts.IOQueueDepth,
 		TokenizerDir: opts.TokenizerDir, TrunkDir: opts.TrunkDir, TrunkCompression: engine.Compression(opts.TrunkCompression),
 		Logger: opts.Logger, Tokenizer: tok, WrapSource: opts.wrapSource, MachineMemory: opts.machineMemory,
-		Prefix: opts.PrefixCache.engineOptions(),
+		Prefix: opts.PrefixCache.engineOptions(), Cluster: opts.Cluster.engineOptions(),
 	}
 }
 

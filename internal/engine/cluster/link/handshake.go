@@ -214,14 +214,22 @@ func (l *Listener) Close() error { return l.ln.Close() }
 // Accept waits for rank 0 (until ctx ends or Close), runs the handshake
 // within the timeout, refusing a peer without the key or whose Hello
 // differs from self, and returns the link and the peer's Hello (as far as
-// it was learnt). A failed handshake is a *PeerError naming the peer; the
+// it was learnt). A worker that learns its rank from rank 0 passes a
+// self with Ranks and Rank zero: it takes the rank rank 0 states. A failed handshake is a *PeerError naming the peer; the
 // listener stays usable, so a worker calls Accept again. An error that
 // wraps ErrClosed or the context's error means the listener is done.
 // Accept is not for concurrent use.
 func (l *Listener) Accept(ctx context.Context, self Hello) (*Conn, Hello, error) {
+	learn := self.Ranks == 0 && self.Rank == 0 // takes rank 0's
+	if learn {
+		self.Ranks, self.Rank = 2, 1 // checked with rank 0's Hello
+	}
 	self, err := self.check()
 	if err != nil {
 		return nil, Hello{}, err
+	}
+	if learn {
+		self.Ranks, self.Rank = 0, 0
 	}
 	dl, _ := l.ln.(interface{ SetDeadline(time.Time) error })
 	if dl != nil {
@@ -404,6 +412,14 @@ func (hs *handshake) accept(self Hello) (Hello, error) {
 	h0, err := unmarshalHello(p[tagLen:])
 	if err != nil {
 		return Hello{}, err
+	}
+	if self.Ranks == 0 && self.Rank == 0 {
+		// A worker that learns its rank from rank 0 (Accept's self with
+		// no rank) takes the rank 0 states, once it is a valid one.
+		if h0.Ranks < 2 || h0.Rank < 1 || h0.Rank >= h0.Ranks {
+			return h0, hs.refuse(fmt.Sprintf("rank 0 states rank %d of %d ranks", h0.Rank, h0.Ranks))
+		}
+		self.Ranks, self.Rank = h0.Ranks, h0.Rank
 	}
 	d := diff(self, h0)
 	hw := self.marshal()
