@@ -47,6 +47,7 @@ func init() {
 		{"plan", "project bytes and s/token per budget and batch size, and the prefill of long prompts cold and cached, from the memory planner (reads no weights)", plan.Run},
 		{"serve", "serve the model over HTTP: the OpenAI, Anthropic Messages and Ollama APIs, /health, /metrics, /tokenize", runServe},
 		{"bench-serve", "measure the server end to end: aggregate tokens/s of concurrent streaming clients on loopback", bench.RunServe},
+		{"worker", "run one rank of a cluster: hold and read this machine's rows of every weight, for a rank 0 started with --peers", runWorker},
 		{"doctor", "check this machine: CPU, kernels, RAM, disk bandwidth, advice for a checkpoint", runDoctor},
 	}
 }

@@ -25,6 +25,7 @@ type ModelFlags struct {
 	PrefillChunk int    // --prefill-chunk: most prompt tokens of a session per pass, 0 for the planner's rows
 	Budget       BudgetFlags
 	Prefix       PrefixFlags
+	Cluster      ClusterFlags
 	// PrefixByDefault, set before Register, turns the prefix cache on
 	// unless --no-prefix-cache (k3 serve, k3 batch); otherwise it is off
 	// unless --prefix-cache.
@@ -34,6 +35,7 @@ type ModelFlags struct {
 // Register defines the flags on fs.
 func (m *ModelFlags) Register(fs *flag.FlagSet) {
 	m.Budget.Register(fs)
+	m.Cluster.RegisterPeers(fs)
 	m.Prefix.register(fs, m.PrefixByDefault)
 	fs.StringVar(&m.Trunk, "trunk", "", "packed trunk `directory` written by k3 pack (default: read the trunk from the shards)")
 	fs.StringVar(&m.Dir, "model", "", "checkpoint `directory` (config.json and *.safetensors)")
@@ -136,8 +138,12 @@ func (m *ModelFlags) Options() (k3.Options, error) {
 	if err != nil {
 		return k3.Options{}, err
 	}
+	cluster, err := m.Cluster.Options()
+	if err != nil {
+		return k3.Options{}, err
+	}
 	return k3.Options{Threads: m.Threads, MaxContext: m.MaxContext, RAMBudget: budget, TrunkDir: m.Trunk,
-		PrefillChunk: m.PrefillChunk, PrefixCache: prefix}, nil
+		PrefillChunk: m.PrefillChunk, PrefixCache: prefix, Cluster: cluster}, nil
 }
 
 // A Preset is a named RAM budget (--preset).
