@@ -47,10 +47,11 @@ func (o *ClusterOptions) engineOptions() engine.ClusterOptions {
 
 // ClusterStats describe a model's cluster (one rank without one).
 type ClusterStats struct {
-	// Ranks is the cluster's size; Health nil while every rank is
-	// connected, else an error naming each missing rank and why.
-	Ranks  int
-	Health error
+	// Ranks is the cluster's size, Up how many are connected now (rank 0
+	// included); Health nil while every rank is connected, else an error
+	// naming each missing rank and why.
+	Ranks, Up int
+	Health    error
 	// Rounds counts the exchanges with the workers (one per group of
 	// products of a pass, for all its rows), BytesSent and BytesReceived
 	// their traffic summed over the workers, RoundTime their wall time
@@ -62,8 +63,8 @@ type ClusterStats struct {
 
 // Cluster returns the model's cluster's health and counters.
 func (m *Model) Cluster() ClusterStats {
-	n, health, st := m.e.Cluster()
-	return ClusterStats{Ranks: n, Health: health, Rounds: st.Rounds, BytesSent: st.BytesSent, BytesReceived: st.BytesReceived,
+	n, up, health, st := m.e.Cluster()
+	return ClusterStats{Ranks: n, Up: up, Health: health, Rounds: st.Rounds, BytesSent: st.BytesSent, BytesReceived: st.BytesReceived,
 		RoundTime: st.RoundTime, WaitTime: st.WaitTime}
 }
 

@@ -156,11 +156,15 @@ func runGenerate(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 		}{PromptIDs: prompt, GeneratedIDs: append([]int{}, gen...), GeneratedText: constrainedText(m, opts, gen)}
 		if *stats {
 			out.Stats = cli.NewStatsJSON(m.Stats())
+			out.Stats.ClusterJSON = cli.NewClusterJSON(m.Cluster(), len(gen))
 		}
 		return json.NewEncoder(stdout).Encode(out)
 	}
 	if *stats {
 		fmt.Fprintln(stderr, cli.FormatStats(m.Stats()))
+		if c := cli.NewClusterJSON(m.Cluster(), len(gen)); c != nil {
+			fmt.Fprintln(stderr, c)
+		}
 	}
 	return nil
 }

@@ -93,13 +93,14 @@ func (e *Engine) connect(ctx context.Context, plan *model.Plan) (*cluster.Client
 	return cluster.NewClient(ctx, dials, e.log)
 }
 
-// Cluster returns the cluster's health (nil while every rank is connected
-// or in one process) and its client's counters (zero in one process).
-func (e *Engine) Cluster() (ranks int, health error, st cluster.Stats) {
+// Cluster returns the cluster's size, the ranks connected (rank 0
+// included), its health (nil while every rank is connected, or in one
+// process) and its client's counters (zero in one process).
+func (e *Engine) Cluster() (ranks, up int, health error, st cluster.Stats) {
 	if e.cluster == nil {
-		return 1, nil, cluster.Stats{}
+		return 1, 1, nil, cluster.Stats{}
 	}
-	return e.cluster.Size(), e.cluster.Health(), e.cluster.Stats()
+	return e.cluster.Size(), e.cluster.Connected(), e.cluster.Health(), e.cluster.Stats()
 }
 
 // checkClusterOptions refuses what a cluster does not do yet.

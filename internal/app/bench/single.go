@@ -59,6 +59,9 @@ type benchResult struct {
 	PlanMoves     int64 `json:"plan_moves"`
 	ReloadedBytes int64 `json:"reloaded_bytes"`
 	PeakRSSBytes  int64 `json:"peak_rss_bytes"`
+	// Cluster is a run over a cluster's (--peers): its gathers per decoded
+	// token, their bytes and time (absent in one process).
+	Cluster *cli.ClusterJSON `json:"cluster,omitempty"`
 	// FloorBytes is the smallest budget for these options, as k3 doctor
 	// and the error refusing a smaller budget report it.
 	FloorBytes int64 `json:"floor_bytes"`
@@ -178,6 +181,7 @@ func benchOne(ctx context.Context, mf *cli.ModelFlags, trunk string, budget int6
 	// The first token comes out of the prefill; every later one is one
 	// decode step.
 	var st1 k3.Stats
+	var cs1 k3.ClusterStats
 	var decodeStart time.Time
 	n := 0
 	st0 := m.Stats()
@@ -191,6 +195,7 @@ func benchOne(ctx context.Context, mf *cli.ModelFlags, trunk string, budget int6
 			r.PrefillTokensPerS = float64(*promptLen) / r.PrefillSeconds
 			fmt.Fprintf(stderr, "bench: prefill %d tokens in %.2f s; decoding %d tokens...\n", *promptLen, r.PrefillSeconds, *tokens)
 			st1 = m.Stats()
+			cs1 = m.Cluster()
 			decodeStart = time.Now()
 			p := st1.Sub(st0)
 			r.PrefillPasses = p.Passes
@@ -218,6 +223,14 @@ func benchOne(ctx context.Context, mf *cli.ModelFlags, trunk string, budget int6
 	}
 	end := m.Stats()
 	r.PeakRSSBytes = end.PeakRSSBytes
+	if cs := m.Cluster(); cs.Ranks > 1 {
+		cs.Rounds -= cs1.Rounds
+		cs.BytesSent -= cs1.BytesSent
+		cs.BytesReceived -= cs1.BytesReceived
+		cs.RoundTime -= cs1.RoundTime
+		cs.WaitTime -= cs1.WaitTime
+		r.Cluster = cli.NewClusterJSON(cs, int(steps))
+	}
 	r.PlanMoves, r.ReloadedBytes = end.PlanMoves-st0.PlanMoves, end.ReloadedBytes-st0.ReloadedBytes
 	if d.TrunkDecodedBytes > 0 {
 		r.TrunkDecodedPerToken = int64(float64(d.TrunkDecodedBytes) / steps)
@@ -273,6 +286,9 @@ func printBench(w io.Writer, r *benchResult) {
 	}
 	fmt.Fprintf(w, "time per token  waiting for weights %.3f s, compute %.3f s, other %.3f s\n", r.IOWaitSPerToken, r.MeasuredCompute, r.OtherSPerToken)
 	fmt.Fprintf(w, "cache hit rate  %8.1f %%\n", 100*r.CacheHitRate)
+	if r.Cluster != nil {
+		fmt.Fprintf(w, "cluster         %s (decode)\n", r.Cluster)
+	}
 	if r.PlanMoves > 0 {
 		fmt.Fprintf(w, "memory plan     %d moves (wider passes for the prompt, back for decoding), %s read to pin trunk parts again\n", r.PlanMoves, human(r.ReloadedBytes))
 	}

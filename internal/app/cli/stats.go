@@ -31,6 +31,45 @@ type StatsJSON struct {
 	SpecAccepted    int64   `json:"spec_accepted,omitempty"`
 	PlanMoves       int64   `json:"plan_moves"`
 	ReloadedBytes   int64   `json:"reloaded_bytes"`
+	*ClusterJSON
+}
+
+// ClusterJSON are the keys a run over a cluster adds (--peers): its size,
+// the rounds of products exchanged with the other ranks (gathers) per
+// generated token, their bytes and their time.
+type ClusterJSON struct {
+	Ranks            int     `json:"ranks"`
+	Gathers          int64   `json:"gathers"`
+	GathersPerToken  float64 `json:"gathers_per_token"`
+	BytesPerGather   float64 `json:"bytes_per_gather"`
+	SecondsPerGather float64 `json:"seconds_per_gather"`
+	// WaitPerGather is the part of a gather rank 0 waited for the other
+	// ranks after its own rows were done.
+	WaitPerGather float64 `json:"wait_seconds_per_gather"`
+}
+
+// NewClusterJSON returns the cluster's keys for tokens generated tokens,
+// nil for one process.
+func NewClusterJSON(cs k3.ClusterStats, tokens int) *ClusterJSON {
+	if cs.Ranks <= 1 {
+		return nil
+	}
+	j := &ClusterJSON{Ranks: cs.Ranks, Gathers: cs.Rounds}
+	if tokens > 0 {
+		j.GathersPerToken = float64(cs.Rounds) / float64(tokens)
+	}
+	if cs.Rounds > 0 {
+		j.BytesPerGather = float64(cs.BytesSent+cs.BytesReceived) / float64(cs.Rounds)
+		j.SecondsPerGather = cs.RoundTime.Seconds() / float64(cs.Rounds)
+		j.WaitPerGather = cs.WaitTime.Seconds() / float64(cs.Rounds)
+	}
+	return j
+}
+
+// String is the cluster's line of --stats.
+func (j *ClusterJSON) String() string {
+	return fmt.Sprintf("cluster of %d ranks: %d gathers (%.1f per token), %.1f kB and %.3f ms each (rank 0 waited %.3f ms of it)",
+		j.Ranks, j.Gathers, j.GathersPerToken, j.BytesPerGather/1e3, 1e3*j.SecondsPerGather, 1e3*j.WaitPerGather)
 }
 
 // NewStatsJSON converts s.

@@ -94,11 +94,17 @@ var (
 	descConstrained   = prometheus.NewDesc("k3_constrained_generations_total", "Generations constrained by a grammar (a JSON schema or JSON object response format, a forced tool call, strict tools).", nil, nil)
 	descMaskedTokens  = prometheus.NewDesc("k3_masked_tokens_total", "Tokens chosen under a grammar's mask.", nil, nil)
 	descMaskSeconds   = prometheus.NewDesc("k3_mask_seconds_total", "Time spent computing grammar masks.", nil, nil)
+
+	descRanks         = prometheus.NewDesc("k3_cluster_ranks", "Ranks of the cluster the model runs over (1: one process).", nil, nil)
+	descRanksUp       = prometheus.NewDesc("k3_cluster_ranks_up", "Ranks connected now (rank 0 included).", nil, nil)
+	descGathers       = prometheus.NewDesc("k3_cluster_gathers_total", "Rounds of products exchanged with the other ranks (each carries every row of a pass's group of products).", nil, nil)
+	descGatherBytes   = prometheus.NewDesc("k3_cluster_gather_bytes_total", "Bytes of the rounds, by direction (sent: inputs to all workers; received: their rows).", []string{"direction"}, nil)
+	descGatherSeconds = prometheus.NewDesc("k3_cluster_gather_seconds_total", "Wall time of the rounds, and the part rank 0 waited for workers after its own rows (wait).", []string{"part"}, nil)
 )
 
 var allDescs = []*prometheus.Desc{descBytesRead, descCacheHits, descCacheMiss, descHitRate, descPasses, descRows, descRSS, descPeakRSS, descBudget,
 	descPrefixHits, descPrefixMisses, descPrefixTokens, descPrefixSaves, descPrefixEvicted, descPrefixBad, descPrefixBytes, descPrefixSeconds,
-	descConstrained, descMaskedTokens, descMaskSeconds}
+	descConstrained, descMaskedTokens, descMaskSeconds, descRanks, descRanksUp, descGathers, descGatherBytes, descGatherSeconds}
 
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range allDescs {
@@ -138,4 +144,12 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descConstrained, float64(st.ConstrainedGenerations))
 	counter(descMaskedTokens, float64(st.MaskedTokens))
 	counter(descMaskSeconds, st.MaskTime.Seconds())
+	cs := c.m.Cluster()
+	ch <- prometheus.MustNewConstMetric(descRanks, prometheus.GaugeValue, float64(cs.Ranks))
+	ch <- prometheus.MustNewConstMetric(descRanksUp, prometheus.GaugeValue, float64(cs.Up))
+	counter(descGathers, float64(cs.Rounds))
+	counter(descGatherBytes, float64(cs.BytesSent), "sent")
+	counter(descGatherBytes, float64(cs.BytesReceived), "received")
+	counter(descGatherSeconds, cs.RoundTime.Seconds(), "round")
+	counter(descGatherSeconds, cs.WaitTime.Seconds(), "wait")
 }

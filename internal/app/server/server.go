@@ -422,6 +422,13 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 		wire.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "shutting down"})
 		return
 	}
+	// A cluster serves only while every rank is connected; the reason
+	// names the missing ones, and the status comes back by itself once
+	// they are.
+	if cs := s.m.Cluster(); cs.Health != nil {
+		wire.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "rank missing", "reason": cs.Health.Error()})
+		return
+	}
 	wire.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 

@@ -326,6 +326,19 @@ func (p *peer) redial() {
 	}
 }
 
+// Connected returns how many ranks are connected, rank 0 included.
+func (c *Client) Connected() int {
+	n := 1
+	for _, p := range c.peers {
+		p.mu.Lock()
+		if p.conn != nil {
+			n++
+		}
+		p.mu.Unlock()
+	}
+	return n
+}
+
 // Health returns nil while every rank is connected, else an error naming
 // each missing rank and why.
 func (c *Client) Health() error {
