@@ -168,4 +168,3 @@ func TestClusterRefusals(t *testing.T) {
 		t.Fatalf("a cluster without a key: %v, want ErrBadOptions", err)
 	}
 }
-
