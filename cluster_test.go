@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 
@@ -115,5 +116,82 @@ func requireSameBits(t *testing.T, what string, got, want []float32) {
 	t.Helper()
 	if i := firstBitDiff(got, want); i >= 0 || len(want) == 0 {
 		t.Fatalf("%s: %d logits differ from the %d wanted at index %d", what, len(got), len(want), i)
+	}
+}
+
+// TestClusterModes runs the wide checkpoint over 2 ranks, each near the
+// one-process floor (where a rank still streams its trunk), against one
+// process with everything resident: a prompt's logits and its greedy
+// tokens, the same prompt's continuation restored from the prefix cache
+// (every rank computes nothing for the restored part: the state is rank
+// 0's), and speculative decoding give the same bits and tokens.
+func TestClusterModes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes a 250 MB checkpoint")
+	}
+	dir := wideCheckpoint(t)
+	in, err := k3.Inspect(dir, k3.Options{MaxContext: 512, Speculate: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Rank 0 holds a cluster pass's buffers besides the one-process floor.
+	budget := in.FloorBytes + 48<<20
+	ref, err := k3.Open(dir, k3.Options{MaxContext: 512})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	head := make([]int, 300)
+	for i := range head {
+		head[i] = (i*37 + 11) % 4096
+	}
+	full := append(append([]int{}, head...), 5, 77, 1023, 4000, 12)
+	want, err := ref.NewSession().Logits(context.Background(), full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantIDs := generateIDs(t, ref, full, k3.GenerateOptions{MaxTokens: 12})
+
+	peers := startWorkers(t, dir, 1, k3.WorkerOptions{RAMBudget: budget, Threads: 1})
+	m, err := k3.Open(dir, k3.Options{MaxContext: 512, RAMBudget: budget, Threads: 1, Speculate: 4,
+		PrefixCache: &k3.PrefixCacheOptions{RAMBytes: 32 << 20, DiskBytes: -1, BlockTokens: 64},
+		Cluster:     &k3.ClusterOptions{Peers: peers, Key: clusterKey}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	// The head alone, then the whole prompt: its first 256 tokens are
+	// restored from the prefix cache.
+	s := m.NewSession()
+	if _, err := s.Step(context.Background(), head); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	st := m.Stats()
+	s = m.NewSession()
+	got, err := s.Logits(context.Background(), full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	requireSameBits(t, "2 ranks near the floor, teacher forcing", got, want)
+	s = m.NewSession()
+	last, err := s.Step(context.Background(), full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.CachedTokens() == 0 {
+		t.Fatal("nothing of the prompt was restored from the prefix cache")
+	}
+	requireSameBits(t, "2 ranks, after a prefix restore", last, want[(len(full)-1)*len(last):])
+	s.Close()
+	if d := m.Stats().Sub(st); d.TrunkBytesRead == 0 {
+		t.Fatal("rank 0 at the floor read none of its trunk: the run did not stream")
+	}
+	if ids := generateIDs(t, m, full, k3.GenerateOptions{MaxTokens: 12}); !slices.Equal(ids, wantIDs) {
+		t.Fatalf("2 ranks greedy %v, one process %v", ids, wantIDs)
+	}
+	if ids := generateIDs(t, m, full, k3.GenerateOptions{MaxTokens: 12, Speculate: 4}); !slices.Equal(ids, wantIDs) {
+		t.Fatalf("2 ranks speculative %v, one process %v", ids, wantIDs)
 	}
 }
