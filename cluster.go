@@ -42,7 +42,7 @@ func (o *ClusterOptions) engineOptions() engine.ClusterOptions {
 	if o == nil {
 		return engine.ClusterOptions{}
 	}
-	return engine.ClusterOptions{Peers: o.Peers, Key: o.Key, TLS: o.TLS, Timeout: o.Timeout, LoadTimeout: o.LoadTimeout}
+	return engine.ClusterOptions{Version: Version, Peers: o.Peers, Key: o.Key, TLS: o.TLS, Timeout: o.Timeout, LoadTimeout: o.LoadTimeout}
 }
 
 // ClusterStats describe a model's cluster (one rank without one).
@@ -70,7 +70,7 @@ func (m *Model) Cluster() ClusterStats {
 
 // Version is this k3's version, which the ranks of a cluster compare at
 // their handshake.
-const Version = engine.Version
+const Version = "0.2.0-dev"
 
 // WorkerOptions configure a Worker.
 type WorkerOptions struct {
@@ -107,7 +107,7 @@ func NewWorkerContext(ctx context.Context, dir string, opts WorkerOptions) (*Wor
 		return nil, err
 	}
 	w, err := engine.OpenWorker(ctx, dir, cfg, engine.WorkerOptions{RAMBudget: opts.RAMBudget, Threads: opts.Threads,
-		IOQueueDepth: opts.IOQueueDepth, Rank: opts.Rank, Ranks: opts.Ranks, Key: opts.Key, TLS: opts.TLS,
+		IOQueueDepth: opts.IOQueueDepth, Rank: opts.Rank, Ranks: opts.Ranks, Version: Version, Key: opts.Key, TLS: opts.TLS,
 		Timeout: opts.Timeout, Logger: opts.Logger})
 	if err != nil {
 		return nil, err

@@ -15,6 +15,7 @@ import (
 	"runtime/debug"
 	"strings"
 
+	"github.com/k3go/k3"
 	"github.com/k3go/k3/internal/app/bench"
 	"github.com/k3go/k3/internal/app/cli"
 	"github.com/k3go/k3/internal/app/plan"
@@ -22,7 +23,7 @@ import (
 )
 
 // version is the command's version; set with -ldflags "-X main.version=...".
-var version = "0.1.0-dev"
+var version = k3.Version
 
 type command struct {
 	name    string

@@ -14,10 +14,6 @@ import (
 	"github.com/k3go/k3/tensor"
 )
 
-// Version is the k3 version ranks state at their handshake: ranks of one
-// cluster run the same k3.
-const Version = "0.2.0-dev"
-
 // ClusterOptions configure the links between the ranks of a cluster.
 type ClusterOptions struct {
 	// Peers are the addresses of ranks 1..N-1 (k3 worker), in rank order;
@@ -27,6 +23,9 @@ type ClusterOptions struct {
 	// makes the links TLS (mutual when it carries certificates).
 	Key []byte
 	TLS *tls.Config
+	// Version is the k3 version this rank states at the handshake: ranks
+	// of one cluster run the same k3 (the caller's, k3.Version).
+	Version string
 	// Timeout bounds a handshake and every round's answer: a rank that
 	// does not answer in time fails the request in flight, naming it
 	// (zero: DefaultPeerTimeout). LoadTimeout bounds a worker's loading of
@@ -75,7 +74,7 @@ func (e *Engine) connect(ctx context.Context, plan *model.Plan) (*cluster.Client
 	dials := make([]cluster.Dialer, len(o.Peers))
 	for i, addr := range o.Peers {
 		dials[i] = func(ctx context.Context, rank int) (cluster.Conn, error) {
-			hello := link.Hello{Version: Version, Fingerprint: fp, Kernels: Kernels(), Ranks: n, Rank: rank}
+			hello := link.Hello{Version: o.Version, Fingerprint: fp, Kernels: Kernels(), Ranks: n, Rank: rank}
 			c, err := link.Dial(ctx, addr, cfg, hello)
 			if err != nil {
 				return nil, err

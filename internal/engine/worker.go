@@ -33,7 +33,8 @@ type WorkerOptions struct {
 	// StatefulSet knows its ordinal) and refuse a rank 0 that expects
 	// another; zero learns them from the first rank 0 that connects.
 	Rank, Ranks int
-	// Key, TLS and Timeout are the links' (ClusterOptions).
+	// Key, TLS, Timeout and Version are the links' (ClusterOptions).
+	Version string
 	Key     []byte
 	TLS     *tls.Config
 	Timeout time.Duration
@@ -192,7 +193,7 @@ func (w *Worker) unload() {
 
 // self is the Hello the worker states: its rank once known.
 func (w *Worker) self() link.Hello {
-	return link.Hello{Version: Version, Fingerprint: w.fp, Kernels: Kernels(), Ranks: w.opts.Ranks, Rank: w.opts.Rank}
+	return link.Hello{Version: w.opts.Version, Fingerprint: w.fp, Kernels: Kernels(), Ranks: w.opts.Ranks, Rank: w.opts.Rank}
 }
 
 // ListenAndServe listens on addr (and nowhere else) and serves the rank 0
