@@ -215,8 +215,9 @@ func (l *Listener) Close() error { return l.ln.Close() }
 // within the timeout, refusing a peer without the key or whose Hello
 // differs from self, and returns the link and the peer's Hello (as far as
 // it was learnt). A worker that learns its rank from rank 0 passes a
-// self with Ranks and Rank zero: it takes the rank rank 0 states. A failed handshake is a *PeerError naming the peer; the
-// listener stays usable, so a worker calls Accept again. An error that
+// self with Ranks and Rank zero: it takes the rank rank 0 states. A failed
+// handshake is a *PeerError naming the peer; the listener stays usable, so
+// a worker calls Accept again. An error that
 // wraps ErrClosed or the context's error means the listener is done.
 // Accept is not for concurrent use.
 func (l *Listener) Accept(ctx context.Context, self Hello) (*Conn, Hello, error) {

@@ -144,6 +144,25 @@ func TestHandshakeRefusals(t *testing.T) {
 	}
 }
 
+// TestHandshakeLearnsRank: a worker started without a rank (Ranks and
+// Rank zero) takes the one rank 0 states, and still refuses a Hello that
+// differs in anything else.
+func TestHandshakeLearnsRank(t *testing.T) {
+	self := workerHello()
+	self.Ranks, self.Rank = 0, 0
+	hello := workerHello()
+	hello.Ranks, hello.Rank = 3, 2
+	c, a, err := link(t, testConfig(), testConfig(), self, hello)
+	if err != nil || a.err != nil || a.peer.Ranks != 3 || a.peer.Rank != 2 {
+		t.Fatalf("dial %v; accept %v, rank 0's Hello %+v", err, a.err, a.peer)
+	}
+	roundTrip(t, c, a.c, []byte("rows"))
+	hello.Kernels = "avx512/avx512"
+	if _, _, err = link(t, testConfig(), testConfig(), self, hello); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "worker rank 2 refused: kernels differ") {
+		t.Errorf("a worker learning its rank, other kernels: %v", err)
+	}
+}
+
 func TestHandshakeWrongKey(t *testing.T) {
 	other := testConfig()
 	other.Key = []byte("another-cluster-key-0123456789")
