@@ -122,7 +122,7 @@ var (
 type PeerError struct {
 	Rank int    // the peer's rank (0 for rank 0)
 	Addr string // the peer's address
-	Op   string // "dial", "accept", "handshake", "send" or "recv"
+	Op   string // "dial", "handshake", "send" or "recv"
 	Err  error  // the cause, wrapping a sentinel where one applies
 }
 
