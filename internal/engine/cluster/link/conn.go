@@ -209,7 +209,7 @@ func classify(err error, timeout time.Duration) error {
 	case errors.Is(err, ErrProtocol), errors.Is(err, ErrRefused), errors.Is(err, ErrTimeout), errors.Is(err, ErrClosed):
 		return err
 	case errors.Is(err, os.ErrDeadlineExceeded):
-		return fmt.Errorf("%w (bound %v): %w", ErrTimeout, timeout, err)
+		return fmt.Errorf("%w after %v: %w", ErrTimeout, timeout, err)
 	case errors.Is(err, io.EOF):
 		return fmt.Errorf("%w by the peer", ErrClosed)
 	case errors.Is(err, net.ErrClosed), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE), errors.Is(err, syscall.ECONNABORTED):

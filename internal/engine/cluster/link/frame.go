@@ -124,7 +124,7 @@ func (f *frameReader) readPayload(dst []byte, n int) ([]byte, error) {
 			copy(grown, buf[:have])
 			buf = grown
 		}
-		got, err := io.ReadFull(f.r, buf[have:len(buf)])
+		got, err := io.ReadFull(f.r, buf[have:])
 		have += got
 		if err != nil {
 			return nil, truncated(err, have, n)

@@ -122,12 +122,12 @@ func diff(worker, rank0 Hello) string {
 	return strings.Join(d, "; ")
 }
 
-// mac is HMAC-SHA256 under key of a label and parts, each part preceded by
-// its length so that no two sequences of parts give the same input.
+// mac is HMAC-SHA256 under key of a label (which step, so that no tag of
+// one step serves as another's) and parts, each of them preceded by its
+// length so that no two sequences of parts give the same input.
 func mac(key []byte, label string, parts ...[]byte) []byte {
 	m := hmac.New(sha256.New, key)
-	m.Write([]byte(label))
-	for _, p := range parts {
+	for _, p := range append([][]byte{[]byte(label)}, parts...) {
 		m.Write(binary.BigEndian.AppendUint32(nil, uint32(len(p))))
 		m.Write(p)
 	}
@@ -215,8 +215,9 @@ func (l *Listener) Close() error { return l.ln.Close() }
 // within the timeout, refusing a peer without the key or whose Hello
 // differs from self, and returns the link and the peer's Hello (as far as
 // it was learnt). A worker that learns its rank from rank 0 passes a
-// self with Ranks and Rank zero: it takes the rank rank 0 states. A failed handshake is a *PeerError naming the peer; the
-// listener stays usable, so a worker calls Accept again. An error that
+// self with Ranks and Rank zero: it takes the rank rank 0 states. A failed
+// handshake is a *PeerError naming the peer; the listener stays usable, so
+// a worker calls Accept again. An error that
 // wraps ErrClosed or the context's error means the listener is done.
 // Accept is not for concurrent use.
 func (l *Listener) Accept(ctx context.Context, self Hello) (*Conn, Hello, error) {
@@ -304,7 +305,7 @@ func ctxError(ctx, hctx context.Context, err error, timeout time.Duration) error
 	case errors.Is(ctx.Err(), context.Canceled):
 		return fmt.Errorf("%w: %w", ctx.Err(), err)
 	case hctx.Err() != nil, errors.Is(err, os.ErrDeadlineExceeded):
-		return fmt.Errorf("%w (bound %v): %w", ErrTimeout, timeout, err)
+		return fmt.Errorf("%w after %v: %w", ErrTimeout, timeout, err)
 	}
 	return classify(err, timeout)
 }
@@ -324,7 +325,7 @@ func (hs *handshake) recv(want uint8) ([]byte, error) {
 	kind, payload, err := hs.c.fr.read(nil, handshakeMaxFrame)
 	switch {
 	case err != nil:
-		return nil, classify(err, 0)
+		return nil, err // classified by ctxError
 	case kind == kindRefuse:
 		return nil, fmt.Errorf("%w: %s", ErrRefused, printable(payload))
 	case kind != want:

@@ -38,7 +38,7 @@ type accepted struct {
 
 // link starts a worker on 127.0.0.1 with wcfg and self, dials it with
 // ccfg and hello, and returns both ends (closed at the end of the test).
-func link(t testing.TB, wcfg, ccfg Config, self, hello Hello) (*Conn, error, accepted) {
+func link(t testing.TB, wcfg, ccfg Config, self, hello Hello) (*Conn, accepted, error) {
 	t.Helper()
 	l, err := Listen("127.0.0.1:0", wcfg)
 	if err != nil {
@@ -57,13 +57,13 @@ func link(t testing.TB, wcfg, ccfg Config, self, hello Hello) (*Conn, error, acc
 			t.Cleanup(func() { c.Close() })
 		}
 	}
-	return c, err, a
+	return c, a, err
 }
 
 // connected is link for tests that need the handshake to succeed.
 func connected(t testing.TB, wcfg, ccfg Config) (rank0, worker *Conn) {
 	t.Helper()
-	c, err, a := link(t, wcfg, ccfg, workerHello(), workerHello())
+	c, a, err := link(t, wcfg, ccfg, workerHello(), workerHello())
 	if err != nil || a.err != nil {
 		t.Fatalf("handshake: dial %v; accept %v", err, a.err)
 	}
@@ -71,7 +71,7 @@ func connected(t testing.TB, wcfg, ccfg Config) (rank0, worker *Conn) {
 }
 
 func TestHandshakeOK(t *testing.T) {
-	c, err, a := link(t, testConfig(), testConfig(), workerHello(), workerHello())
+	c, a, err := link(t, testConfig(), testConfig(), workerHello(), workerHello())
 	if err != nil || a.err != nil {
 		t.Fatalf("dial: %v; accept: %v", err, a.err)
 	}
@@ -123,7 +123,7 @@ func TestHandshakeRefusals(t *testing.T) {
 			}
 			hello := self
 			c.edit(&hello)
-			conn, err, a := link(t, testConfig(), testConfig(), self, hello)
+			conn, a, err := link(t, testConfig(), testConfig(), self, hello)
 			if conn != nil || a.c != nil {
 				t.Fatal("a link was established")
 			}
@@ -144,10 +144,29 @@ func TestHandshakeRefusals(t *testing.T) {
 	}
 }
 
+// TestHandshakeLearnsRank: a worker started without a rank (Ranks and
+// Rank zero) takes the one rank 0 states, and still refuses a Hello that
+// differs in anything else.
+func TestHandshakeLearnsRank(t *testing.T) {
+	self := workerHello()
+	self.Ranks, self.Rank = 0, 0
+	hello := workerHello()
+	hello.Ranks, hello.Rank = 3, 2
+	c, a, err := link(t, testConfig(), testConfig(), self, hello)
+	if err != nil || a.err != nil || a.peer.Ranks != 3 || a.peer.Rank != 2 {
+		t.Fatalf("dial %v; accept %v, rank 0's Hello %+v", err, a.err, a.peer)
+	}
+	roundTrip(t, c, a.c, []byte("rows"))
+	hello.Kernels = "avx512/avx512"
+	if _, _, err = link(t, testConfig(), testConfig(), self, hello); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "worker rank 2 refused: kernels differ") {
+		t.Errorf("a worker learning its rank, other kernels: %v", err)
+	}
+}
+
 func TestHandshakeWrongKey(t *testing.T) {
 	other := testConfig()
 	other.Key = []byte("another-cluster-key-0123456789")
-	c, err, a := link(t, testConfig(), other, workerHello(), workerHello())
+	c, a, err := link(t, testConfig(), other, workerHello(), workerHello())
 	if c != nil || a.c != nil {
 		t.Fatal("a link was established")
 	}
@@ -165,10 +184,9 @@ func TestHandshakeWrongKey(t *testing.T) {
 }
 
 // rawHandshake plays rank 0 by hand against a worker: it sends a nonce,
-// then its Hello with a tag made with key over hello, and sends sent
-// (which may differ from hello). It returns the worker's reply frame and
-// the worker's Accept result.
-func rawHandshake(t *testing.T, key []byte, hello, sent []byte) (uint8, []byte, accepted) {
+// then sent as its Hello with the tag made by tag from both nonces. It
+// returns the worker's reply frame and the worker's Accept result.
+func rawHandshake(t *testing.T, tag func(n0, nw []byte) []byte, sent []byte) (uint8, []byte, accepted) {
 	t.Helper()
 	l, err := Listen("127.0.0.1:0", testConfig())
 	if err != nil {
@@ -193,7 +211,7 @@ func rawHandshake(t *testing.T, key []byte, hello, sent []byte) (uint8, []byte, 
 	if err != nil || len(p) != nonceLen+tagLen {
 		t.Fatalf("the worker's nonce: %d bytes, %v", len(p), err)
 	}
-	nc.Write(appendFrame(nil, kindHello, append(mac(key, "rank 0 hello", n0, p[:nonceLen], hello), sent...)))
+	nc.Write(appendFrame(nil, kindHello, append(tag(n0, p[:nonceLen]), sent...)))
 	kind, reply, err := fr.read(nil, 1<<16)
 	if err != nil {
 		t.Fatalf("the worker's reply: %v", err)
@@ -201,21 +219,29 @@ func rawHandshake(t *testing.T, key []byte, hello, sent []byte) (uint8, []byte, 
 	return kind, reply, <-done
 }
 
-// TestHandshakeTagBindsHello: a Hello altered after its tag was made, or
-// tagged without the key, is refused as the wrong key.
+// TestHandshakeTagBindsHello: a Hello altered after its tag was made, a
+// tag replayed from another session, or one made without the key, is
+// refused as the wrong key.
 func TestHandshakeTagBindsHello(t *testing.T) {
 	h := workerHello()
 	h.Protocol = Protocol
 	good := h.marshal()
-	tampered := workerHello()
-	tampered.Protocol, tampered.Fingerprint = Protocol, "fp-workes"
-	cases := map[string][2][]byte{
-		"tampered Hello": {testKey, tampered.marshal()},
-		"no key":         {[]byte("guessed-key-guessed-key"), good},
+	tampered := h
+	tampered.Fingerprint = "fp-workes"
+	earlier := make([]byte, nonceLen) // the worker's nonce of another session
+	cases := map[string]struct {
+		tag  func(n0, nw []byte) []byte
+		sent []byte
+	}{
+		"tampered Hello": {func(n0, nw []byte) []byte { return mac(testKey, "rank 0 hello", n0, nw, good) }, tampered.marshal()},
+		"replayed tag":   {func(n0, nw []byte) []byte { return mac(testKey, "rank 0 hello", n0, earlier, good) }, good},
+		"no key": {func(n0, nw []byte) []byte {
+			return mac([]byte("guessed-key-guessed-key"), "rank 0 hello", n0, nw, good)
+		}, good},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
-			kind, reply, a := rawHandshake(t, c[0], good, c[1])
+			kind, reply, a := rawHandshake(t, c.tag, c.sent)
 			if kind != kindRefuse || string(reply) != wrongKey {
 				t.Errorf("the worker replied kind %#x %q, want a refusal %q", kind, reply, wrongKey)
 			}
@@ -224,9 +250,8 @@ func TestHandshakeTagBindsHello(t *testing.T) {
 			}
 		})
 	}
-	// The control: the same hand-made handshake with the right key and
-	// the Hello it tagged is accepted.
-	kind, _, a := rawHandshake(t, testKey, good, good)
+	// The control: the same hand-made handshake, honest, is accepted.
+	kind, _, a := rawHandshake(t, func(n0, nw []byte) []byte { return mac(testKey, "rank 0 hello", n0, nw, good) }, good)
 	if kind != kindVerdict || a.err != nil {
 		t.Fatalf("an honest hand-made handshake: reply %#x, Accept %v", kind, a.err)
 	}
@@ -376,7 +401,7 @@ func TestMutualTLS(t *testing.T) {
 		}
 		cfg := testConfig()
 		cfg.TLS = nocert
-		c, err, a := link(t, wcfg, cfg, workerHello(), workerHello())
+		c, a, err := link(t, wcfg, cfg, workerHello(), workerHello())
 		if c != nil || !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "certificate") {
 			t.Errorf("rank 0 without a certificate: %v, want ErrRefused over the certificate", err)
 		}
@@ -393,7 +418,7 @@ func TestMutualTLS(t *testing.T) {
 		}
 		w := testConfig()
 		w.TLS = other
-		_, err, _ = link(t, w, ccfg, workerHello(), workerHello())
+		_, _, err = link(t, w, ccfg, workerHello(), workerHello())
 		if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "certificate") {
 			t.Errorf("a worker whose certificate the CA did not sign: %v, want ErrRefused", err)
 		}
@@ -401,7 +426,7 @@ func TestMutualTLS(t *testing.T) {
 	t.Run("plain TCP client", func(t *testing.T) {
 		cfg := testConfig()
 		cfg.Timeout = 2 * time.Second
-		_, err, a := link(t, wcfg, cfg, workerHello(), workerHello())
+		_, a, err := link(t, wcfg, cfg, workerHello(), workerHello())
 		if err == nil || a.err == nil {
 			t.Errorf("a client without TLS against a TLS worker: dial %v, accept %v", err, a.err)
 		}

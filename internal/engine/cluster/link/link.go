@@ -41,25 +41,34 @@
 // # Handshake
 //
 // Four frames, two round trips, inside Config.Timeout (after the TLS
-// handshake when Config.TLS is set):
+// handshake when Config.TLS is set). Tags are HMAC-SHA256 under the key.
 //
-//  1. rank 0 → worker: a fresh 32-byte nonce Nc.
-//  2. worker → rank 0: its fresh nonce Nw and HMAC-SHA256(key, "worker
-//     key" ‖ Nc ‖ Nw). Rank 0 checks it before it says anything about
-//     itself; if it fails, rank 0 sends a refusal ("wrong cluster key")
-//     instead of step 3.
-//  3. rank 0 → worker: its Hello and HMAC(key, "rank 0 hello" ‖ Nc ‖ Nw ‖
-//     Hello0). The worker checks it (or refuses with "wrong cluster key",
-//     revealing nothing else), then compares the Hello with its own.
-//  4. worker → rank 0: the verdict (accepted, or the reason it refused:
-//     every field that differs, with both values), its own Hello, and
-//     HMAC(key, "worker verdict" ‖ Nc ‖ Nw ‖ Hello0 ‖ verdict ‖ HelloW).
-//     Rank 0 checks the tag and compares the Hellos too.
+//  1. rank 0 → worker, kind 0xF0: a fresh 32-byte nonce Nc.
+//  2. worker → rank 0, kind 0xF0: its fresh nonce Nw, then the tag of
+//     ("worker key", Nc, Nw). Rank 0 checks it before it says anything
+//     about itself; if it fails, rank 0 sends a refusal (kind 0xF3, "wrong
+//     cluster key") instead of step 3.
+//  3. rank 0 → worker, kind 0xF1: the tag of ("rank 0 hello", Nc, Nw, H0),
+//     then H0, its Hello. The worker checks the tag (or refuses with
+//     "wrong cluster key", revealing nothing else), then compares the
+//     Hello with its own.
+//  4. worker → rank 0, kind 0xF2: a tag, then V = accepted (1 byte),
+//     len(Hw) (uint16), Hw (the worker's Hello), and the reason for a
+//     refusal: every field that differs, with both values. The tag is of
+//     ("worker verdict", Nc, Nw, H0, V). Rank 0 checks it and compares the
+//     Hellos too.
+//
+// A Hello is protocol, ranks and rank (uint32 each), then version,
+// fingerprint and kernels (each a uint16 length and at most 1 KiB).
 //
 // So each side proves the key to the other without sending it, both Hellos
 // are bound to both nonces (a replayed or altered Hello fails its tag), and
 // neither side's Hello reaches a peer that has not proven the key. Each
-// variable-length HMAC input is preceded by its length.
+// HMAC input, the label included, is preceded by its length (uint32).
+//
+// Without TLS the key authenticates the peers when they connect; the
+// frames after that are protected by CRCs only. Where the network between
+// the ranks is not trusted, give certificates (TLS).
 //
 // # Errors
 //
@@ -113,7 +122,7 @@ var (
 type PeerError struct {
 	Rank int    // the peer's rank (0 for rank 0)
 	Addr string // the peer's address
-	Op   string // "dial", "accept", "handshake", "send" or "recv"
+	Op   string // "dial", "handshake", "send" or "recv"
 	Err  error  // the cause, wrapping a sentinel where one applies
 }
 
