@@ -36,9 +36,11 @@
 //
 // A few choices are not pinned down by the release's goldens and follow
 // the format's description instead: JSON values are written as Python's
-// json.dumps writes them by default, non-ASCII escaped as \uXXXX (typed
-// arguments with ", " and ": ", declarations and schemas compact with
-// sorted keys); with thinking off, earlier assistant turns are rendered
+// json.dumps writes them with ensure_ascii=False, non-ASCII text kept as
+// it is, as the release's encoder writes them (typed arguments with ", "
+// and ": ", declarations and schemas compact with sorted keys; a prompt
+// rendered so has the token count Moonshot's API reports for it); with
+// thinking off, earlier assistant turns are rendered
 // without their think channel; the thinking-effort message comes right
 // after the tool declarations; a tool choice naming a function reads as
 // "required"; tool results without a tool_call_id answer the calls not

@@ -116,11 +116,17 @@ type style struct {
 	ascii           bool // ensure_ascii: escape every non-ASCII code point
 }
 
+// The release renders JSON with ensure_ascii=False: non-ASCII text stays
+// as it is, and its tokens are those of the text (an escape would cost
+// several tokens per character and is not what the model read in
+// training).
 var (
-	// pyDefault is json.dumps(v): ", " and ": ", keys in order, ASCII only.
-	pyDefault = style{itemSep: ", ", keySep: ": ", ascii: true}
-	// pyCompactSorted is json.dumps(v, separators=(",", ":"), sort_keys=True).
-	pyCompactSorted = style{itemSep: ",", keySep: ":", sortKeys: true, ascii: true}
+	// pyDefault is json.dumps(v, ensure_ascii=False): ", " and ": ", keys
+	// in order (a call's typed arguments).
+	pyDefault = style{itemSep: ", ", keySep: ": "}
+	// pyCompactSorted is json.dumps(v, ensure_ascii=False,
+	// separators=(",", ":"), sort_keys=True) (tool declarations, schemas).
+	pyCompactSorted = style{itemSep: ",", keySep: ":", sortKeys: true}
 	// outStyle writes parsed arguments: Python's separators, UTF-8 kept.
 	outStyle = style{itemSep: ", ", keySep: ": "}
 )

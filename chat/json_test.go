@@ -20,10 +20,14 @@ func TestPyStyles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := v.format(pyDefault), `{"b": [1, 2.5, "x\u00e9\ud83d\udc4b"], "a": {"z": null, "y": true}, "\n": "\u0001\"\\"}`; got != want {
+	ascii := style{itemSep: ", ", keySep: ": ", ascii: true} // json.dumps(v)
+	if got, want := v.format(ascii), `{"b": [1, 2.5, "x\u00e9\ud83d\udc4b"], "a": {"z": null, "y": true}, "\n": "\u0001\"\\"}`; got != want {
+		t.Errorf("ASCII style:\n got %s\nwant %s", got, want)
+	}
+	if got, want := v.format(pyDefault), "{\"b\": [1, 2.5, \"xé👋\"], \"a\": {\"z\": null, \"y\": true}, \"\\n\": \"\\u0001\\\"\\\\\"}"; got != want {
 		t.Errorf("default style:\n got %s\nwant %s", got, want)
 	}
-	if got, want := v.format(pyCompactSorted), `{"\n":"\u0001\"\\","a":{"y":true,"z":null},"b":[1,2.5,"x\u00e9\ud83d\udc4b"]}`; got != want {
+	if got, want := v.format(pyCompactSorted), "{\"\\n\":\"\\u0001\\\"\\\\\",\"a\":{\"y\":true,\"z\":null},\"b\":[1,2.5,\"xé👋\"]}"; got != want {
 		t.Errorf("compact sorted:\n got %s\nwant %s", got, want)
 	}
 	if got, want := v.format(outStyle), "{\"b\": [1, 2.5, \"xé👋\"], \"a\": {\"z\": null, \"y\": true}, \"\\n\": \"\\u0001\\\"\\\\\"}"; got != want {
