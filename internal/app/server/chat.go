@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -31,9 +30,9 @@ type chatRequest struct {
 	// PromptCacheKey groups requests that share a prefix: the access log
 	// records it, for a router (the prefix cache itself needs no key).
 	PromptCacheKey string `json:"prompt_cache_key"`
-	Thinking       *struct {
-		Type string `json:"type"`
-	} `json:"thinking"`
+	// Thinking is the K3 API's thinking option (wire.ParseThinking):
+	// {"type", "keep", "effort"}, or true or false.
+	Thinking json.RawMessage `json:"thinking"`
 }
 
 type chatDelta struct {
@@ -134,15 +133,34 @@ func chatMessages(raw []json.RawMessage) ([]chat.Message, *wire.APIError) {
 
 // chatTurn translates a chat completions request into the internal turn:
 // tools, tool_choice, response_format, parallel_tool_calls,
-// reasoning_effort (K3's low, high, max) and thinking.
+// reasoning_effort (K3's low, high, max) and thinking (the K3 API's
+// {"type", "keep", "effort"}, or true or false; its effort wins over
+// reasoning_effort).
 func chatTurn(req *chatRequest, msgs []chat.Message) (*wire.Turn, *wire.APIError) {
 	t := &wire.Turn{Msgs: msgs, Params: req.Params, Format: req.ResponseFormat, FormatParam: "response_format", MaxParam: "max_tokens",
 		CacheKey: req.PromptCacheKey}
-	if tools := bytes.TrimSpace(req.Tools); len(tools) > 0 && string(tools) != "null" {
-		if tools[0] != '[' {
-			return nil, wire.BadRequest("tools", "", "tools must be an array")
+	// The contract's checks, before anything is rendered: tools,
+	// dynamic tools and tool results, response_format (contract.go).
+	names, declared := toolNames{}, 0
+	toolsGiven := !wire.IsNull(req.Tools)
+	if toolsGiven {
+		k, e := checkTools("tools", req.Tools, false, names)
+		if e != nil {
+			return nil, e
 		}
+		declared += k
 		t.Tools = req.Tools
+	}
+	k, e := checkMessages(msgs, names)
+	if e != nil {
+		return nil, e
+	}
+	declared += k
+	if toolsGiven && declared == 0 && !wire.IsNull(req.ToolChoice) {
+		return nil, wire.BadRequest("tools", "", "tools is empty: tool_choice needs at least one tool declared (declare tools, or leave tool_choice out)")
+	}
+	if e := checkResponseFormat(req.ResponseFormat); e != nil {
+		return nil, e
 	}
 	tc, err := chat.ParseToolChoice(req.ToolChoice)
 	if err != nil {
@@ -165,15 +183,11 @@ func chatTurn(req *chatRequest, msgs []chat.Message) (*wire.Turn, *wire.APIError
 		return nil, wire.BadRequest("tool_choice", "", "tool_choice %q is not supported (auto, none, required)", tc)
 	}
 	t.OneCall = req.ParallelToolCalls != nil && !*req.ParallelToolCalls
-	if req.Thinking != nil {
-		switch req.Thinking.Type {
-		case "enabled":
-		case "disabled":
-			t.NoThinking = true
-		default:
-			return nil, wire.BadRequest("thinking.type", "", "thinking.type must be \"enabled\" or \"disabled\"")
-		}
+	th, e := wire.ParseThinking("thinking", req.Thinking)
+	if e != nil {
+		return nil, e
 	}
+	t.NoThinking = th.Off
 	switch req.ReasoningEffort {
 	case "":
 	case chat.EffortLow, chat.EffortHigh, chat.EffortMax:
@@ -184,6 +198,11 @@ func chatTurn(req *chatRequest, msgs []chat.Message) (*wire.Turn, *wire.APIError
 	default:
 		return nil, wire.BadRequest("reasoning_effort", "", "reasoning_effort %q is not supported (low, high, max)", req.ReasoningEffort)
 	}
+	if th.Effort != "" && !th.Off {
+		// thinking.effort, when given, wins over reasoning_effort (as the
+		// K3 API has it).
+		t.Effort = th.Effort
+	}
 	t.MaxTokens = req.MaxCompletionTokens
 	if t.MaxTokens == nil {
 		t.MaxTokens = req.MaxTokens
@@ -193,27 +212,40 @@ func chatTurn(req *chatRequest, msgs []chat.Message) (*wire.Turn, *wire.APIError
 
 // chatPrompt renders the messages in Kimi K3's chat format, as the
 // release's apply_chat_template does. Contents are plain text:
-// "<|end_of_msg|>" in a message is not a control token.
-func (s *Server) chatPrompt(msgs []chat.Message, o chat.Options) ([]int, *wire.APIError) {
+// "<|end_of_msg|>" in a message is not a control token. counted is the
+// prompt's length as the release's template counts it, which the APIs'
+// usage reports: without the opening of the channel the answer starts in
+// (<|open|>think<|sep|>, or <|open|>response<|sep|> with thinking off),
+// which the server writes for the model but the K3 API counts as the
+// answer's, not the prompt's.
+func (s *Server) chatPrompt(msgs []chat.Message, o chat.Options) (ids []int, counted int, e *wire.APIError) {
 	segs, err := chat.Render(msgs, o)
 	if err != nil {
 		if errors.Is(err, chat.ErrFormat) {
-			return nil, wire.BadRequest("messages", "", "%s", strings.TrimPrefix(err.Error(), "chat: "))
+			return nil, 0, wire.BadRequest("messages", "", "%s", strings.TrimPrefix(err.Error(), "chat: "))
 		}
-		return nil, s.serverError(err)
+		return nil, 0, s.serverError(err)
 	}
 	size := 0
 	for _, sg := range segs {
 		size += len(sg.Text)
 	}
 	if size > s.opts.MaxContext*s.maxTokenBytes {
-		return nil, wire.BadRequest("", "context_length_exceeded", "prompt is too long: %d bytes cannot fit the context of %d tokens (--max-context)", size, s.opts.MaxContext)
+		return nil, 0, wire.BadRequest("", "context_length_exceeded", "prompt is too long: %d bytes cannot fit the context of %d tokens (--max-context)", size, s.opts.MaxContext)
 	}
-	ids, err := chat.Encode(s.tok, segs)
+	ids, err = chat.Encode(s.tok, segs)
 	if err != nil {
-		return nil, s.serverError(err)
+		return nil, 0, s.serverError(err)
 	}
-	return ids, nil
+	counted = len(ids)
+	if n := len(segs); !o.NoGenerationPrompt && n >= 3 && segs[n-3] == (chat.Segment{Text: chat.TokOpen, Special: true}) {
+		channel, err := chat.Encode(s.tok, segs[n-3:])
+		if err != nil {
+			return nil, 0, s.serverError(err)
+		}
+		counted -= len(channel)
+	}
+	return ids, counted, nil
 }
 
 // chatLogprob is one token's entry in a chat choice's logprobs.content.

@@ -38,7 +38,7 @@ func (s *Server) reply(ctx context.Context, w http.ResponseWriter, stream, omit 
 	if stream {
 		events = wire.StartSSE(w)
 	}
-	o := anthropic.NewReply(s.opts.Name, len(p.prompt), omit, events)
+	o := anthropic.NewReply(s.opts.Name, p.counted, omit, events)
 	if stream && o.Start() != nil {
 		return
 	}
@@ -78,11 +78,11 @@ func (s *Server) countTokens(w http.ResponseWriter, r *http.Request) {
 			writeAPIError(w, e)
 			return
 		}
-		prompt, e := s.chatPrompt(t.Msgs, t.RenderOptions())
+		_, counted, e := s.chatPrompt(t.Msgs, t.RenderOptions())
 		if e != nil {
 			writeAPIError(w, e)
 			return
 		}
-		wire.WriteJSON(w, http.StatusOK, map[string]int{"input_tokens": len(prompt)})
+		wire.WriteJSON(w, http.StatusOK, map[string]int{"input_tokens": counted})
 	})
 }

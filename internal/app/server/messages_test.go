@@ -66,7 +66,7 @@ func checkReply1(t *testing.T, m *anthropic.Message) anthropic.ToolUseBlock {
 // thinking block too) with the tool's result. Both turn 2 prompts are the
 // same, and count_tokens counts turn 1's prompt.
 func TestAnthropicClient(t *testing.T) {
-	_, ts, log := newScripted(t, Options{}, weatherAnswer)
+	s, ts, log := newScripted(t, Options{}, weatherAnswer)
 	c := anthropicClient(ts.URL)
 	ctx := context.Background()
 	p := weatherMessage()
@@ -76,13 +76,13 @@ func TestAnthropicClient(t *testing.T) {
 	}
 	use := checkReply1(t, m1)
 	first := log.last(t, 1)[0]
-	if int(m1.Usage.InputTokens) != len(first) || !strings.Contains(log.text(t, -1), "`thinking_effort=high`") {
+	if int(m1.Usage.InputTokens) != countedLen(t, s, first) || !strings.Contains(log.text(t, -1), "`thinking_effort=high`") {
 		t.Errorf("input_tokens %d, prompt %d tokens: %q", m1.Usage.InputTokens, len(first), log.text(t, -1))
 	}
 	n, err := c.Messages.CountTokens(ctx, anthropic.MessageCountTokensParams{Model: p.Model, System: anthropic.MessageCountTokensParamsSystemUnion{OfTextBlockArray: p.System},
 		Messages: p.Messages, Tools: []anthropic.MessageCountTokensToolUnionParam{{OfTool: p.Tools[0].OfTool}}, Thinking: p.Thinking})
-	if err != nil || int(n.InputTokens) != len(first) {
-		t.Errorf("count_tokens %+v (%v), want %d", n, err, len(first))
+	if err != nil || int(n.InputTokens) != countedLen(t, s, first) {
+		t.Errorf("count_tokens %+v (%v), want %d", n, err, countedLen(t, s, first))
 	}
 
 	p.Messages = append(p.Messages, m1.ToParam(), anthropic.NewUserMessage(anthropic.NewToolResultBlock(use.ID, "18 C and sunny", false)))

@@ -70,7 +70,7 @@ func checkTurn1(t *testing.T, r *responses.Response) responses.ResponseFunctionT
 // previous_response_id. The stored response can be read back and
 // deleted; then a follow-up on it is a 404.
 func TestResponsesClient(t *testing.T) {
-	_, ts, log := newScripted(t, Options{}, weatherAnswer)
+	s, ts, log := newScripted(t, Options{}, weatherAnswer)
 	c := responsesClient(ts.URL)
 	ctx := context.Background()
 	r1, err := c.Responses.New(ctx, weatherParams())
@@ -78,8 +78,8 @@ func TestResponsesClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	call := checkTurn1(t, r1)
-	if u := r1.Usage; int(u.InputTokens) != len(log.last(t, 1)[0]) {
-		t.Errorf("input_tokens %d, prompt %d", u.InputTokens, len(log.last(t, 1)[0]))
+	if u := r1.Usage; int(u.InputTokens) != countedLen(t, s, log.last(t, 1)[0]) {
+		t.Errorf("input_tokens %d, prompt %d tokens as the template counts them", u.InputTokens, countedLen(t, s, log.last(t, 1)[0]))
 	}
 	if p := log.text(t, -1); !strings.Contains(p, "You are a weather bot.") || !strings.Contains(p, "`thinking_effort=high`") || !strings.Contains(p, `"name":"get_weather"`) {
 		t.Errorf("turn 1 prompt %q", p)

@@ -18,8 +18,11 @@ type prepared struct {
 	t      *wire.Turn
 	render chat.Options
 	prompt []int
-	n      int
-	opts   k3.GenerateOptions
+	// counted is the prompt's length as the release's template counts
+	// it, what usage reports (see chatPrompt).
+	counted int
+	n       int
+	opts    k3.GenerateOptions
 	// grammar, if not nil, is what every reply must match (see
 	// chat.AnswerGrammar); each choice gets its own constraint of it.
 	grammar *grammar.Grammar
@@ -47,7 +50,7 @@ func (s *Server) prepare(t *wire.Turn) (*prepared, *wire.APIError) {
 		}
 	}
 	o := t.RenderOptions()
-	prompt, e := s.chatPrompt(t.Msgs, o)
+	prompt, counted, e := s.chatPrompt(t.Msgs, o)
 	if e != nil {
 		return nil, e
 	}
@@ -85,7 +88,7 @@ func (s *Server) prepare(t *wire.Turn) (*prepared, *wire.APIError) {
 	// matches them on the parsed reply.
 	t.Stop = append(t.Stop, opts.StopStrings...)
 	opts.StopStrings = nil
-	return &prepared{t: t, render: o, prompt: prompt, n: n, opts: opts, grammar: g, clamped: clamped}, nil
+	return &prepared{t: t, render: o, prompt: prompt, counted: counted, n: n, opts: opts, grammar: g, clamped: clamped}, nil
 }
 
 // promptTooLong is the error of a prompt of n tokens that leaves no room
@@ -160,7 +163,14 @@ func (s *Server) runTurn(ctx context.Context, p *prepared, onToken func(i int, t
 	if err != nil {
 		return nil, err
 	}
-	out := &wire.TurnResult{PromptTokens: res.promptTokens, CachedTokens: res.cachedTokens}
+	// Usage counts the prompt as the release's template does (the
+	// channel's opening is the answer's); the prefix cache may have
+	// restored those tokens too, but never reports more than the prompt.
+	out := &wire.TurnResult{PromptTokens: p.counted, CachedTokens: min(res.cachedTokens, p.counted)}
+	if info, ok := ctx.Value(genInfoKey{}).(*genInfo); ok {
+		// The access log says what the client's usage says.
+		info.promptTokens, info.cachedTokens = out.PromptTokens, out.CachedTokens
+	}
 	for i, seq := range res.seqs {
 		q := st[i]
 		if !q.ended {

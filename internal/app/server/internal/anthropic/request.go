@@ -330,24 +330,43 @@ func toolResult(param string, raw json.RawMessage) (m chat.Message, refs []strin
 // output_config.effort (low: low; medium and high: high; xhigh and max:
 // max); without one, enabled goes by budget_tokens (under 4096: low,
 // under 16384: high, else max) and the others take K3's default (max).
+// The K3 API's thinking options are taken too: true and false, a type
+// left out (enabled), keep ("all") and effort (low, high or max, which
+// wins over output_config.effort and budget_tokens).
 func thinkingFor(raw json.RawMessage, effort string) (off bool, k3Effort string, display string, e *wire.APIError) {
-	if wire.IsNull(raw) {
+	switch strings.TrimSpace(string(raw)) {
+	case "", "null", "false":
 		return true, "", "", nil
+	case "true":
+		raw = json.RawMessage("{}")
 	}
 	var th struct {
-		Type         string `json:"type"`
-		BudgetTokens *int   `json:"budget_tokens"`
-		Display      string `json:"display"`
+		Type         *string         `json:"type"`
+		BudgetTokens *int            `json:"budget_tokens"`
+		Display      string          `json:"display"`
+		Keep         json.RawMessage `json:"keep"`
+		Effort       json.RawMessage `json:"effort"`
 	}
 	if json.Unmarshal(raw, &th) != nil {
-		return false, "", "", wire.BadRequest("thinking", "", "thinking must be an object with a type")
+		return false, "", "", wire.BadRequest("thinking", "", "thinking must be true, false or an object with a type")
 	}
-	switch th.Type {
+	typ := "enabled"
+	if th.Type != nil {
+		typ = *th.Type
+	}
+	switch typ {
 	case "disabled":
 		return true, "", "", nil
 	case "enabled", "adaptive", "between_tools":
 	default:
-		return false, "", "", wire.BadRequest("thinking.type", "", "thinking.type %q is not supported (enabled, adaptive, between_tools, disabled)", th.Type)
+		return false, "", "", wire.BadRequest("thinking.type", "", "thinking.type %q is not supported (enabled, adaptive, between_tools, disabled)", typ)
+	}
+	if e := wire.CheckKeep("thinking.keep", th.Keep); e != nil {
+		return false, "", "", e
+	}
+	k3Effort, e = wire.ThinkingEffort("thinking.effort", th.Effort)
+	if e != nil || k3Effort != "" {
+		return false, k3Effort, th.Display, e
 	}
 	if effort != "" {
 		eff, ok := wire.EffortFor(effort)
@@ -356,7 +375,7 @@ func thinkingFor(raw json.RawMessage, effort string) (off bool, k3Effort string,
 		}
 		return false, eff, th.Display, nil
 	}
-	if th.Type == "enabled" {
+	if th.Type != nil && typ == "enabled" {
 		if th.BudgetTokens == nil || *th.BudgetTokens < 1 {
 			return false, "", "", wire.BadRequest("thinking.budget_tokens", "", "thinking.budget_tokens is required with thinking enabled, and must be positive")
 		}
@@ -456,6 +475,13 @@ func Turn(req *Request, counting bool, note Note) (*wire.Turn, string, *wire.API
 		// Anthropic's json_schema holds its schema beside its type.
 		f.JSONSchema = format
 		t.Format = &f
+		if f.Type == "json_schema" {
+			var fields map[string]json.RawMessage
+			json.Unmarshal(format, &fields)
+			if e := wire.CheckSchemaFormat("output_config.format", fields, false); e != nil {
+				return nil, "", e
+			}
+		}
 	}
 	return t, display, nil
 }

@@ -36,6 +36,11 @@ type Request struct {
 	Store              *bool             `json:"store"`
 	PreviousResponseID string            `json:"previous_response_id"`
 	Include            []string          `json:"include"`
+	// Thinking is the K3 API's thinking option ({"type", "keep",
+	// "effort"}, true or false; wire.ParseThinking), an extension here:
+	// it decides thinking on or off, and its effort wins over
+	// reasoning.effort.
+	Thinking json.RawMessage `json:"thinking"`
 	// PromptCacheKey groups requests that share a prefix (Codex sends its
 	// session id): it becomes the turn's cacheKey, for the prefix cache.
 	PromptCacheKey string `json:"prompt_cache_key"`
@@ -468,6 +473,25 @@ func Turn(req *Request, prev *Stored, note Note) (*wire.Turn, *Tools, *wire.APIE
 			}
 		}
 	}
+	th, e := wire.ParseThinking("thinking", req.Thinking)
+	if e != nil {
+		return nil, nil, e
+	}
+	if th.Set {
+		effortSet := req.Reasoning != nil && req.Reasoning.Effort != nil && *req.Reasoning.Effort != ""
+		switch {
+		case th.Off && effortSet && !t.NoThinking:
+			return nil, nil, wire.BadRequest("reasoning.effort", "", "reasoning.effort %q needs thinking, and thinking is disabled", *req.Reasoning.Effort)
+		case !th.Off && t.NoThinking:
+			return nil, nil, wire.BadRequest("reasoning.effort", "", `reasoning.effort "none" turns thinking off, and thinking is enabled`)
+		}
+		t.NoThinking = th.Off
+		if th.Off {
+			t.Effort = ""
+		} else if th.Effort != "" {
+			t.Effort = th.Effort
+		}
+	}
 	if req.Text != nil && !wire.IsNull(req.Text.Format) {
 		var f chat.ResponseFormat
 		if json.Unmarshal(req.Text.Format, &f) != nil {
@@ -477,6 +501,13 @@ func Turn(req *Request, prev *Stored, note Note) (*wire.Turn, *Tools, *wire.APIE
 		// the renderer finds the schema in the object itself.
 		f.JSONSchema = req.Text.Format
 		t.Format = &f
+		if f.Type == "json_schema" {
+			var fields map[string]json.RawMessage
+			json.Unmarshal(req.Text.Format, &fields)
+			if e := wire.CheckSchemaFormat("text.format", fields, true); e != nil {
+				return nil, nil, e
+			}
+		}
 	}
 	return t, tools, nil
 }
