@@ -213,8 +213,55 @@ func (p *Parser) Closing() []Segment {
 	return r.segs
 }
 
+// CutCall is a tool call an answer stopped in the middle of (cut by a
+// token limit): its ToolCall's Arguments are the JSON text so far, a
+// prefix of the object the whole call's arguments would have been, as
+// OpenAI returns a call cut by max_tokens.
+type CutCall struct {
+	ToolCall
+	// Closed is what of the arguments is whole, as a JSON object: the
+	// arguments that closed, and a string argument cut short with the
+	// text it has; an argument of another type cut short is left out.
+	Closed string
+}
+
+// Cut returns the tool call the answer was in when it stopped, once its
+// call tag was complete (so its tool is known); ok is false when no call
+// was open. Call it after Finish, which passes on the text held back.
+func (p *Parser) Cut() (c CutCall, ok bool) {
+	if !p.inCall {
+		return CutCall{}, false
+	}
+	c.ToolCall = p.call
+	c.ID = "call_" + strconv.Itoa(len(p.msg.ToolCalls))
+	c.Type = "function"
+	closed := p.args
+	prefix := strings.TrimSuffix(p.args.format(outStyle), "}")
+	if p.channel == chanArgument {
+		if len(p.args.keys) > 0 {
+			prefix += outStyle.itemSep
+		}
+		key := &value{kind: 's', str: p.argKey}
+		prefix += key.format(outStyle) + outStyle.keySep
+		text := p.argValue.String()
+		if p.argType == "string" {
+			v := &value{kind: 's', str: text}
+			quoted := v.format(outStyle)
+			prefix += quoted[:len(quoted)-1] // no closing quote: the string was cut
+			closed.keys = append(closed.keys[:len(closed.keys):len(closed.keys)], p.argKey)
+			closed.vals = append(closed.vals[:len(closed.vals):len(closed.vals)], v)
+		} else {
+			prefix += text
+		}
+	}
+	c.Function.Arguments = prefix
+	c.Closed = closed.format(outStyle)
+	return c, true
+}
+
 // Finish ends the answer and returns the text still held back (an
-// incomplete UTF-8 character). A call that never closed is dropped.
+// incomplete UTF-8 character). A call that never closed is not in
+// Message (see Cut).
 func (p *Parser) Finish() Delta {
 	d := p.flush()
 	p.done = true

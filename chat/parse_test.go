@@ -248,3 +248,75 @@ func FuzzRender(f *testing.F) {
 		}
 	})
 }
+
+// TestCut: an answer cut anywhere inside a tool call gives the call so
+// far: its arguments are a prefix of the whole call's (the text OpenAI
+// returns for a call cut by max_tokens), and Closed is a JSON object of
+// what is whole. Before the call tag is complete there is no call.
+func TestCut(t *testing.T) {
+	tok := standin(t)
+	m := Message{Role: RoleAssistant, ReasoningContent: "r", ToolCalls: []ToolCall{
+		{Function: FunctionCall{Name: "a", Arguments: `{"x": 1}`}},
+		{Function: FunctionCall{Name: "get_weather", Arguments: `{"days": [1, 2], "city": "Paris \"east\" é", "n": 3}`}},
+	}}
+	segs, err := RenderAnswer(m, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := Encode(tok, segs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const whole = `{"days": [1, 2], "city": "Paris \"east\" é", "n": 3}`
+	cuts, longest := 0, ""
+	for n := range len(ids) {
+		p, err := NewParser(tok, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range ids[:n] {
+			p.Write(id)
+		}
+		p.Finish()
+		c, ok := p.Cut()
+		if !ok {
+			continue
+		}
+		cuts++
+		if len(p.Message().ToolCalls) == 0 {
+			// Inside the first call.
+			if c.Function.Name != "a" || !strings.HasPrefix(`{"x": 1}`, c.Function.Arguments) {
+				t.Errorf("cut at %d: %+v", n, c)
+			}
+			continue
+		}
+		if c.Function.Name != "get_weather" || c.ID != "call_1" || c.Type != "function" {
+			t.Errorf("cut at %d: %+v", n, c.ToolCall)
+		}
+		if !strings.HasPrefix(whole, c.Function.Arguments) || !strings.HasPrefix(c.Function.Arguments, "{") {
+			t.Errorf("cut at %d: arguments %q are not a prefix of %q", n, c.Function.Arguments, whole)
+		}
+		var obj map[string]any
+		if err := json.Unmarshal([]byte(c.Closed), &obj); err != nil {
+			t.Errorf("cut at %d: closed %q: %v", n, c.Closed, err)
+		}
+		if city, ok := obj["city"].(string); ok && !strings.HasPrefix("Paris \"east\" é", city) {
+			t.Errorf("cut at %d: closed %q", n, c.Closed)
+		}
+		if len(c.Function.Arguments) > len(longest) {
+			longest = c.Function.Arguments
+		}
+	}
+	if cuts < 10 || !strings.HasPrefix(longest, `{"days": [1, 2], "city": "Paris \"east\" é", "n": `) {
+		t.Errorf("%d cuts inside a call, longest arguments %q", cuts, longest)
+	}
+	// The whole answer has no cut call.
+	p, _ := NewParser(tok, true)
+	for _, id := range ids {
+		p.Write(id)
+	}
+	p.Finish()
+	if c, ok := p.Cut(); ok {
+		t.Errorf("a whole answer has a cut call: %+v", c)
+	}
+}

@@ -348,7 +348,11 @@ func (s *Server) chat(ctx context.Context, w http.ResponseWriter, req *chatReque
 			for k, call := range m.ToolCalls {
 				msg.ToolCalls = append(msg.ToolCalls, toolCall{ID: id(i, k), Type: "function", Function: call.Function})
 			}
-			if m.Content != "" || len(m.ToolCalls) == 0 {
+			if c.Cut != nil {
+				// Cut by max_tokens: the call so far, as OpenAI returns it.
+				msg.ToolCalls = append(msg.ToolCalls, toolCall{ID: id(i, len(m.ToolCalls)), Type: "function", Function: c.Cut.Function})
+			}
+			if m.Content != "" || len(msg.ToolCalls) == 0 {
 				msg.Content = &m.Content
 			}
 			if m.ReasoningContent != "" {
@@ -418,6 +422,13 @@ func (s *Server) chat(ctx context.Context, w http.ResponseWriter, req *chatReque
 		return
 	}
 	for i, c := range res.Choices {
+		if c.Cut != nil {
+			k := ncalls[i]
+			cut := chatDelta{ToolCalls: []toolCall{{Index: &k, ID: id(i, k), Type: "function", Function: c.Cut.Function}}}
+			if chunk(i, cut, nil, nil) != nil {
+				return
+			}
+		}
 		if chunk(i, chatDelta{}, takeHeld(i), &c.Finish) != nil {
 			return
 		}

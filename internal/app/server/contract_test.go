@@ -2,6 +2,8 @@ package server
 
 import (
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -442,4 +444,221 @@ func TestContractRefusals(t *testing.T) {
 	accepted(body(user, `,"tool_choice":"none"`))
 	accepted(body(user, `,"tool_choice":"auto"`))
 	refused(t, ts, chatPath, body(user, `,"tool_choice":"required"`), "tool_choice", "no tools")
+}
+
+// TestCutToolCall: a reply cut by the token limit in the middle of a
+// tool call's arguments returns the call so far, finish_reason "length":
+// chat completions (streamed and not) with its arguments the JSON text
+// so far, as OpenAI does; Responses as a function_call item with status
+// incomplete; Messages as a tool_use block whose input is the object of
+// what is whole, stop_reason max_tokens.
+func TestCutToolCall(t *testing.T) {
+	city := strings.Repeat("Paris ", 60)
+	whole := `{"city": "` + city + `"}`
+	answer := &chat.Message{ToolCalls: []chat.ToolCall{{Type: "function", Function: chat.FunctionCall{Name: "get_weather", Arguments: whole}}}}
+	s, ts, _ := newScripted(t, Options{}, func(string) *chat.Message { return answer })
+	// The limit: the whole answer less its closing tags and a few tokens
+	// of the city, so that the cut falls inside the string.
+	segs, err := chat.RenderAnswer(*answer, chat.Options{NoThinking: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := chat.Encode(s.tok, segs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tail, err := chat.Encode(s.tok, segs[len(segs)-13:]) // <|close|>argument<|sep|> ... <|end_of_msg|>
+	if err != nil || chat.Text(segs[len(segs)-13:len(segs)-10]) != chat.TokClose+"argument"+chat.TokSep {
+		t.Fatalf("the answer's tail is not what the test expects: %q (%v)", chat.Text(segs[len(segs)-13:]), err)
+	}
+	limit := len(all) - len(tail) - 5
+	tools := `"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}]`
+	checkArgs := func(api, args string) {
+		t.Helper()
+		if !strings.HasPrefix(whole, args) || len(args) < len(`{"city": "Paris Paris`) {
+			t.Errorf("%s: arguments %q are not the start of %q", api, args, whole)
+		}
+	}
+
+	// Chat completions, whole.
+	body := fmt.Sprintf(`{"messages":[{"role":"user","content":"Weather?"}],%s,"thinking":false,"max_tokens":%d`, tools, limit)
+	_, b := post(t, ts, "/v1/chat/completions", body+`}`)
+	var cc struct {
+		Choices []struct {
+			FinishReason string `json:"finish_reason"`
+			Message      struct {
+				Content   *string `json:"content"`
+				ToolCalls []struct {
+					ID       string `json:"id"`
+					Type     string `json:"type"`
+					Function struct {
+						Name      string `json:"name"`
+						Arguments string `json:"arguments"`
+					} `json:"function"`
+				} `json:"tool_calls"`
+			} `json:"message"`
+		} `json:"choices"`
+	}
+	if err := json.Unmarshal(b, &cc); err != nil || len(cc.Choices) != 1 {
+		t.Fatalf("chat: %s", b)
+	}
+	c := cc.Choices[0]
+	if c.FinishReason != "length" || len(c.Message.ToolCalls) != 1 || c.Message.ToolCalls[0].Function.Name != "get_weather" ||
+		c.Message.ToolCalls[0].ID == "" || c.Message.ToolCalls[0].Type != "function" || c.Message.Content != nil {
+		t.Errorf("chat: %s", b)
+	} else {
+		checkArgs("chat", c.Message.ToolCalls[0].Function.Arguments)
+	}
+
+	// Chat completions, streamed: the call comes before the finish chunk.
+	resp, err := http.Post(ts.URL+"/v1/chat/completions", "application/json", strings.NewReader(body+`,"stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var name, args, finish string
+	for _, ev := range events(t, resp.Body) {
+		var ch struct {
+			Choices []struct {
+				Delta struct {
+					ToolCalls []struct {
+						Index    int `json:"index"`
+						Function struct {
+							Name      string `json:"name"`
+							Arguments string `json:"arguments"`
+						} `json:"function"`
+					} `json:"tool_calls"`
+				} `json:"delta"`
+				FinishReason *string `json:"finish_reason"`
+			} `json:"choices"`
+		}
+		if ev == "[DONE]" || json.Unmarshal([]byte(ev), &ch) != nil {
+			continue
+		}
+		for _, x := range ch.Choices {
+			if finish != "" && len(x.Delta.ToolCalls) > 0 {
+				t.Errorf("chat stream: a tool call after the finish chunk")
+			}
+			for _, tc := range x.Delta.ToolCalls {
+				name += tc.Function.Name
+				args += tc.Function.Arguments
+			}
+			if x.FinishReason != nil {
+				finish = *x.FinishReason
+			}
+		}
+	}
+	resp.Body.Close()
+	if finish != "length" || name != "get_weather" {
+		t.Errorf("chat stream: finish %q, call %q(%q)", finish, name, args)
+	} else {
+		checkArgs("chat stream", args)
+	}
+
+	// Responses.
+	for _, stream := range []bool{false, true} {
+		rb := fmt.Sprintf(`{"input":"Weather?",%s,"reasoning":{"effort":"none"},"max_output_tokens":%d,"store":false,"stream":%v}`,
+			strings.Replace(tools, `{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}`,
+				`{"type":"function","name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}`, 1), limit, stream)
+		resp, err := http.Post(ts.URL+"/v1/responses", "application/json", strings.NewReader(rb))
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		final := raw
+		if stream {
+			evs := sseData(raw)
+			var last struct {
+				Type     string          `json:"type"`
+				Response json.RawMessage `json:"response"`
+			}
+			if len(evs) == 0 || json.Unmarshal([]byte(evs[len(evs)-1]), &last) != nil || last.Type != "response.incomplete" {
+				t.Fatalf("responses stream: last event %q", evs[len(evs)-1])
+			}
+			final = last.Response
+		}
+		var r struct {
+			Status string `json:"status"`
+			Output []struct {
+				Type      string `json:"type"`
+				Status    string `json:"status"`
+				Name      string `json:"name"`
+				Arguments string `json:"arguments"`
+			} `json:"output"`
+		}
+		if err := json.Unmarshal(final, &r); err != nil || r.Status != "incomplete" || len(r.Output) == 0 {
+			t.Fatalf("responses (stream %v): %s", stream, final)
+		}
+		o := r.Output[len(r.Output)-1]
+		if o.Type != "function_call" || o.Status != "incomplete" || o.Name != "get_weather" {
+			t.Errorf("responses (stream %v): %s", stream, final)
+		} else {
+			checkArgs("responses", o.Arguments)
+		}
+	}
+
+	// Messages: the input is an object (the city so far).
+	for _, stream := range []bool{false, true} {
+		mb := fmt.Sprintf(`{"max_tokens":%d,"messages":[{"role":"user","content":"Weather?"}],"tools":[{"name":"get_weather","input_schema":{"type":"object","properties":{"city":{"type":"string"}}}}],"stream":%v}`, limit, stream)
+		resp, err := http.Post(ts.URL+"/v1/messages", "application/json", strings.NewReader(mb))
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var stop string
+		var input json.RawMessage
+		if !stream {
+			var m struct {
+				StopReason string `json:"stop_reason"`
+				Content    []struct {
+					Type  string          `json:"type"`
+					Name  string          `json:"name"`
+					Input json.RawMessage `json:"input"`
+				} `json:"content"`
+			}
+			if json.Unmarshal(raw, &m) != nil || len(m.Content) == 0 || m.Content[len(m.Content)-1].Type != "tool_use" {
+				t.Fatalf("messages: %s", raw)
+			}
+			stop, input = m.StopReason, m.Content[len(m.Content)-1].Input
+		} else {
+			var partial string
+			for _, ev := range sseData(raw) {
+				var e struct {
+					Type  string `json:"type"`
+					Delta struct {
+						Type        string `json:"type"`
+						PartialJSON string `json:"partial_json"`
+						StopReason  string `json:"stop_reason"`
+					} `json:"delta"`
+				}
+				json.Unmarshal([]byte(ev), &e)
+				if e.Delta.Type == "input_json_delta" {
+					partial += e.Delta.PartialJSON
+				}
+				if e.Type == "message_delta" {
+					stop = e.Delta.StopReason
+				}
+			}
+			input = json.RawMessage(partial)
+		}
+		var in struct {
+			City string `json:"city"`
+		}
+		if stop != "max_tokens" || json.Unmarshal(input, &in) != nil || !strings.HasPrefix(city, in.City) || len(in.City) < len("Paris Paris") {
+			t.Errorf("messages (stream %v): stop %q, input %s", stream, stop, input)
+		}
+	}
+}
+
+// sseData returns the data of every event of a server-sent event stream
+// (named events included).
+func sseData(raw []byte) []string {
+	var out []string
+	for _, line := range strings.Split(string(raw), "\n") {
+		if d, ok := strings.CutPrefix(strings.TrimRight(line, "\r"), "data: "); ok {
+			out = append(out, d)
+		}
+	}
+	return out
 }

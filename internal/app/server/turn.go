@@ -193,7 +193,12 @@ func (s *Server) runTurn(ctx context.Context, p *prepared, onToken func(i int, t
 		}
 		c := &wire.TurnChoice{Msg: msg, Finish: seq.finish, StopSequence: q.stop.hit,
 			CompletionTokens: seq.completionTokens, ReasoningTokens: q.think}
-		if len(msg.ToolCalls) > 0 {
+		if seq.finish == "length" && !q.ended {
+			if cut, ok := q.parser.Cut(); ok {
+				c.Cut = &cut
+			}
+		}
+		if len(msg.ToolCalls) > 0 && c.Cut == nil {
 			c.Finish = "tool_calls"
 		}
 		out.Choices = append(out.Choices, c)

@@ -148,28 +148,34 @@ func (o *Reply) Delta(d chat.Delta) error {
 		}
 	}
 	if d.ToolCall != nil {
-		if err := o.closeBlock(); err != nil {
-			return err
-		}
-		input := json.RawMessage(d.ToolCall.Function.Arguments)
-		if !json.Valid(input) {
-			input = json.RawMessage("{}")
-		}
-		b := toolUseBlock{Type: "tool_use", ID: wire.NewID("toolu_"), Name: d.ToolCall.Function.Name, Input: input}
-		index := len(o.msg.Content)
-		start := b
-		start.Input = json.RawMessage("{}")
-		if err := o.emit("content_block_start", map[string]any{"index": index, "content_block": start}); err != nil {
-			return err
-		}
-		if err := o.emit("content_block_delta", map[string]any{"index": index,
-			"delta": map[string]string{"type": "input_json_delta", "partial_json": string(input)}}); err != nil {
-			return err
-		}
-		o.msg.Content = append(o.msg.Content, b)
-		return o.emit("content_block_stop", map[string]any{"index": index})
+		return o.toolUse(d.ToolCall.Function.Name, d.ToolCall.Function.Arguments)
 	}
 	return nil
+}
+
+// toolUse adds a tool_use block of the call with arguments args (a JSON
+// object).
+func (o *Reply) toolUse(name, args string) error {
+	if err := o.closeBlock(); err != nil {
+		return err
+	}
+	input := json.RawMessage(args)
+	if !json.Valid(input) {
+		input = json.RawMessage("{}")
+	}
+	b := toolUseBlock{Type: "tool_use", ID: wire.NewID("toolu_"), Name: name, Input: input}
+	index := len(o.msg.Content)
+	start := b
+	start.Input = json.RawMessage("{}")
+	if err := o.emit("content_block_start", map[string]any{"index": index, "content_block": start}); err != nil {
+		return err
+	}
+	if err := o.emit("content_block_delta", map[string]any{"index": index,
+		"delta": map[string]string{"type": "input_json_delta", "partial_json": string(input)}}); err != nil {
+		return err
+	}
+	o.msg.Content = append(o.msg.Content, b)
+	return o.emit("content_block_stop", map[string]any{"index": index})
 }
 
 func (o *Reply) open(typ string) error {
@@ -215,6 +221,14 @@ func (o *Reply) Finish(res *wire.TurnResult, clamped bool) error {
 		return err
 	}
 	c := res.Choices[0]
+	if c.Cut != nil {
+		// A call max_tokens cut: its input must be an object, so it holds
+		// what of the arguments is whole (a string cut short included);
+		// stop_reason max_tokens says it is not complete.
+		if err := o.toolUse(c.Cut.Function.Name, c.Cut.Closed); err != nil {
+			return err
+		}
+	}
 	reason := "end_turn"
 	switch {
 	case c.Finish == "tool_calls":

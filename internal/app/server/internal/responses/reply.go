@@ -166,7 +166,7 @@ func (o *Reply) Delta(d chat.Delta) error {
 		if err := o.closeItem("completed"); err != nil {
 			return err
 		}
-		return o.call(d.ToolCall.Function)
+		return o.call(d.ToolCall.Function, "completed")
 	}
 	return nil
 }
@@ -238,8 +238,10 @@ func (o *Reply) closeItem(status string) error {
 
 // call adds a tool call item: a function_call, or a custom_tool_call for
 // a custom tool (its "input" argument as the input), under the API's
-// name and namespace of the tool.
-func (o *Reply) call(f chat.FunctionCall) error {
+// name and namespace of the tool, with status: completed, or incomplete
+// for a call max_output_tokens cut (its arguments the JSON text so far,
+// a custom call's input the text so far).
+func (o *Reply) call(f chat.FunctionCall, status string) error {
 	ref, known := o.tools.byFlat[f.Name]
 	name, ns := f.Name, ""
 	if known {
@@ -255,6 +257,8 @@ func (o *Reply) call(f chat.FunctionCall) error {
 		}
 		if json.Unmarshal([]byte(f.Arguments), &args) == nil && args.Input != nil {
 			input = *args.Input
+		} else if s, ok := cutString(f.Arguments, "input"); ok {
+			input = s
 		}
 		it := customCallItem{ID: wire.NewID("ctc_"), Type: "custom_tool_call", Status: "in_progress", CallID: callID, Name: name, Namespace: ns}
 		if err := o.emit("response.output_item.added", map[string]any{"output_index": index, "item": it}); err != nil {
@@ -266,7 +270,7 @@ func (o *Reply) call(f chat.FunctionCall) error {
 		if err := o.emit("response.custom_tool_call_input.done", map[string]any{"item_id": it.ID, "output_index": index, "input": input}); err != nil {
 			return err
 		}
-		it.Status, it.Input = "completed", input
+		it.Status, it.Input = status, input
 		o.resp.Output = append(o.resp.Output, it)
 		return o.emit("response.output_item.done", map[string]any{"output_index": index, "item": it})
 	}
@@ -280,7 +284,7 @@ func (o *Reply) call(f chat.FunctionCall) error {
 	if err := o.emit("response.function_call_arguments.done", map[string]any{"item_id": it.ID, "output_index": index, "name": name, "arguments": f.Arguments}); err != nil {
 		return err
 	}
-	it.Status, it.Arguments = "completed", f.Arguments
+	it.Status, it.Arguments = status, f.Arguments
 	o.resp.Output = append(o.resp.Output, it)
 	return o.emit("response.output_item.done", map[string]any{"output_index": index, "item": it})
 }
@@ -294,6 +298,15 @@ func (o *Reply) Finish(res *wire.TurnResult) error {
 	if c.Finish == "length" {
 		status = "incomplete"
 		o.resp.IncompleteDetails = &incomplete{Reason: "max_output_tokens"}
+	}
+	if c.Cut != nil {
+		// The items before the cut call are whole; the call is not.
+		if err := o.closeItem("completed"); err != nil {
+			return err
+		}
+		if err := o.call(c.Cut.Function, "incomplete"); err != nil {
+			return err
+		}
 	}
 	if err := o.closeItem(status); err != nil {
 		return err
@@ -405,4 +418,24 @@ func (o *Reply) Stored(req *Request, t *wire.Turn, reply chat.Message, prev *Sto
 func hasInstructions(req *Request) bool {
 	str, ok := wire.RawString(req.Instructions)
 	return ok && str != ""
+}
+
+// cutString reads the string value of key in the arguments of a call cut
+// short, {"key": "text so far: the text so far, unescaped; ok is false
+// when the arguments are not that.
+func cutString(args, key string) (string, bool) {
+	k, _ := json.Marshal(key)
+	rest, ok := strings.CutPrefix(args, "{"+string(k)+": \"")
+	if !ok {
+		return "", false
+	}
+	var s string
+	if json.Unmarshal([]byte(`"`+rest+`"`), &s) != nil {
+		// Cut inside an escape: drop the escape's start.
+		if i := strings.LastIndexByte(rest, '\\'); i >= 0 && json.Unmarshal([]byte(`"`+rest[:i]+`"`), &s) == nil {
+			return s, true
+		}
+		return "", false
+	}
+	return s, true
 }

@@ -156,8 +156,12 @@ type TurnChoice struct {
 	Msg chat.Message // reasoning, content (cut at a stop sequence) and tool calls
 	// Finish is "stop", "length" or "tool_calls"; StopSequence is the
 	// stop sequence that ended the reply, if one did.
-	Finish           string
-	StopSequence     string
+	Finish       string
+	StopSequence string
+	// Cut is the tool call the reply was in when the token limit (or the
+	// context) cut it: Finish is "length", and each API returns the call
+	// so far in its own shape, as OpenAI does, rather than drop it.
+	Cut              *chat.CutCall
 	CompletionTokens int
 	ReasoningTokens  int // generated in the think channel
 }
