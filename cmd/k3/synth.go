@@ -63,6 +63,7 @@ func runSynth(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	tokenizer := fs.String("tokenizer", "", "copy tiktoken.model and tokenizer_config.json from `DIR`")
 	withTokenizer := fs.Bool("with-tokenizer", false, "write a generated tokenizer that fits the vocabulary")
 	stopBias := fs.Float64("stop-bias", 0, "bias the head towards the stop tokens by `X` (needs a tokenizer): replies on the random weights end after a few tokens, for end-to-end runs of chat clients (8: 2 to 30 tokens)")
+	closeBias := fs.Float64("close-bias", 0, "bias the head towards the tokens that close what is open by `X` (needs a tokenizer): <|close|> (the reasoning, a string argument) and the quote ending a JSON string, so that constrained replies on the random weights (forced tool calls, response formats) reach their end (8: a few tokens each)")
 	dryRun := fs.Bool("dry-run", false, "print the plan without writing")
 	sparse := fs.Bool("sparse", false, "write the headers only, the tensor data as holes (no disk space; for k3 plan, k3 doctor and Inspect, e.g. --profile full)")
 	buffered := fs.Bool("buffered", false, "write through the page cache instead of O_DIRECT")
@@ -165,7 +166,10 @@ func runSynth(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if *stopBias < 0 {
 		return cli.Usagef("--stop-bias must not be negative")
 	}
-	opts := synth.WriteOptions{ShardSize: size, TokenizerDir: *tokenizer, Buffered: *buffered, StopBias: *stopBias}
+	if *closeBias < 0 {
+		return cli.Usagef("--close-bias must not be negative")
+	}
+	opts := synth.WriteOptions{ShardSize: size, TokenizerDir: *tokenizer, Buffered: *buffered, StopBias: *stopBias, CloseBias: *closeBias}
 	var bar *synthBar
 	if f, ok := stderr.(*os.File); ok {
 		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {

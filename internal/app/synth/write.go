@@ -54,6 +54,15 @@ type WriteOptions struct {
 	// random weights end after a few tokens of noise, as end-to-end runs
 	// of chat clients need (8 gives replies of 2 to 30 tokens).
 	StopBias float64
+	// CloseBias, if positive, biases the head towards the tokens that
+	// close what is open (<|close|>, which ends the reasoning, a string
+	// argument and every element of the format, and ", which ends a JSON
+	// string; it needs a tokenizer) the same way, along another hidden
+	// dimension: random weights then close their reasoning and their
+	// strings within a few tokens, so a constrained answer (a forced tool
+	// call, a response format) reaches its end, as end-to-end runs of a
+	// contract suite need.
+	CloseBias float64
 	// Buffered disables O_DIRECT. Without it the writer uses O_DIRECT where
 	// the file system supports it (and falls back silently where it does
 	// not), which keeps the page cache out of the way and the progress
@@ -134,13 +143,16 @@ func Write(ctx context.Context, dir string, p Profile, opts WriteOptions) (Summa
 			small = append(small, smallFile{GenerationConfigFile, data})
 		}
 	}
-	if opts.StopBias > 0 {
-		var config []byte
-		for _, f := range small {
-			if f.name == tokenizerFiles[1] {
-				config = f.data
-			}
+	var model, config []byte
+	for _, f := range small {
+		switch f.name {
+		case tokenizerFiles[0]:
+			model = f.data
+		case tokenizerFiles[1]:
+			config = f.data
 		}
+	}
+	if opts.StopBias > 0 {
 		if config == nil {
 			return Summary{}, fmt.Errorf("synth: a stop bias needs a tokenizer (its stop tokens)")
 		}
@@ -149,6 +161,16 @@ func Write(ctx context.Context, dir string, p Profile, opts WriteOptions) (Summa
 			return Summary{}, err
 		}
 		L.biasStops(ids, opts.StopBias)
+	}
+	if opts.CloseBias > 0 {
+		if config == nil || model == nil {
+			return Summary{}, fmt.Errorf("synth: a close bias needs a tokenizer (its <|close|> and \" tokens)")
+		}
+		ids, err := closeTokenIDs(config, model, p.Config.Vocab)
+		if err != nil {
+			return Summary{}, err
+		}
+		L.biasCloses(ids, opts.CloseBias)
 	}
 	small = append(small, smallFile{IndexFile, L.indexJSON}, smallFile{ConfigFile, L.configJSON}) // config last
 	total := L.FileBytes
