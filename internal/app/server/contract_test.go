@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -661,4 +663,52 @@ func sseData(raw []byte) []string {
 		}
 	}
 	return out
+}
+
+// TestReadmeCurl: the README's curl example (Serving) gets a visible
+// answer: with "thinking": false the reply is content, not reasoning; the
+// same request with "thinking": true spends its tokens on reasoning, which
+// is why the example turns thinking off.
+func TestReadmeCurl(t *testing.T) {
+	readme, err := os.ReadFile("../../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^curl -s localhost:8080/v1/chat/completions -d '(\{.*\})'$`).FindSubmatch(readme)
+	if m == nil {
+		t.Fatal("no curl example of /v1/chat/completions in the README")
+	}
+	body := string(m[1])
+	if !strings.Contains(body, `"thinking":false`) {
+		t.Fatalf("the README's example %s does not turn thinking off", body)
+	}
+	_, ts, _ := newTestServer(t, 1, nil)
+	reply := func(body string) (content, reasoning string) {
+		t.Helper()
+		resp, b := post(t, ts, "/v1/chat/completions", body)
+		var r struct {
+			Choices []struct {
+				Message struct {
+					Content          *string `json:"content"`
+					ReasoningContent *string `json:"reasoning_content"`
+				} `json:"message"`
+			} `json:"choices"`
+		}
+		if resp.StatusCode != 200 || json.Unmarshal(b, &r) != nil || len(r.Choices) != 1 {
+			t.Fatalf("%s: %d %s", body, resp.StatusCode, b)
+		}
+		if c := r.Choices[0].Message.Content; c != nil {
+			content = *c
+		}
+		if rc := r.Choices[0].Message.ReasoningContent; rc != nil {
+			reasoning = *rc
+		}
+		return content, reasoning
+	}
+	if content, reasoning := reply(body); content == "" || reasoning != "" {
+		t.Errorf("the README's request: content %q, reasoning %q; want an answer and no reasoning", content, reasoning)
+	}
+	if content, reasoning := reply(strings.Replace(body, `"thinking":false`, `"thinking":true`, 1)); content != "" || reasoning == "" {
+		t.Errorf("with thinking on: content %q, reasoning %q; want reasoning only (random weights never close it)", content, reasoning)
+	}
 }
