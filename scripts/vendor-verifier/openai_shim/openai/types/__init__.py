@@ -1,0 +1,1 @@
+"""The stand-in's types (see openai/__init__.py)."""
