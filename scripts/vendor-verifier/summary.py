@@ -1,7 +1,7 @@
 """Summarises a pytest junit.xml of the Kimi Vendor Verifier's run against
 k3 serve (scripts/vendor-verifier.sh): the counts, then every test that
 did not pass with its reason, sorted by expected.tsv (fnmatch patterns of
-test ids, a category and the reason) into those that need a trained
+test ids, * and ? the only wildcards; a category and the reason) into those that need a trained
 model, the documented differences (docs/K3-API.md) and the unexpected
 ones. It exits 1 when any failure is unexpected.
 
@@ -44,7 +44,9 @@ def main():
 
     def classify(tid):
         for pattern, category, reason in expected:
-            if fnmatch.fnmatchcase(tid, pattern):
+            # Test ids have brackets ([stream]); in a pattern they are
+            # literal, only * and ? are wildcards.
+            if fnmatch.fnmatchcase(tid, pattern.replace("[", "[[]")):
                 return category, reason
         return None, None
 
