@@ -65,8 +65,8 @@ func TestServeThroughCluster(t *testing.T) {
 
 	schema := `{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"],"additionalProperties":false}`
 	requests := []struct{ path, body, field string }{
-		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"Hello"}],"max_tokens":12,"seed":3,"thinking":{"type":"disabled"}}`, "choices"},
-		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"JSON please"}],"max_tokens":40,"temperature":0,"thinking":{"type":"disabled"},` +
+		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"Hello"}],"max_tokens":12,"seed":3,"thinking":false}`, "choices"},
+		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"JSON please"}],"max_tokens":40,"temperature":0,"thinking":false,` +
 			`"response_format":{"type":"json_schema","json_schema":{"name":"x","strict":true,"schema":` + schema + `}}}`, "choices"},
 		{"/v1/responses", `{"input":"Hello","max_output_tokens":12,"temperature":0}`, "output"},
 		{"/v1/messages", `{"model":"k3-test","max_tokens":12,"messages":[{"role":"user","content":"Hello"}],"temperature":0}`, "content"},
