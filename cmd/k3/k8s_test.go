@@ -827,8 +827,7 @@ func TestK8sManifestMistakes(t *testing.T) {
 		secrets        bool   // change the secrets' file instead
 		want           string // in one of the errors
 	}{
-		{"misspelled field", "podManagementPolicy: Parallel\n  selector:\n    matchLabels:\n      app.kubernetes.io/name: k3\n      app.kubernetes.io/component: worker",
-			"podManagmentPolicy: Parallel\n  selector:\n    matchLabels:\n      app.kubernetes.io/name: k3\n      app.kubernetes.io/component: worker", 1, false, `unknown field "spec.podManagmentPolicy"`},
+		{"misspelled field", "ordinals:\n    start: 1", "ordinal:\n    start: 1", 1, false, `unknown field "spec.ordinal"`},
 		{"miscapitalised field", "containerPort: 7070", "containerport: 7070", 1, false, `unknown field "spec.template.spec.containers[0].ports[0].containerport"`},
 		{"duplicate key", "  clusterIP: None\n", "  clusterIP: None\n  clusterIP: None\n", 1, false, `already set in map`},
 		{"wrong type", "replicas: 1 #", "replicas: one #", 1, false, "cannot unmarshal"},
