@@ -164,8 +164,7 @@ func TestBatchUsage(t *testing.T) {
 
 // TestBatchManifest: the Kubernetes Indexed Job in docs/k8s runs k3 batch
 // with flags that parse, one shard per completion index, and a results
-// file per index. (The module has no YAML decoder; the manifest's
-// Kubernetes side is checked as docs/SCALING.md says.)
+// file per index. (Its Kubernetes side: TestK8sManifests.)
 func TestBatchManifest(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "k8s", "k3-batch-job.yaml"))
 	if err != nil {
