@@ -63,8 +63,9 @@ type ClusterStats struct {
 
 // Cluster returns the model's cluster's health and counters.
 func (m *Model) Cluster() ClusterStats {
-	n, up, health, st := m.e.Cluster()
-	return ClusterStats{Ranks: n, Up: up, Health: health, Rounds: st.Rounds, BytesSent: st.BytesSent, BytesReceived: st.BytesReceived,
+	c := m.e.Cluster()
+	st := c.Stats
+	return ClusterStats{Ranks: c.Ranks, Up: c.Up, Health: c.Health, Rounds: st.Rounds, BytesSent: st.BytesSent, BytesReceived: st.BytesReceived,
 		RoundTime: st.RoundTime, WaitTime: st.WaitTime}
 }
 

@@ -131,6 +131,52 @@ func TestClusterKillAndRestart(t *testing.T) {
 	}
 }
 
+// TestClusterWorkerStartsLate opens rank 0 before its worker listens: Open
+// succeeds, Health names the missing rank and a generation fails naming it
+// (never hangs); once the worker is up, the cluster serves one process's
+// tokens without a new rank 0.
+func TestClusterWorkerStartsLate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the k3 command and starts worker processes")
+	}
+	dir := tinyCheckpoint(t, 1)
+	ref, err := k3.Open(dir, k3.Options{MaxContext: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := []int{4, 5, 6}
+	want := generateIDs(t, ref, prompt, k3.GenerateOptions{MaxTokens: 10})
+	ref.Close()
+	// An address nothing listens on yet: a port taken and given back.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	m, err := k3.Open(dir, k3.Options{MaxContext: 256, Cluster: &k3.ClusterOptions{Peers: []string{addr}, Key: clusterKey, Timeout: 2 * time.Second}})
+	if err != nil {
+		t.Fatalf("rank 0 before its worker: %v", err)
+	}
+	defer m.Close()
+	if h := m.Cluster().Health; h == nil || !strings.Contains(h.Error(), "rank 1") {
+		t.Fatalf("Health with the worker not started: %v", h)
+	}
+	for _, err := range m.Generate(context.Background(), prompt, k3.GenerateOptions{MaxTokens: 10}) {
+		if err == nil || !strings.Contains(err.Error(), "rank 1") {
+			t.Fatalf("a generation without the worker: %v", err)
+		}
+		break
+	}
+	startWorkerProc(t, dir, addr)
+	for m.Cluster().Health != nil {
+		time.Sleep(20 * time.Millisecond) // the redial loop's pace; the test's timeout bounds it
+	}
+	if got := generateIDs(t, m, prompt, k3.GenerateOptions{MaxTokens: 10}); !slices.Equal(got, want) {
+		t.Fatalf("once the worker is up %v, one process %v", got, want)
+	}
+}
+
 // TestClusterHungWorker stops a worker process (SIGSTOP: it neither
 // answers nor closes its connection) while rank 0 generates: the
 // generation fails with an error naming the rank once the peer timeout

@@ -837,7 +837,7 @@ func TestK8sManifestMistakes(t *testing.T) {
 		{"undefined variable", "--rank=$(K3_RANK)", "--rank=$(K3_RNAK)", 1, false, "$(K3_RNAK)"},
 		{"workers added, peers not", "replicas: 3 # RANKS", "replicas: 4 # RANKS", 1, false, "rank 0's --peers"},
 		{"ranks not changed", "--ranks=4 # RANKS", "--ranks=5 # RANKS", 1, false, "with 3 replicas it is rank 1 of 4"},
-		{"peers out of order", "k3-worker-1.k3-cluster:7070,k3-worker-2.k3-cluster:7070", "k3-worker-2.k3-cluster:7070,k3-worker-1.k3-cluster:7070", 2, false, "rank 0's --peers"},
+		{"peers out of order", "k3-worker-1.k3-cluster:7070,k3-worker-2.k3-cluster:7070", "k3-worker-2.k3-cluster:7070,k3-worker-1.k3-cluster:7070", 1, false, "rank 0's --peers"},
 		{"another port", "--listen=0.0.0.0:7070", "--listen=0.0.0.0:7071", 1, false, "not the workers' --listen port 7071"},
 		{"ordinals from 0", "ordinals:\n    start: 1", "ordinals:\n    start: 0", 1, false, "spec.ordinals.start must be 1"},
 		{"no headless Service", "clusterIP: None", "clusterIP: \"\"", 1, false, "a headless Service"},

@@ -92,14 +92,21 @@ func (e *Engine) connect(ctx context.Context, plan *model.Plan) (*cluster.Client
 	return cluster.NewClient(ctx, dials, e.log)
 }
 
-// Cluster returns the cluster's size, the ranks connected (rank 0
+// ClusterState is a cluster's size, the ranks connected (rank 0
 // included), its health (nil while every rank is connected, or in one
 // process) and its client's counters (zero in one process).
-func (e *Engine) Cluster() (ranks, up int, health error, st cluster.Stats) {
+type ClusterState struct {
+	Ranks, Up int
+	Health    error
+	Stats     cluster.Stats
+}
+
+// Cluster returns the cluster's state.
+func (e *Engine) Cluster() ClusterState {
 	if e.cluster == nil {
-		return 1, 1, nil, cluster.Stats{}
+		return ClusterState{Ranks: 1, Up: 1}
 	}
-	return e.cluster.Size(), e.cluster.Connected(), e.cluster.Health(), e.cluster.Stats()
+	return ClusterState{Ranks: e.cluster.Size(), Up: e.cluster.Connected(), Health: e.cluster.Health(), Stats: e.cluster.Stats()}
 }
 
 // checkClusterOptions refuses what a cluster does not do yet.

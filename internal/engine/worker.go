@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"runtime/debug"
@@ -220,7 +221,11 @@ func (w *Worker) ListenAndServe(ctx context.Context, addr string, ready func(net
 			if errors.Is(err, net.ErrClosed) {
 				return nil
 			}
-			w.e.log.Warn("k3: worker: a connection was refused", "err", err)
+			lvl := slog.LevelWarn
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+				lvl = slog.LevelDebug // a probe that only opens the port
+			}
+			w.e.log.Log(ctx, lvl, "k3: worker: a connection was refused", "err", err)
 			continue
 		}
 		w.e.log.Info("k3: worker: rank 0 connected", "peer", conn.Peer(), "rank", peer.Rank, "ranks", peer.Ranks)

@@ -11,6 +11,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/k3go/k3/internal/engine/cluster/link"
 	"github.com/k3go/k3/model"
 )
 
@@ -87,8 +88,12 @@ type job struct {
 const pingEvery = 2 * time.Second
 
 // NewClient connects to the workers of a cluster of len(dials)+1 ranks
-// (dials[i] reaches rank i+1) and returns once every one is connected and
-// loaded, or fails naming the first that is not.
+// (dials[i] reaches rank i+1). A worker that refuses the handshake (another
+// checkpoint, kernel, version, size or key) or cannot load its rows fails
+// it, naming the rank and why: a setting to fix. A worker that cannot be
+// reached yet is dialled again in the background, as after a failure, so
+// that rank 0 starts (and says in Health what is missing) before all its
+// workers are up.
 func NewClient(ctx context.Context, dials []Dialer, log *slog.Logger) (*Client, error) {
 	if !littleEndian() {
 		return nil, errors.New("cluster: ranks exchange floats as they lie in memory, which needs a little-endian machine")
@@ -114,13 +119,19 @@ func NewClient(ctx context.Context, dials []Dialer, log *slog.Logger) (*Client, 
 		}()
 	}
 	var errs []error
+	var later []*peer
 	for range c.peers {
 		r := <-results
-		if r.err != nil {
+		p := c.peers[r.i]
+		switch {
+		case r.err == nil:
+			p.conn = r.conn
+		case errors.Is(r.err, link.ErrRefused) || errors.Is(r.err, ErrNotLoaded) || ctx.Err() != nil:
 			errs = append(errs, fmt.Errorf("rank %d: %w", r.i+1, r.err))
-			continue
+		default:
+			p.down = r.err
+			later = append(later, p)
 		}
-		c.peers[r.i].conn = r.conn
 	}
 	if len(errs) > 0 {
 		for _, p := range c.peers {
@@ -132,6 +143,11 @@ func NewClient(ctx context.Context, dials []Dialer, log *slog.Logger) (*Client, 
 	}
 	for _, p := range c.peers {
 		go p.serve()
+	}
+	for _, p := range later {
+		c.log.Warn("k3: cluster: a rank cannot be reached yet; dialling it again", "rank", p.rank, "err", p.down)
+		c.redialing.Add(1)
+		go p.redial()
 	}
 	c.pinging.Add(1)
 	go c.pinger()

@@ -23,7 +23,6 @@ type chanConn struct {
 	name   string
 	in     <-chan frame
 	out    chan<- frame
-	mu     sync.Mutex
 	closed chan struct{}
 	once   sync.Once
 }

@@ -77,6 +77,11 @@ func Ready(conn Conn, err error) error {
 	return conn.Send(kindReady)
 }
 
+// ErrNotLoaded reports a worker that connected but could not load its
+// rank's slice (its budget, its disk): a setting to fix, not a rank to wait
+// for.
+var ErrNotLoaded = errors.New("the worker could not load its rows")
+
 // AwaitReady waits on rank 0's side of a new connection for the worker to
 // load its slice (kindReady), or returns the error it sends.
 func AwaitReady(conn Conn) error {
@@ -85,7 +90,7 @@ func AwaitReady(conn Conn) error {
 	case err != nil:
 		return err
 	case kind == kindError:
-		return fmt.Errorf("%s: %w", conn.Peer(), errors.New(string(msg)))
+		return fmt.Errorf("%s: %w: %s", conn.Peer(), ErrNotLoaded, msg)
 	case kind != kindReady:
 		return fmt.Errorf("%s: %w: a message of kind %d before it was ready", conn.Peer(), ErrMessage, kind)
 	}
