@@ -50,11 +50,20 @@ func (p *pass) moe(ctx context.Context, l int, mats *LayerMats, vec *LayerVecs, 
 	m.moeLayerPasses.Add(1)
 	if p.sharded() {
 		// Every rank's rows of every expert, in rounds: the latent input
-		// and the shared experts first, as in one process.
+		// and the shared experts first, as in one process, while every
+		// rank reads its up halves of the union (when one chunk holds it:
+		// decoding, short prompts).
+		if p.R*c.TopK <= expertChunk(c, p.R) {
+			if pf, ok := m.ranks.(Prefetcher); ok {
+				pf.Prefetch(ctx, l, expert.HalfUp, first)
+			}
+			m.PrefetchExperts(ctx, &sc.rwork, l, expert.HalfUp, first)
+		}
 		err := p.moeDense(l, mats, in)
 		if err == nil {
 			err = p.expertRounds(l, first)
 		}
+		m.EndPrefetch(&sc.rwork)
 		p.clearSeen(first)
 		if err != nil {
 			return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"unsafe"
 
 	"github.com/k3go/k3/expert"
@@ -77,6 +78,55 @@ type RoundWork struct {
 	out   [][]float32
 	ids   []int32
 	batch expert.Batch
+
+	// A batch of expert halves begun before its round comes
+	// (PrefetchExperts): its reads run while the rank computes other
+	// rounds.
+	pend                expert.Batch
+	pendIDs             []int32
+	pendOn              bool
+	pendLayer, pendHalf int
+}
+
+// Prefetcher is implemented by Ranks that can tell the other ranks which
+// experts' halves a coming round needs, so that their reads start while
+// they compute the rounds before it.
+type Prefetcher interface {
+	Prefetch(ctx context.Context, layer, half int, experts []int32) error
+}
+
+// PrefetchExperts begins, in w, the batch of half (expert.HalfUp or
+// HalfDown) of experts of layer (in the order a round will use them): the
+// expert source starts reading them now, and the next expert round of w
+// with exactly these takes the batch instead of beginning its own. A batch
+// begun before is ended first. An error leaves nothing begun (the round
+// will begin its own and report what fails).
+func (m *Model) PrefetchExperts(ctx context.Context, w *RoundWork, layer, half int, experts []int32) error {
+	m.EndPrefetch(w)
+	w.pendIDs = w.pendIDs[:0]
+	for _, e := range experts {
+		w.pendIDs = append(w.pendIDs, 2*e+int32(half))
+	}
+	return m.beginPending(ctx, w, layer, half)
+}
+
+// beginPending begins the batch of w.pendIDs.
+func (m *Model) beginPending(ctx context.Context, w *RoundWork, layer, half int) error {
+	w.pend.Layer, w.pend.IDs, w.pend.Uses = layer, w.pendIDs, nil
+	if err := m.experts.Begin(ctx, &w.pend); err != nil {
+		m.experts.End(&w.pend)
+		return err
+	}
+	w.pendOn, w.pendLayer, w.pendHalf = true, layer, half
+	return nil
+}
+
+// EndPrefetch ends the batch PrefetchExperts began in w, if any.
+func (m *Model) EndPrefetch(w *RoundWork) {
+	if w.pendOn {
+		m.experts.End(&w.pend)
+		w.pendOn = false
+	}
 }
 
 // Slices computes this model's rows of every product of rd (its plan's
@@ -182,12 +232,23 @@ func (m *Model) expertSlices(ctx context.Context, rd *Round, w *RoundWork, rank,
 		}
 	}
 	b := &w.batch
-	b.Layer, b.IDs, b.Uses = rd.Layer, w.ids, nil
-	if err := m.experts.Begin(ctx, b); err != nil {
-		m.experts.End(b)
-		return fmt.Errorf("experts: %w", err)
+	if w.pendOn && w.pendLayer == rd.Layer && w.pendHalf == int(half) && slices.Equal(w.pendIDs, w.ids) {
+		// Begun ahead (PrefetchExperts): its reads have been running.
+		b, w.pendOn = &w.pend, false
+	} else {
+		m.EndPrefetch(w)
+		b.Layer, b.IDs, b.Uses = rd.Layer, w.ids, nil
+		if err := m.experts.Begin(ctx, b); err != nil {
+			m.experts.End(b)
+			return fmt.Errorf("experts: %w", err)
+		}
 	}
-	defer m.experts.End(b)
+	done := false
+	defer func() {
+		if !done {
+			m.experts.End(b)
+		}
+	}()
 	k := 0
 	for i, id := range w.ids {
 		ex, err := m.experts.Get(ctx, b, i)
@@ -212,6 +273,17 @@ func (m *Model) expertSlices(ctx context.Context, rd *Round, w *RoundWork, rank,
 	}
 	if k != len(rd.Products) {
 		return fmt.Errorf("model: an expert round's products are not grouped by expert")
+	}
+	m.experts.End(b)
+	done = true
+	if half == expert.HalfUp {
+		// The same experts' down halves come next, once rank 0 has every
+		// rank's up rows: read them meanwhile (id 2e+1 after 2e).
+		w.pendIDs = w.pendIDs[:0]
+		for _, id := range w.ids {
+			w.pendIDs = append(w.pendIDs, id+1)
+		}
+		m.beginPending(ctx, w, rd.Layer, expert.HalfDown)
 	}
 	return nil
 }

@@ -63,9 +63,16 @@ func (s *Server) release() {
 	}
 }
 
-// End gives back the held part and ends the Server's turn on the layer
-// source (rank 0 left, or failed).
+// Prefetch begins reading this rank's half (expert.HalfUp or HalfDown)
+// of experts of layer, for the expert round that will ask for them.
+func (s *Server) Prefetch(ctx context.Context, layer, half int, experts []int32) error {
+	return s.m.PrefetchExperts(ctx, &s.work, layer, half, experts)
+}
+
+// End gives back the held part and any experts begun ahead, and ends the
+// Server's turn on the layer source (rank 0 left, or failed).
 func (s *Server) End() {
+	s.m.EndPrefetch(&s.work)
 	s.release()
 	if s.inPass {
 		if pl, ok := s.m.layers.(PassLocker); ok {

@@ -48,8 +48,10 @@ type Client struct {
 	peers []*peer
 	log   *slog.Logger
 
-	hdr   []byte
-	parts [][]byte
+	hdr     []byte
+	parts   [][]byte
+	pf      []byte
+	pfParts [][]byte
 
 	closed    atomic.Bool
 	stop      chan struct{}
@@ -78,9 +80,10 @@ type peer struct {
 }
 
 type job struct {
-	rd    *model.Round // nil: a ping
-	parts [][]byte
-	size  int64
+	rd     *model.Round // nil: a ping, or a message with no reply
+	parts  [][]byte
+	size   int64
+	oneway bool // parts are a prefetch: sent, not answered
 }
 
 // pingEvery is how often an idle worker is asked whether it is there, so
@@ -210,12 +213,48 @@ func (c *Client) Round(ctx context.Context, rd *model.Round, local func() error)
 // serve runs p's rounds (and pings) until the Client closes.
 func (p *peer) serve() {
 	for j := range p.jobs {
-		if j.rd == nil {
+		switch {
+		case j.oneway:
+			p.oneway(j)
+			p.done <- nil
+		case j.rd == nil:
 			p.ping()
-			continue
+		default:
+			p.done <- p.round(j)
 		}
-		p.done <- p.round(j)
 	}
+}
+
+// oneway sends a message that has no reply; a failure drops the link
+// (the next round reports it).
+func (p *peer) oneway(j job) {
+	p.mu.Lock()
+	conn := p.conn
+	p.mu.Unlock()
+	if conn == nil {
+		return
+	}
+	if err := conn.Send(kindPrefetch, j.parts...); err != nil {
+		p.drop(conn, fmt.Errorf("sending a prefetch: %w", err))
+		return
+	}
+	p.c.sent.Add(j.size)
+}
+
+// Prefetch implements model.Prefetcher: every worker starts reading its
+// half of experts of layer, for the round that will need them.
+func (c *Client) Prefetch(ctx context.Context, layer, half int, experts []int32) error {
+	c.pf = encodePrefetch(c.pf, layer, half, experts)
+	c.pfParts = append(c.pfParts[:0], c.pf)
+	for _, p := range c.peers {
+		p.jobs <- job{parts: c.pfParts, size: int64(len(c.pf)), oneway: true}
+	}
+	// The message is small: wait until every worker has it sent, so that
+	// the buffers can be reused.
+	for _, p := range c.peers {
+		<-p.done
+	}
+	return nil
 }
 
 // ping checks that an idle, connected p answers.

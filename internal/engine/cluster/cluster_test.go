@@ -227,8 +227,9 @@ func TestClusterFaults(t *testing.T) {
 
 func runtimeGosched() { time.Sleep(10 * time.Millisecond) }
 
-// FuzzRoundDecode feeds arbitrary messages to the round decoder: it never
-// panics, and a message it accepts re-encodes to the same bytes.
+// FuzzRoundDecode feeds arbitrary messages to the round and prefetch
+// decoders: they never panic, refuse with ErrMessage, and a round they
+// accept re-encodes to the same bytes.
 func FuzzRoundDecode(f *testing.F) {
 	rd := model.Round{Layer: 3, Kind: model.RoundFFN, Inputs: [][]float32{{1, 2, 3, 4}, {5}},
 		Products: []model.Product{{Mat: model.MatRouter, F64: true, In: 0, N: 2, Rows: 7}, {Expert: 5, W: 2, In: 1, N: 1, Rows: 3}}}
@@ -241,6 +242,11 @@ func FuzzRoundDecode(f *testing.F) {
 		buf := make([]float32, (len(b)+3)/4) // aligned
 		msg := floatBytes(buf)[:len(b)]
 		copy(msg, b)
+		if _, _, ids, err := decodePrefetch(msg, nil); err != nil && !errors.Is(err, ErrMessage) {
+			t.Fatalf("prefetch error %v is not ErrMessage", err)
+		} else if err == nil && len(ids) != (len(msg)-prefetchHeader)/4 {
+			t.Fatalf("a prefetch of %d bytes gave %d ids", len(msg), len(ids))
+		}
 		var got model.Round
 		if err := decodeRound(msg, &got); err != nil {
 			if !errors.Is(err, ErrMessage) {

@@ -12,6 +12,9 @@ import (
 // *model.Server is one).
 type RoundServer interface {
 	Round(ctx context.Context, rd *model.Round) ([][]float32, error)
+	// Prefetch begins reading experts' halves a coming round needs; its
+	// error is that round's to report, so it is not answered.
+	Prefetch(ctx context.Context, layer, half int, experts []int32) error
 	End()
 }
 
@@ -27,6 +30,7 @@ func Serve(ctx context.Context, conn Conn, srv RoundServer) error {
 	buf := alignedGrow(nil)
 	var rd model.Round
 	var parts [][]byte
+	var ids []int32
 	for {
 		kind, msg, err := conn.Recv(buf)
 		if err != nil {
@@ -43,6 +47,13 @@ func Serve(ctx context.Context, conn Conn, srv RoundServer) error {
 			if err := conn.Send(kindPong); err != nil {
 				return err
 			}
+		case kindPrefetch:
+			layer, half, got, err := decodePrefetch(msg, ids)
+			if err != nil {
+				return fmt.Errorf("%s: %w", conn.Peer(), err)
+			}
+			ids = got
+			srv.Prefetch(ctx, layer, half, ids)
 		case kindRound:
 			if err := decodeRound(msg, &rd); err != nil {
 				conn.Send(kindError, []byte(err.Error()))

@@ -27,12 +27,13 @@ import (
 
 // Message kinds on a rank-0-to-worker connection.
 const (
-	kindRound  uint8 = 1 + iota // rank 0 → worker: a round's products and inputs
-	kindSlices                  // worker → rank 0: its rows of every product
-	kindError                   // worker → rank 0: the round failed there (text)
-	kindReady                   // worker → rank 0: its rank's slice is loaded
-	kindPing                    // rank 0 → worker: are you there (health)
-	kindPong                    // worker → rank 0
+	kindRound    uint8 = 1 + iota // rank 0 → worker: a round's products and inputs
+	kindSlices                    // worker → rank 0: its rows of every product
+	kindError                     // worker → rank 0: the round failed there (text)
+	kindReady                     // worker → rank 0: its rank's slice is loaded
+	kindPing                      // rank 0 → worker: are you there (health)
+	kindPong                      // worker → rank 0
+	kindPrefetch                  // rank 0 → worker: start reading these experts' halves (no reply)
 )
 
 // ErrMessage reports a message that does not decode: a frame whose bytes
@@ -203,4 +204,36 @@ func placeReply(rd *model.Round, rank, ranks int, msg []byte, slices [][]float32
 	}
 	model.Place(rd, rank, ranks, slices)
 	return slices, nil
+}
+
+// A prefetch message: layer int32, half u8, 3 pad, then the experts'
+// ids (int32 each).
+const prefetchHeader = 8
+
+// encodePrefetch writes a prefetch message into dst (reused).
+func encodePrefetch(dst []byte, layer, half int, experts []int32) []byte {
+	dst = dst[:0]
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(int32(layer)))
+	dst = append(dst, byte(half), 0, 0, 0)
+	for _, e := range experts {
+		dst = binary.LittleEndian.AppendUint32(dst, uint32(e))
+	}
+	return dst
+}
+
+// decodePrefetch decodes a prefetch message into ids (reused).
+func decodePrefetch(msg []byte, ids []int32) (layer, half int, _ []int32, _ error) {
+	if len(msg) < prefetchHeader || (len(msg)-prefetchHeader)%4 != 0 || msg[4] > 1 || msg[5]|msg[6]|msg[7] != 0 {
+		return 0, 0, ids, fmt.Errorf("%w: a prefetch of %d bytes", ErrMessage, len(msg))
+	}
+	layer, half = int(int32(binary.LittleEndian.Uint32(msg))), int(msg[4])
+	ids = ids[:0]
+	for b := msg[prefetchHeader:]; len(b) > 0; b = b[4:] {
+		e := int32(binary.LittleEndian.Uint32(b))
+		if e < 0 {
+			return 0, 0, ids, fmt.Errorf("%w: a prefetch of expert %d", ErrMessage, e)
+		}
+		ids = append(ids, e)
+	}
+	return layer, half, ids, nil
 }
