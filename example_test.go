@@ -241,3 +241,26 @@ func ExamplePrefixCacheOptions() {
 	// 34 prompt tokens, 32 restored
 	// logits identical to a cold prefill: true
 }
+
+// Project a cluster before buying it: each of 4 ranks, with a budget of
+// its own, holds its rows of every weight; rank 0 also holds the
+// sessions. DecodePass counts the gathers of one token (one sequence: its
+// top-k experts in each MoE layer) and the bytes rank 0 exchanges in them.
+func ExampleInspection_PlanCluster() {
+	in, err := k3.Inspect(checkpoint(), k3.Options{MaxContext: 1024})
+	if err != nil {
+		log.Fatal(err)
+	}
+	cp, err := in.PlanCluster(1e9, 4, 2) // 1 GB per rank, room for 2 sessions on rank 0
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("rank 0 sessions:", cp.Rank0.Sessions, "worker sessions' state:", cp.Worker.StateBytes)
+	fmt.Println("expert halves each rank's cache chooses from:", cp.WorkerExperts.Units)
+	pass := cp.DecodePass(1, float64(in.Config.TopK))
+	fmt.Println("gathers per token:", pass.Gathers)
+	// Output:
+	// rank 0 sessions: 2 worker sessions' state: 0
+	// expert halves each rank's cache chooses from: 192
+	// gathers per token: 114
+}

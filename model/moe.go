@@ -352,9 +352,8 @@ func (p *pass) runExpert(ctx context.Context, b *expert.Batch, i int) error {
 // and contributions land in contrib[row][slot] as runExpert puts them.
 func (p *pass) expertRounds(l int, first []int32) error {
 	c, sc := p.c, p.sc
-	K, Lt, I := c.TopK, c.LatentDim, c.MoEIntermediate
-	users := p.R * K
-	limit := min(users, max(expertChunkUsers, 2*((users+c.Experts-1)/c.Experts)))
+	Lt, I := c.LatentDim, c.MoEIntermediate
+	limit := expertChunk(c, p.R) // CountRounds counts with it too
 	sc.growChunk(limit, Lt, I)
 	for i := 0; i < len(first); {
 		// Whole experts while their rows fit; an expert with more rows

@@ -18,6 +18,10 @@ type localRanks struct {
 	servers []*model.Server
 	mu      sync.Mutex
 	rounds  int
+	// What the rounds carried, as model.CountRounds counts it; expert
+	// counts the rounds of the routed experts.
+	seen   model.PassRounds
+	expert int
 }
 
 func (l *localRanks) Size() int { return len(l.servers) + 1 }
@@ -25,6 +29,21 @@ func (l *localRanks) Size() int { return len(l.servers) + 1 }
 func (l *localRanks) Round(ctx context.Context, rd *model.Round, local func() error) error {
 	l.mu.Lock()
 	l.rounds++
+	l.seen.Rounds++
+	l.seen.Inputs += float64(len(rd.Inputs))
+	l.seen.Products += float64(len(rd.Products))
+	for _, in := range rd.Inputs {
+		l.seen.InputFloats += int64(len(in))
+	}
+	if l.seen.Out == nil {
+		l.seen.Out = map[int]int64{}
+	}
+	for _, pr := range rd.Products {
+		l.seen.Out[pr.Rows] += int64(pr.N)
+	}
+	if rd.Kind == model.RoundExpertUp || rd.Kind == model.RoundExpertDown {
+		l.expert++
+	}
 	l.mu.Unlock()
 	errs := make([]error, len(l.servers)+1)
 	var wg sync.WaitGroup

@@ -45,7 +45,7 @@ func init() {
 		{"template", "render a conversation in K3's chat format, or parse a model's answer", runTemplate},
 		{"synth", "write a synthetic checkpoint (tiny, medium, quickstart or custom)", runSynth},
 		{"bench", "measure prefill and decode speed against the roofline, or batches of sessions (--batch)", bench.Run},
-		{"plan", "project bytes and s/token per budget and batch size, and the prefill of long prompts cold and cached, from the memory planner (reads no weights)", plan.Run},
+		{"plan", "project bytes and s/token per budget and batch size, the prefill of long prompts cold and cached, and with --ranks a cluster's bytes per rank and gathers, from the memory planner (reads no weights)", plan.Run},
 		{"serve", "serve the model over HTTP: the OpenAI, Anthropic Messages and Ollama APIs, /health, /metrics, /tokenize", runServe},
 		{"bench-serve", "measure the server end to end: aggregate tokens/s of concurrent streaming clients on loopback", bench.RunServe},
 		{"worker", "run one rank of a cluster: hold and read this machine's rows of every weight, for a rank 0 started with --peers", runWorker},

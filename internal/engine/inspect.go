@@ -20,6 +20,10 @@ type Inspection struct {
 	// Request is the planner's request for the options given, with no
 	// budget.
 	Request planner.Request
+
+	// plan is the checkpoint's (its tensor index closed but kept) for
+	// Shard.
+	plan *model.Plan
 }
 
 // Inspect reads dir's config and headers and summarises them for the
@@ -55,5 +59,5 @@ func Inspect(ctx context.Context, dir string, opts Options) (*Inspection, error)
 	}
 	req := budgetRequest(dir, opts)
 	req.Budget = 0
-	return &Inspection{Cfg: cfg, Tensors: ck.Len(), Weights: lay.Weights(), Request: req}, nil
+	return &Inspection{Cfg: cfg, Tensors: ck.Len(), Weights: lay.Weights(), Request: req, plan: plan}, nil
 }

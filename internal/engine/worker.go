@@ -138,8 +138,7 @@ func (w *Worker) load(ctx context.Context, rank, ranks int) error {
 		return err
 	}
 	lay := trunk.NewLayout(plan)
-	req := planner.Request{Budget: e.opts.RAMBudget, Sessions: 1, MaxContext: 1, Threads: e.opts.Threads,
-		IOQueueDepth: e.opts.IOQueueDepth, Executable: rss.ExecutableBytes(), Ranks: ranks, Worker: true}
+	req := workerRequest(e.opts.RAMBudget, e.opts.Threads, e.opts.IOQueueDepth, ranks) // as Inspection.WorkerRequest
 	if e.mem, err = planner.Plan(lay.Weights(), req); err != nil {
 		return fmt.Errorf("k3: worker rank %d of %d: %w", rank, ranks, err)
 	}

@@ -1,6 +1,7 @@
 // Package plan is "k3 plan": a projection, from the memory planner and a
 // model of the expert union, of what decoding and prefilling cost at given
-// budgets and disk bandwidths. It reads no weights, so it works on a
+// budgets and disk bandwidths, in one process and (--ranks) on clusters of
+// ranks with a network between them. It reads no weights, so it works on a
 // header-only checkpoint (k3 synth --profile full --sparse) as well as on a
 // real one.
 package plan
@@ -13,7 +14,9 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/k3go/k3"
 	"github.com/k3go/k3/internal/app/cli"
@@ -93,6 +96,8 @@ type planReport struct {
 	Rows       []planRow    `json:"rows"`
 	Work       []workRow    `json:"work"`
 	Prefill    []prefillRow `json:"prefill"`
+	// Cluster is the projection of clusters (--ranks), with its network.
+	Cluster *clusterReport `json:"cluster,omitempty"`
 }
 
 // workloads are the kinds of work k3 plan shows the budget's split for:
@@ -111,11 +116,12 @@ var workloads = []struct {
 const cachedTail = 512
 
 // Run is "k3 plan" with args (the subcommand's flags): it projects what
-// batching buys at given budgets, and what prefilling prompts costs cold
-// and with a cached prefix, from the engine's memory planner and a model
-// of the expert union.
+// batching buys at given budgets, what prefilling prompts costs cold and
+// with a cached prefix, and with --ranks what clusters of ranks read and
+// exchange per token, from the engine's memory planner and a model of the
+// expert union.
 func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fs := cli.NewFlags("plan", "--model DIR [--budget 8GB,32GB,128GB] [--batch 1,4,16,64] [--gbps 6,14] [--trace FILE] [--json]", stderr)
+	fs := cli.NewFlags("plan", "--model DIR [--budget 8GB,32GB,128GB] [--batch 1,4,16,64] [--gbps 6,14] [--trace FILE] [--ranks 1,8,16 [--net-latency 50us] [--net-gbps 3.125]] [--json]", stderr)
 	dir := fs.String("model", "", "checkpoint `directory` (only config.json and the shard headers are read)")
 	budgets := fs.String("budget", "8GB,32GB,128GB", "comma-separated RAM `budgets`")
 	batches := fs.String("batch", "1,4,16,64", "comma-separated batch `sizes` (sessions decoding together)")
@@ -123,6 +129,9 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	maxContext := fs.Int("max-context", 4096, "positions per session")
 	prompts := fs.String("prompts", "1000,10000,100000", "comma-separated prompt `lengths` for the prefill projection (0 skips it)")
 	trace := fs.String("trace", "", "expert trace `file` (int32 layer, expert pairs, top-k per layer per token, as fixtures/expert_trace.bin) to measure the union of B tokens instead of assuming uniform routing")
+	ranks := fs.String("ranks", "", "comma-separated cluster `sizes` to project (each rank with --budget and a disk of --gbps), e.g. 1,8,16")
+	netLatency := fs.Duration("net-latency", 50*time.Microsecond, "one round trip between rank 0 and a worker (with --ranks)")
+	netGBps := fs.Float64("net-gbps", 3.125, "rank 0's network link in GB/s (3.125: 25 Gbit/s Ethernet; with --ranks)")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
@@ -156,6 +165,19 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		}
 		bw = append(bw, v)
 	}
+	var rs []int
+	if *ranks != "" {
+		for _, f := range strings.Split(*ranks, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 || n > maxRanks {
+				return cli.Usagef("--ranks: bad cluster size %q (want 1 to %d ranks, e.g. 1,8,16)", f, maxRanks)
+			}
+			rs = append(rs, n)
+		}
+	}
+	if *netLatency < 0 || !(*netGBps > 0) || math.IsInf(*netGBps, 0) {
+		return cli.Usagef("--net-latency must be at least 0 and --net-gbps a positive bandwidth (have %v, %g)", *netLatency, *netGBps)
+	}
 	in, err := k3.Inspect(*dir, k3.Options{MaxContext: *maxContext})
 	if err != nil {
 		return err
@@ -174,7 +196,6 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		union = u
 		rep.UnionModel = "measured on " + *trace + ": mean distinct experts per layer over B tokens drawn from different positions"
 	}
-	moeLayers := int64(c.MoELayers)
 	for _, budget := range bs {
 		for _, b := range ns {
 			row := planRow{Budget: budget, Batch: b}
@@ -184,12 +205,8 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 				row.TrunkBytesPerPass = mp.TrunkBytesPerPass
 				row.CacheSlots = mp.CacheSlots
 				row.ExpertUnion = union(b)
-				// The cache holds CacheSlots of the checkpoint's experts; with
-				// no knowledge of which, a needed expert is there with that
-				// probability.
-				row.ExpertHitRate = min(1, float64(mp.CacheSlots)/float64(in.Sizes.Experts))
-				experts := float64(moeLayers) * row.ExpertUnion * (1 - row.ExpertHitRate) * float64(in.Sizes.ExpertBytes)
-				row.BytesPerPass = mp.TrunkBytesPerPass + int64(experts)
+				row.ExpertHitRate, row.BytesPerPass = passBytes(mp, k3.ExpertShare{Units: in.Sizes.Experts, ExpertBytes: in.Sizes.ExpertBytes},
+					c.MoELayers, row.ExpertUnion)
 				row.BytesPerToken = row.BytesPerPass / int64(b)
 				for _, g := range bw {
 					s := float64(row.BytesPerPass) / (g * 1e9)
@@ -221,6 +238,12 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 				return err
 			}
 			rep.Prefill = append(rep.Prefill, row)
+		}
+	}
+	if len(rs) > 0 {
+		net := network{Latency: *netLatency, GBps: *netGBps}
+		if rep.Cluster, err = projectClusters(in, rs, bs, ns, union, bw, net); err != nil {
+			return err
 		}
 	}
 	if *asJSON {
@@ -280,7 +303,21 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 			fmt.Fprintln(stdout)
 		}
 	}
+	if rep.Cluster != nil {
+		printClusters(stdout, rep.Cluster, bw)
+	}
 	return nil
+}
+
+// passBytes is what one pass reads on a rank planned by mp whose share of
+// the routed experts is x: its streamed trunk, and the union's experts
+// that miss its cache. The cache holds CacheSlots of x.Units (experts, or
+// experts' halves on a rank of a cluster); with no knowledge of which, a
+// needed one is there with that probability.
+func passBytes(mp *k3.MemoryPlan, x k3.ExpertShare, moeLayers int, union float64) (hit float64, bytes int64) {
+	hit = min(1, float64(mp.CacheSlots)/float64(x.Units))
+	experts := float64(moeLayers) * union * (1 - hit) * float64(x.ExpertBytes)
+	return hit, mp.TrunkBytesPerPass + int64(experts)
 }
 
 // traceUnion reads an expert trace (int32 layer, expert pairs in request

@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -180,5 +181,78 @@ func TestPlanPrefill(t *testing.T) {
 	}
 	if code, out, _ := runCmd(t, "plan", "--model", dir, "--budget", "6GB", "--batch", "1", "--prompts", "1000"); code != 0 || !strings.Contains(out, "prefill:") {
 		t.Fatalf("plan's text: exit %d:\n%s", code, out)
+	}
+}
+
+// TestPlanRanks checks k3 plan --ranks on a sparse checkpoint of real
+// widths: one rank gives exactly the one-process rows, two ranks read
+// fewer bytes per rank where one process streams (each rank holds half
+// of the rows in the same budget), a pass's time is the slowest rank's
+// reads plus its gathers at the network's latency and bandwidth, a budget
+// below a rank's floor says so, and bad flags are usage errors.
+func TestPlanRanks(t *testing.T) {
+	dir := sparseMedium(t)
+	var rep struct {
+		Rows    []planRow `json:"rows"`
+		Cluster struct {
+			Projection string       `json:"projection"`
+			Latency    float64      `json:"net_latency_seconds"`
+			GBps       float64      `json:"net_gbps"`
+			Rows       []clusterRow `json:"rows"`
+		} `json:"cluster"`
+	}
+	code, out, stderr := runCmd(t, "plan", "--model", dir, "--budget", "3GB,100MB", "--batch", "1,4", "--gbps", "6,14", "--prompts", "0",
+		"--ranks", "1,2", "--net-latency", "20us", "--net-gbps", "12.5", "--json")
+	if code != 0 {
+		t.Fatalf("plan --ranks: exit %d: %s", code, stderr)
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	cl := rep.Cluster
+	if len(cl.Rows) != 8 || cl.Latency != 20e-6 || cl.GBps != 12.5 || !strings.Contains(cl.Projection, "projection") {
+		t.Fatalf("%d cluster rows, latency %v, %v GB/s, %q", len(cl.Rows), cl.Latency, cl.GBps, cl.Projection)
+	}
+	for i, r := range cl.Rows[:4] { // one rank: the one-process rows
+		p := rep.Rows[i]
+		if r.Ranks != 1 || r.Budget != p.Budget || r.Batch != p.Batch || r.Fits != p.Fits || r.Worker != nil || r.GathersPerPass != 0 ||
+			r.Rank0.BytesPerPass != p.BytesPerPass || r.Rank0.ExpertHitRate != p.ExpertHitRate || !slices.Equal(r.SPerToken, p.SPerToken) {
+			t.Fatalf("one rank: %+v, want the one-process row %+v", r, p)
+		}
+	}
+	for i, r := range cl.Rows[4:] {
+		one := cl.Rows[i]
+		if r.Budget < 1e9 {
+			if r.Fits || !strings.Contains(r.Why, "RAM budget too small") {
+				t.Fatalf("two ranks fit %d bytes: %+v", r.Budget, r)
+			}
+			continue
+		}
+		if !r.Fits || r.Worker == nil || r.GathersPerPass == 0 {
+			t.Fatalf("two ranks at %d bytes, batch %d: %+v", r.Budget, r.Batch, r)
+		}
+		if r.Rank0.BytesPerPass >= one.Rank0.BytesPerPass || r.Worker.BytesPerPass >= one.Rank0.BytesPerPass {
+			t.Fatalf("batch %d: ranks read %d and %d bytes a pass, one process %d", r.Batch, r.Rank0.BytesPerPass, r.Worker.BytesPerPass, one.Rank0.BytesPerPass)
+		}
+		perGather := float64(r.SentPerPass+r.ReceivedPerPass) / float64(r.GathersPerPass)
+		net := float64(r.GathersPerPass) * (20e-6 + perGather/12.5e9)
+		if math.Abs(r.BytesPerGather-perGather) > 1e-6 || math.Abs(r.NetSecondsPerPass-net) > 1e-12 {
+			t.Fatalf("batch %d: %v bytes and %v s of network per pass, want %v and %v", r.Batch, r.BytesPerGather, r.NetSecondsPerPass, perGather, net)
+		}
+		for j, g := range []float64{6, 14} {
+			want := float64(max(r.Rank0.BytesPerPass, r.Worker.BytesPerPass))/(g*1e9) + net
+			if math.Abs(r.SPerToken[j]-want) > 1e-9 {
+				t.Fatalf("batch %d at %g GB/s: %v s a pass, want %v", r.Batch, g, r.SPerToken[j], want)
+			}
+		}
+	}
+	code, out, _ = runCmd(t, "plan", "--model", dir, "--budget", "3GB", "--batch", "1", "--prompts", "0", "--ranks", "2")
+	if code != 0 || !strings.Contains(out, "cluster (--ranks): a projection") {
+		t.Fatalf("plan --ranks text: exit %d:\n%s", code, out)
+	}
+	for _, bad := range [][]string{{"--ranks", "0"}, {"--ranks", "2,x"}, {"--ranks", "2", "--net-gbps", "0"}, {"--ranks", "2", "--net-latency", "-1us"}} {
+		if code, _, _ := runCmd(t, append([]string{"plan", "--model", dir, "--prompts", "0"}, bad...)...); code != 2 {
+			t.Fatalf("%v: exit %d, want 2", bad, code)
+		}
 	}
 }

@@ -237,3 +237,22 @@ func decodePrefetch(msg []byte, ids []int32) (layer, half int, _ []int32, _ erro
 	}
 	return layer, half, ids, nil
 }
+
+// Traffic returns what a Client's Stats count for rounds r in a cluster of
+// ranks ranks: sent, every round's header, tables and inputs to each
+// worker; received, each worker's rows of every product. The links' frame
+// headers (a few dozen bytes a message) and TCP's are not counted, as
+// Stats does not count them.
+func Traffic(ranks int, r model.PassRounds) (sent, received int64) {
+	if ranks < 2 {
+		return 0, 0
+	}
+	workers := int64(ranks - 1)
+	tables := float64(roundHeader*r.Rounds) + 4*r.Inputs + productSize*r.Products
+	sent = workers * (int64(math.Round(tables)) + 4*r.InputFloats)
+	for rows, n := range r.Out {
+		_, hi := model.RowRange(rows, 0, ranks) // rank 0's rows are [0, hi)
+		received += 4 * n * int64(rows-hi)
+	}
+	return sent, received
+}

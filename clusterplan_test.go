@@ -1,0 +1,87 @@
+package k3_test
+
+import (
+	"errors"
+	"path/filepath"
+	"reflect"
+	"testing"
+
+	"github.com/k3go/k3"
+	"github.com/k3go/k3/internal/app/synth"
+)
+
+// TestPlanCluster plans a header-only checkpoint of medium's widths (8
+// layers, 128 experts) as clusters: one rank is the plan of one process;
+// with two and three ranks each rank fits the budget, rank 0 holds the
+// sessions and a worker none, the slices' trunks and experts divide by
+// the rank count, an expert's halves are what the caches hold, and a
+// decoding pass takes the rounds the layers make (three per attention
+// layer, two per dense FFN, four per MoE trunk and two for its experts,
+// one for the head) and sends its inputs to every worker.
+func TestPlanCluster(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "sparse")
+	p := synth.Medium()
+	p.SetLayers(8)
+	p.Config.Experts = 128
+	if _, err := synth.WriteSparse(dir, p, 0); err != nil {
+		t.Fatal(err)
+	}
+	in, err := k3.Inspect(dir, k3.Options{MaxContext: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const budget = 4e9
+	one, err := in.PlanCluster(budget, 1, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := in.PlanSessions(budget, 4, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(one.Rank0, want) || one.Worker != nil || one.Rank0Experts.Units != in.Sizes.Experts ||
+		one.Rank0Experts.ExpertBytes != in.Sizes.ExpertBytes || one.DecodePass(4, 30) != (k3.ClusterPass{}) {
+		t.Fatalf("one rank: %+v, want the plan of one process %+v", one, want)
+	}
+	c := in.Config
+	for _, ranks := range []int{2, 3} {
+		cp, err := in.PlanCluster(budget, ranks, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r0, w := cp.Rank0, cp.Worker
+		if r0.TotalBytes > budget || w.TotalBytes > budget || r0.Sessions != 4 || r0.StateBytes != want.StateBytes || w.StateBytes != 0 || w.KVBytes != 0 {
+			t.Fatalf("%d ranks: rank 0 plans %d bytes for %d sessions (state %d), the worker %d (state %d, KV %d); budget %d",
+				ranks, r0.TotalBytes, r0.Sessions, r0.StateBytes, w.TotalBytes, w.StateBytes, w.KVBytes, int64(budget))
+		}
+		for _, s := range []k3.ExpertShare{cp.Rank0Experts, cp.WorkerExperts} {
+			if s.Units != 2*in.Sizes.Experts || s.ExpertBytes*int64(ranks) < in.Sizes.ExpertBytes*9/10 || s.ExpertBytes*int64(ranks) > in.Sizes.ExpertBytes*11/10 {
+				t.Fatalf("%d ranks: a rank's share of the experts %+v; the whole: %d experts of %d bytes", ranks, s, in.Sizes.Experts, in.Sizes.ExpertBytes)
+			}
+		}
+		// Everything resident: each rank's slice is about 1/ranks of the
+		// trunk.
+		full, err := in.PlanCluster(0, ranks, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		whole := in.Sizes.TrunkBuffers / int64(ranks)
+		if pb := full.Worker.PinnedBytes; pb < whole*9/10 || pb > whole*11/10 {
+			t.Fatalf("%d ranks: the worker pins %d bytes of trunk, want about %d", ranks, pb, whole)
+		}
+		pass := cp.DecodePass(1, float64(c.TopK))
+		moe := c.MoELayers
+		if g := 3*c.Layers + 2*c.DenseLayers + 6*moe + 1; pass.Gathers != g {
+			t.Fatalf("%d ranks: %d gathers for a token, want %d", ranks, pass.Gathers, g)
+		}
+		if perRound := int64(4 * c.Hidden * (ranks - 1)); pass.SentBytes < int64(pass.Gathers)*perRound/2 || pass.ReceivedBytes <= 0 {
+			t.Fatalf("%d ranks: a token sends %d bytes and receives %d", ranks, pass.SentBytes, pass.ReceivedBytes)
+		}
+	}
+	if _, err := in.PlanCluster(budget, 0, 1); !errors.Is(err, k3.ErrBadOptions) {
+		t.Fatalf("a cluster of 0 ranks: %v", err)
+	}
+	if _, err := in.PlanCluster(1e8, 2, 1); !errors.Is(err, k3.ErrBudget) {
+		t.Fatalf("a budget below a rank's floor: %v", err)
+	}
+}

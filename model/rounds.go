@@ -1,0 +1,143 @@
+package model
+
+import "math"
+
+// PassRounds counts the rounds of one cluster pass and what they carry:
+// what a projection of a cluster (k3 plan --ranks) prices without running
+// one. CountRounds computes it from the same structure the pass follows
+// (the rounds of kda, mla, denseFFN, moe and tileLogits, the chunks of
+// expertRounds), and a test compares it with the rounds of real passes.
+type PassRounds struct {
+	// Rounds is the pass's rounds: each one's inputs go from rank 0 to
+	// every other rank and their rows of its products come back (one
+	// gather).
+	Rounds int
+	// Inputs and Products count the inputs and the products of every
+	// round (each has a few bytes of a round's header); the experts' are
+	// estimates from the mean union, hence fractions.
+	Inputs, Products float64
+	// InputFloats sums the floats of every round's inputs: what rank 0
+	// sends to each other rank.
+	InputFloats int64
+	// Out maps the rows of a product's whole matrix to the input rows (N)
+	// of every product of a matrix of that height: the products' outputs
+	// are the sum of rows × Out[rows] floats, and rank r computes
+	// hi-lo of each matrix's rows (RowRange(rows, r, ranks)).
+	Out map[int]int64
+}
+
+// CountRounds returns the rounds of one pass (one sub-pass of
+// ForwardBatch: rows at most its Scratch's) of rows token rows in tiles of
+// tile rows (0: DefaultTile), logitRows of which want logits, whose MoE
+// layers each route to union distinct experts (the mean over the layers).
+//
+// Per tile of rows, a KDA layer takes three rounds (q, k, v, g, β and the
+// decay's first projection, all of the layer's input; the decay's second;
+// the output projection), an MLA layer three (q_a, kv_a and the output
+// gate; q_b; the output projection), a dense FFN two (gate and up; down),
+// a MoE layer's trunk three or four (the router; the latent down
+// projection with the shared experts' gate and up; the shared experts'
+// down, if any; the latent up projection); the output head one per tile
+// of the rows wanting logits. A MoE layer's routed experts take two rounds
+// (their gate and up rows; their down rows) per chunk of (row, expert)
+// pairs for the whole pass: one chunk when the pass's rows × top-k fit
+// the chunk (every decoding pass of up to 256 / top-k sequences), so the
+// count is exact; beyond it the chunks are estimated by packing union
+// experts of equal use, as expertRounds packs whole experts.
+func CountRounds(c *Config, rows, tile, logitRows int, union float64) PassRounds {
+	rows = max(rows, 0)
+	if tile <= 0 {
+		tile = DefaultTile
+	}
+	r := PassRounds{Out: map[int]int64{}}
+	if rows == 0 {
+		return r
+	}
+	tiles := (rows + tile - 1) / tile
+	R := int64(rows)
+	// round adds one round of n inputs (floats in all, summed over the
+	// pass's tiles) to every tile, and its products' rows.
+	round := func(inputs int, floats int64, mats ...int) {
+		r.Rounds += tiles
+		r.Inputs += float64(tiles * inputs)
+		r.Products += float64(tiles * len(mats))
+		r.InputFloats += floats
+		for _, h := range mats {
+			r.Out[h] += R
+		}
+	}
+	E, P, D, Hk := c.Hidden, c.KDAWidth(), c.KDAHeadDim, c.KDAHeads
+	H, vh := c.MLAHeads, c.VHeadDim
+	Lt, I, S := c.LatentDim, c.MoEIntermediate, c.SharedExperts*c.MoEIntermediate
+	moeLayers := 0
+	for l := 0; l < c.Layers; l++ {
+		if c.IsMLA(l) {
+			mats := []int{c.QLoraRank, c.KVLoraRank + c.QKRopeDim}
+			if c.MLAOutputGate {
+				mats = append(mats, H*vh)
+			}
+			round(1, R*int64(E), mats...)
+			round(1, R*int64(c.QLoraRank), H*c.MLAHeadDim())
+			round(1, R*int64(H*vh), E)
+		} else {
+			round(1, R*int64(E), P, P, P, P, Hk, D)
+			round(1, R*int64(D), P)
+			round(1, R*int64(P), E)
+		}
+		if c.IsDense(l) {
+			round(1, R*int64(E), c.DenseIntermediate, c.DenseIntermediate)
+			round(1, R*int64(c.DenseIntermediate), E)
+			continue
+		}
+		moeLayers++
+		round(1, R*int64(E), c.Experts)
+		if S > 0 {
+			round(1, R*int64(E), Lt, S, S)
+			round(1, R*int64(S), E)
+		} else {
+			round(1, R*int64(E), Lt)
+		}
+		round(1, R*int64(Lt), E)
+	}
+	if moeLayers > 0 {
+		users := rows * c.TopK
+		u := int64(users)
+		pieces := expertPieces(float64(users), union, expertChunk(c, rows))
+		n := float64(moeLayers)
+		r.Rounds += 2 * pieces * moeLayers
+		// Up: each expert's users' latent rows, one input for its w1 and
+		// w3; down: their SiTU-GLU rows through w2.
+		r.Inputs += 2 * n * union
+		r.Products += 3 * n * union
+		r.InputFloats += int64(moeLayers) * u * int64(Lt+I)
+		r.Out[I] += 2 * int64(moeLayers) * u
+		r.Out[Lt] += int64(moeLayers) * u
+	}
+	if logitRows = min(logitRows, rows); logitRows > 0 {
+		t := (logitRows + tile - 1) / tile
+		r.Rounds += t
+		r.Inputs += float64(t)
+		r.Products += float64(t)
+		r.InputFloats += int64(logitRows) * int64(E)
+		r.Out[c.Vocab] += int64(logitRows)
+	}
+	return r
+}
+
+// expertPieces is the pieces expertRounds cuts users (row, expert) pairs
+// of union experts into, chunks of at most limit pairs of whole experts
+// (an expert with more pairs than a chunk alone, in pieces of limit), if
+// every expert had the same number of pairs. All in one chunk when they
+// fit it.
+func expertPieces(users, union float64, limit int) int {
+	if users <= float64(limit) {
+		return 1
+	}
+	union = max(union, 1)
+	per := users / union // pairs of each expert
+	if per >= float64(limit) {
+		return int(math.Ceil(union)) * int(math.Ceil(per/float64(limit)))
+	}
+	fit := math.Floor(float64(limit) / per) // whole experts per chunk
+	return int(math.Ceil(union / fit))
+}
