@@ -236,9 +236,9 @@ func (p *peer) oneway(j job) {
 	}
 	if err := conn.Send(kindPrefetch, j.parts...); err != nil {
 		p.drop(conn, fmt.Errorf("sending a prefetch: %w", err))
-		return
 	}
-	p.c.sent.Add(j.size)
+	// Not counted in Stats, which count rounds: a prefetch is a few
+	// dozen bytes per MoE layer.
 }
 
 // Prefetch implements model.Prefetcher: every worker starts reading its
@@ -411,8 +411,9 @@ func (c *Client) Health() error {
 	return fmt.Errorf("%w: %s", ErrRankDown, strings.Join(missing, "; "))
 }
 
-// Stats are a Client's cumulative counters: rounds (gathers), the bytes
-// sent to all workers and received from them, the rounds' wall time, and
+// Stats are a Client's cumulative counters: rounds (gathers), the bytes of
+// rounds sent to all workers and received from them (not the few bytes of
+// the experts' prefetch notes), the rounds' wall time, and
 // the part of it rank 0 waited for workers after its own rows were done.
 type Stats struct {
 	Rounds, BytesSent, BytesReceived int64
