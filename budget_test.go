@@ -110,6 +110,9 @@ var (
 	k3BinOnce sync.Once
 	k3Bin     string
 	k3BinErr  error
+	// k3BuildTags are the build tags this test binary was built with
+	// (buildtags_purego_test.go sets purego).
+	k3BuildTags string
 )
 
 // k3Binary builds the k3 command once per test binary: the peak RSS of a
@@ -124,7 +127,10 @@ func k3Binary(t *testing.T) string {
 			return
 		}
 		k3Bin = filepath.Join(dir, "k3")
-		out, err := exec.Command("go", "build", "-o", k3Bin, "./cmd/k3").CombinedOutput()
+		// The command is built with this test binary's tags: a worker
+		// process built without purego would choose other kernels than
+		// a rank 0 built with it, and refuse the cluster.
+		out, err := exec.Command("go", "build", "-tags", k3BuildTags, "-o", k3Bin, "./cmd/k3").CombinedOutput()
 		if err != nil {
 			k3BinErr = fmt.Errorf("go build ./cmd/k3: %v\n%s", err, out)
 		}
