@@ -216,7 +216,7 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	}
 	for _, budget := range bs {
 		for _, n := range ps {
-			row, err := prefill(*dir, budget, n, union, bw)
+			row, err := prefill(in, budget, n, union, bw)
 			if err != nil {
 				return err
 			}
@@ -339,9 +339,9 @@ func traceUnion(path string, k int) (func(int) float64, error) {
 // planner's plan for one session of n positions (and the rows it then
 // chooses), its passes, and their bytes; a prompt that does not fit (its
 // MLA cache and state) is marked so.
-func prefill(dir string, budget int64, n int, union func(int) float64, bw []float64) (prefillRow, error) {
+func prefill(in *k3.Inspection, budget int64, n int, union func(int) float64, bw []float64) (prefillRow, error) {
 	row := prefillRow{Budget: budget, PromptTokens: n, CachedTail: min(cachedTail, n)}
-	in, err := k3.Inspect(dir, k3.Options{MaxContext: n + 1})
+	in, err := in.WithMaxContext(n + 1)
 	if err != nil {
 		return row, err
 	}
