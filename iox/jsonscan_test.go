@@ -3,9 +3,11 @@ package iox
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -246,5 +248,67 @@ func TestIndexSeeds(t *testing.T) {
 	})
 	if err != nil || len(saw) != 1 {
 		t.Fatalf("a name listed twice: %v, checked %v; want the last entry only", err, saw)
+	}
+}
+
+// layerHeader is the JSON header of one MoE layer's shard of the released
+// layout: its vectors, matrices and 896 experts of six U8 tensors, 5,404
+// tensors in all, about 800 KB.
+func layerHeader() ([]byte, int64) {
+	var b strings.Builder
+	b.WriteString(`{`)
+	var off int64
+	add := func(name, dtype string, shape []int64, esize int64) {
+		n := esize
+		var dims []string
+		for _, d := range shape {
+			n *= d
+			dims = append(dims, strconv.FormatInt(d, 10))
+		}
+		if off > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, `"language_model.model.layers.1.%s":{"dtype":"%s","shape":[%s],"data_offsets":[%d,%d]}`, name, dtype, strings.Join(dims, ","), off, off+n)
+		off += n
+	}
+	for i := 0; i < 28; i++ {
+		add(fmt.Sprintf("self_attn.vec_%d.weight", i), "F32", []int64{12288}, 4)
+	}
+	for i := 0; i < 12; i++ {
+		add(fmt.Sprintf("self_attn.mat_%d.weight", i), "BF16", []int64{12288, 7168}, 2)
+	}
+	for e := 0; e < 896; e++ {
+		for w := 1; w <= 3; w++ {
+			p := fmt.Sprintf("block_sparse_moe.experts.%d.w%d.", e, w)
+			add(p+"weight_packed", "U8", []int64{3072, 1792}, 1)
+			add(p+"weight_scale", "U8", []int64{3072, 112}, 1)
+		}
+	}
+	b.WriteString(`}`)
+	return []byte(b.String()), off
+}
+
+// BenchmarkParseHeader parses one layer's header with encoding/json (the
+// reader before the scanner, still the fallback) and with ParseHeader
+// (the scanner), in one process:
+//
+//	go test ./iox -run '^$' -bench ParseHeader -count 3
+func BenchmarkParseHeader(b *testing.B) {
+	js, size := layerHeader()
+	if _, ok := scanHeader(js, size); !ok {
+		b.Fatal("the scanner does not read the layer's header")
+	}
+	for _, c := range []struct {
+		name  string
+		parse func([]byte, int64) (*Header, error)
+	}{{"encoding_json", decodeHeader}, {"scanner", ParseHeader}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(js)))
+			for b.Loop() {
+				if _, err := c.parse(js, size); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
