@@ -6,29 +6,22 @@ import (
 	"path/filepath"
 )
 
-// Full returns a profile with the released Kimi K3's shape: the real
-// widths of Medium, 93 layers (every fourth and the last MLA), 896 routed
-// experts per layer, top 16, the release's 163,840-entry vocabulary, the
-// released tensor names, shapes and dtypes, in 96 shards (ShardSize) like
-// the release. Written whole it would be 1,560,099,571,613 bytes in
-// 497,052 tensors; the release has 1,560,936,091,448 bytes in 497,220:
-// its other 168 tensors (0.84 GB) are not the language model's (the
-// vision tower that vision_config describes) and no document names them,
-// so they are left out. WriteSparse writes it in seconds as headers and
-// holes.
+// Full returns a profile with the released Kimi K3's shape and files: the
+// real widths of Medium, 93 layers (every fourth and the last MLA), 896
+// routed experts per layer, top 16, the release's 163,840-entry
+// vocabulary, the released tensor names, shapes and dtypes, in the
+// release's layout (ReleaseLayout: one layer per shard, 96 shards, the
+// tensors in safetensors' canonical order, the vision tower's 168 tensors
+// beside the language model's 497,052). Written whole it would be 1.56
+// TB; WriteSparse writes it in seconds as headers and holes.
 func Full() Profile {
 	p := Medium()
 	p.Name = "full"
 	p.SetLayers(93)
 	p.Config.Experts = 896
 	p.Config.Vocab = 163840
-	p.ShardSize = fullShardSize
-	return p
+	return ReleaseLayout(p)
 }
-
-// fullShardSize makes PlanLayout cut the full profile into the release's
-// 96 shards.
-const fullShardSize = 16_300_000_000
 
 // Released is Full under the name it had first.
 func Released() Profile {
