@@ -268,6 +268,7 @@ func (s *Seq) forward(ctx context.Context, tokens []int, out []float32, all bool
 	}
 	r := &s.req
 	r.ctx, r.st, r.tokens, r.out, r.all = ctx, st, tokens, out, all
+	r.progress = progressOf(ctx)
 	err = s.e.b.do(r)
 	if err != nil {
 		if r.broken {
