@@ -260,6 +260,7 @@ func ExampleWithProgress() {
 		log.Fatal(err)
 	}
 	// Output:
+	// fed 0 of 20 tokens
 	// fed 8 of 20 tokens
 	// fed 16 of 20 tokens
 	// fed 20 of 20 tokens

@@ -26,11 +26,12 @@ type Progress struct {
 // WithProgress returns a copy of ctx that carries f, in the way
 // net/http/httptrace carries a trace: every step run with the returned
 // context (Session.Step, Logits, Generate and Model.Generate, a
-// Conversation's turns) calls f after each pass over the weights that
-// carried some of its tokens. f runs on the goroutine that runs the
-// passes, so it must return quickly and must not call into the model; a
-// panic in it is logged and ignored. Model.Stats, read from another
-// goroutine, has the bytes read so far.
+// Conversation's turns) calls f once as it starts (Done 0, on the
+// caller's goroutine), then after each pass over the weights that carried
+// some of its tokens (on the goroutine that runs the passes). f must
+// return quickly and must not call into the model; a panic in it is
+// logged and ignored. Model.Stats, read from another goroutine, has the
+// bytes read so far.
 func WithProgress(ctx context.Context, f func(Progress)) context.Context {
 	return engine.WithProgress(ctx, func(p engine.Progress) { f(Progress(p)) })
 }

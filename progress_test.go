@@ -39,12 +39,13 @@ func TestWithProgress(t *testing.T) {
 	if i := firstBitDiff(with, without); i >= 0 {
 		t.Fatalf("logit %d differs with a progress function", i)
 	}
-	want := []int{4, 8, 10}
-	if len(got) != len(want) {
+	want := []int{0, 4, 8, 10}
+	if len(got) != len(want) || got[0] != (k3.Progress{Total: 10}) {
 		t.Fatalf("progress %+v, want Done %v of 10", got, want)
 	}
 	prev := 0
-	for i, p := range got {
+	for i, p := range got[1:] {
+		i++
 		if p.Done != want[i] || p.Total != 10 || p.PassRows < p.Done-prev || p.PassTime <= 0 {
 			t.Fatalf("report %d: %+v, want Done %d of 10, the pass's rows and time", i, p, want[i])
 		}
@@ -59,8 +60,9 @@ func TestWithProgress(t *testing.T) {
 		n++
 	}
 	// The prompt (2 tokens, one pass), then one step per token after the
-	// first.
-	if n != 3 || len(got) != 3 || got[0] != (k3.Progress{Done: 2, Total: 2, PassRows: got[0].PassRows, PassTime: got[0].PassTime}) || got[1].Total != 1 || got[2].Done != 1 {
+	// first: a report as each step starts and one after its pass.
+	if n != 3 || len(got) != 6 || got[0] != (k3.Progress{Total: 2}) || got[1] != (k3.Progress{Done: 2, Total: 2, PassRows: got[1].PassRows, PassTime: got[1].PassTime}) ||
+		got[2] != (k3.Progress{Total: 1}) || got[3].Done != 1 || got[5].Total != 1 {
 		t.Fatalf("%d tokens, progress %+v", n, got)
 	}
 	boom := k3.WithProgress(context.Background(), func(k3.Progress) { panic("boom") })

@@ -352,16 +352,7 @@ func (b *batcher) notify(f func(rows int, d time.Duration), rows int) {
 
 // report calls a step's progress function (the caller's code); a panic
 // in it is logged, as an observer's is.
-func (b *batcher) report(r *request, p Progress) {
-	var err error
-	defer func() {
-		if err != nil {
-			b.log.Error("k3: a progress function panicked", "err", err, "stack", string(crash.Stack(err)))
-		}
-	}()
-	defer crash.Catch("a progress function (WithProgress)", &err)
-	r.progress(p)
-}
+func (b *batcher) report(r *request, p Progress) { reportProgress(b.log, r.progress, p) }
 
 // settle records the pass's outcome in its requests and finishes those
 // that are done or broken.

@@ -2,7 +2,10 @@ package engine
 
 import (
 	"context"
+	"log/slog"
 	"time"
+
+	"github.com/k3go/k3/internal/platform/crash"
 )
 
 // Progress is how far a step has got through its passes; see k3.Progress.
@@ -28,4 +31,17 @@ func WithProgress(ctx context.Context, f ProgressFunc) context.Context {
 func progressOf(ctx context.Context) ProgressFunc {
 	f, _ := ctx.Value(progressKey{}).(ProgressFunc)
 	return f
+}
+
+// reportProgress calls f with p; a panic in it (the caller's code) is
+// logged, not fatal: the step goes on.
+func reportProgress(log *slog.Logger, f ProgressFunc, p Progress) {
+	var err error
+	defer func() {
+		if err != nil {
+			log.Error("k3: a progress function panicked", "err", err, "stack", string(crash.Stack(err)))
+		}
+	}()
+	defer crash.Catch("a progress function (WithProgress)", &err)
+	f(p)
 }

@@ -1,0 +1,91 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/k3go/k3"
+	"github.com/k3go/k3/internal/app/progress"
+	"github.com/k3go/k3/internal/testkit/testmodel"
+)
+
+// TestWatchCounts: a prompt fed in several passes is counted as the
+// passes feed it (a given length, or the step's own), the decoding steps
+// after it are not prompt tokens, the generated tokens are counted by
+// Token, and the status says so; Idle empties it.
+func TestWatchCounts(t *testing.T) {
+	m, err := k3.Open(testmodel.Dir(t), k3.Options{MaxBatch: 4, MaxContext: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	var errb bytes.Buffer
+	x := NewWatch(m, &errb, progress.Off)
+	defer x.Close()
+	prompt := []int{5, 6, 7, 8, 9, 10, 11, 12, 13, 14}
+	for _, n := range []int{len(prompt), 0} {
+		x.Start()
+		ctx := x.Prefill(context.Background(), n)
+		for _, err := range m.Generate(ctx, prompt, k3.GenerateOptions{MaxTokens: 5}) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			x.Token()
+		}
+		x.mu.Lock()
+		fed, total, tokens := x.fed, x.total, x.tokens
+		x.mu.Unlock()
+		if fed != 10 || total != 10 || tokens != 5 {
+			t.Fatalf("prompt given as %d tokens: fed %d of %d, %d tokens; want 10 of 10 and 5", n, fed, total, tokens)
+		}
+		if s := x.Status(); !strings.HasPrefix(s, "decode 5 tokens") || strings.Contains(s, "prefill") {
+			t.Fatalf("status %q", s)
+		}
+	}
+	x.Idle()
+	if s := x.Status(); s != "" {
+		t.Fatalf("idle status %q", s)
+	}
+	if errb.Len() != 0 {
+		t.Fatalf("progress off wrote %q", errb.String())
+	}
+}
+
+// TestWatchEstimate: the prefill's bytes come from the plan (trunk per
+// pass, the experts of uniform routing over the rows, less the cache's
+// share), and the time left from them at the rate so far.
+func TestWatchEstimate(t *testing.T) {
+	x := &Watch{plan: &k3.MemoryPlan{Rows: 100, TrunkBytesPerPass: 1000, CacheSlots: 0, CacheSlotBytes: 10},
+		cfg: k3.Config{Experts: 8, TopK: 8, MoELayers: 2}, total: 250}
+	// Every pass reads the trunk and all 8 experts of both layers: 1160
+	// bytes; 250 tokens take 3 passes.
+	if got := x.prefillBytes(); got != 3*1160 {
+		t.Fatalf("prefill bytes %v, want %v", got, 3*1160)
+	}
+	left, ok := x.prefillLeft(1160, 10*time.Second)
+	if !ok || left != 20*time.Second {
+		t.Fatalf("left %v %v, want 20s", left, ok)
+	}
+	// Everything resident: from the tokens.
+	x.plan = &k3.MemoryPlan{Rows: 100, CacheSlots: 16}
+	x.fed = 50
+	if left, ok := x.prefillLeft(0, 10*time.Second); !ok || left != 40*time.Second {
+		t.Fatalf("resident: left %v %v, want 40s", left, ok)
+	}
+}
+
+func TestDurationAndThousands(t *testing.T) {
+	for d, want := range map[time.Duration]string{45 * time.Second: "45s", 190 * time.Second: "3m10s", 2*time.Hour + 5*time.Minute: "2h05m"} {
+		if got := Duration(d); got != want {
+			t.Errorf("%v: %q, want %q", d, got, want)
+		}
+	}
+	for n, want := range map[int]string{7: "7", 1000: "1,000", 163840: "163,840", 1234567: "1,234,567"} {
+		if got := thousands(n); got != want {
+			t.Errorf("%d: %q, want %q", n, got, want)
+		}
+	}
+}
