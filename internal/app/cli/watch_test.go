@@ -3,6 +3,8 @@ package cli
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -87,5 +89,28 @@ func TestDurationAndThousands(t *testing.T) {
 		if got := thousands(n); got != want {
 			t.Errorf("%d: %q, want %q", n, got, want)
 		}
+	}
+}
+
+// TestCheckpointFiles says what a header-only read of a checkpoint reads.
+func TestCheckpointFiles(t *testing.T) {
+	dir := t.TempDir()
+	for _, n := range []string{"a.safetensors", "b.safetensors", "config.json"} {
+		if err := os.WriteFile(filepath.Join(dir, n), make([]byte, 1500000), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := CheckpointFiles(dir), "the config and 2 shard headers in "+dir+" (3.0 MB of weights, not read)"; got != want {
+		t.Fatalf("%q, want %q", got, want)
+	}
+	var s *Steps
+	s.Step("nothing")
+	s.Done()
+	var out bytes.Buffer
+	s = NewSteps(&out, progress.Off)
+	s.Step("reading %d things", 3)
+	s.Done()
+	if out.Len() != 0 {
+		t.Fatalf("--progress off wrote %q", out.String())
 	}
 }

@@ -124,11 +124,17 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	prompts := fs.String("prompts", "1000,10000,100000", "comma-separated prompt `lengths` for the prefill projection (0 skips it)")
 	trace := fs.String("trace", "", "expert trace `file` (int32 layer, expert pairs, top-k per layer per token, as fixtures/expert_trace.bin) to measure the union of B tokens instead of assuming uniform routing")
 	asJSON := fs.Bool("json", false, "print one JSON object")
+	var pf cli.ProgressFlag
+	pf.Register(fs)
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	if *dir == "" {
 		return cli.Usagef("--model is required")
+	}
+	mode, err := pf.Mode()
+	if err != nil {
+		return err
 	}
 	var bs []int64
 	for _, s := range strings.Split(*budgets, ",") {
@@ -156,10 +162,14 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		}
 		bw = append(bw, v)
 	}
+	steps := cli.NewSteps(stderr, mode)
+	defer steps.Done()
+	steps.Step("reading %s", cli.CheckpointFiles(*dir))
 	in, err := k3.Inspect(*dir, k3.Options{MaxContext: *maxContext})
 	if err != nil {
 		return err
 	}
+	steps.Step("planning %d budgets × %d batch sizes and %d prompt lengths", len(bs), len(ns), len(ps))
 	c := in.Config
 	union := func(b int) float64 { // uniform routing
 		return float64(c.Experts) * (1 - math.Pow(1-float64(c.TopK)/float64(c.Experts), float64(b)))
@@ -223,6 +233,7 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 			rep.Prefill = append(rep.Prefill, row)
 		}
 	}
+	steps.Done()
 	if *asJSON {
 		return json.NewEncoder(stdout).Encode(rep)
 	}
