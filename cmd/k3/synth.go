@@ -154,6 +154,9 @@ func runSynth(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	}
 
 	if *sparse {
+		if *tokenizer != "" || *stopBias != 0 {
+			return cli.Usagef("--sparse writes the headers only: --tokenizer and --stop-bias do not apply (--with-tokenizer does)")
+		}
 		L, err := synth.WriteSparse(*out, p, size)
 		if err != nil {
 			return synthError{err}

@@ -153,3 +153,19 @@ func TestReleaseLayoutFull(t *testing.T) {
 		t.Fatalf("headers of %d bytes in all, the release's are 75,766,584", headers)
 	}
 }
+
+// TestSparseTokenizer: a header-only checkpoint of a profile with the
+// generated tokenizer gets its files, so that text commands run on it.
+func TestSparseTokenizer(t *testing.T) {
+	p := Tiny()
+	p.Tokenizer, p.Config.Vocab = true, 512
+	dir := t.TempDir() + "/sparse"
+	if _, err := WriteSparse(dir, p, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"tiktoken.model", "tokenizer_config.json", GenerationConfigFile} {
+		if fi, err := os.Stat(dir + "/" + f); err != nil || fi.Size() == 0 {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+}

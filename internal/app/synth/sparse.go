@@ -37,7 +37,8 @@ func Released() Profile {
 // sees the full checkpoint; reading weights from it gives zeros. dir must
 // not exist. shardSize is as in PlanLayout. Only the headers take disk
 // space: about 75 MB of JSON for the full profile, as in the release, and
-// the index.
+// the index. A profile with Tokenizer gets the generated tokenizer and its
+// generation_config.json too, so that text commands run on it.
 func WriteSparse(dir string, p Profile, shardSize int64) (*Layout, error) {
 	L, err := PlanLayout(p, shardSize)
 	if err != nil {
@@ -64,6 +65,11 @@ func WriteSparse(dir string, p Profile, shardSize int64) (*Layout, error) {
 	}
 	if err := os.WriteFile(filepath.Join(dir, IndexFile), L.indexJSON, 0o644); err != nil {
 		return nil, fmt.Errorf("synth: %w", err)
+	}
+	if p.Tokenizer {
+		if err := WriteTokenizer(dir, p.Config.Vocab); err != nil {
+			return nil, err
+		}
 	}
 	if err := os.WriteFile(filepath.Join(dir, ConfigFile), L.configJSON, 0o644); err != nil {
 		return nil, fmt.Errorf("synth: %w", err)
