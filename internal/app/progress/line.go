@@ -54,28 +54,25 @@ const idle = 700 * time.Millisecond
 // text a command writes to the same terminal must go through Text, so
 // that the status never lands inside it. It is safe for concurrent use.
 type Line struct {
-	mu       sync.Mutex
-	w        io.Writer
-	tty      bool // in place
-	off      bool
-	every    time.Duration // plain lines
-	start    time.Time
-	last     time.Time // the last plain line
-	shown    int       // columns of the status on screen; 0: none
-	col      int       // the terminal's column after the text written through Text
-	written  time.Time // when text was last written
-	width    func() int
-	now      func() time.Time
-	terminal func(io.Writer) bool // whether a writer is a terminal (the status's)
+	mu      sync.Mutex
+	w       io.Writer
+	tty     bool // in place
+	off     bool
+	every   time.Duration // plain lines
+	start   time.Time
+	last    time.Time // the last plain line
+	shown   int       // columns of the status on screen; 0: none
+	col     int       // the terminal's column after the text written through Text
+	written time.Time // when text was last written
+	width   func() int
+	now     func() time.Time
+	shares  func(io.Writer) bool // whether a writer's text lands where the status does
 }
 
 // NewLine returns a Line writing its status to w (standard error) in
 // mode m.
 func NewLine(w io.Writer, m Mode) *Line {
-	l := &Line{w: w, start: time.Now(), now: time.Now, width: func() int { return 80 }, terminal: func(w io.Writer) bool {
-		f, ok := w.(*os.File)
-		return ok && IsTerminal(f)
-	}}
+	l := &Line{w: w, start: time.Now(), now: time.Now, width: func() int { return 80 }, shares: func(t io.Writer) bool { return sameFile(t, w) }}
 	f, isFile := w.(*os.File)
 	switch {
 	case m == Off:
@@ -188,8 +185,8 @@ func (l *Line) Text(w io.Writer) io.Writer {
 	if l == nil || l.off {
 		return w
 	}
-	if l.tty && !l.terminal(w) {
-		return w // not on the status's terminal
+	if !l.shares(w) {
+		return w // elsewhere: nothing to keep apart
 	}
 	return textWriter{l: l, w: w}
 }
@@ -207,6 +204,20 @@ func (t textWriter) Write(p []byte) (int, error) {
 	l.written = l.now()
 	l.col = advance(l.col, p)
 	return t.w.Write(p)
+}
+
+// sameFile reports whether text written to a and b lands in one place:
+// the same terminal, pipe or file (as with 2>&1), or writers that are not
+// files (taken to share).
+func sameFile(a, b io.Writer) bool {
+	fa, okA := a.(*os.File)
+	fb, okB := b.(*os.File)
+	if !okA || !okB {
+		return true
+	}
+	sa, errA := fa.Stat()
+	sb, errB := fb.Stat()
+	return errA != nil || errB != nil || os.SameFile(sa, sb)
 }
 
 // advance returns the column after writing p at column col: newlines and

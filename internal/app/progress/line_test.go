@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +17,7 @@ func (c *clock) now() time.Time      { return c.t }
 func (c *clock) add(d time.Duration) { c.t = c.t.Add(d) }
 func newTestLine(w io.Writer, tty bool, c *clock) *Line {
 	l := &Line{w: w, tty: tty, every: LinesEvery, start: c.t, now: c.now, width: func() int { return 60 },
-		terminal: func(io.Writer) bool { return true }}
+		shares: func(io.Writer) bool { return true }}
 	return l
 }
 
@@ -101,5 +102,30 @@ func TestParseMode(t *testing.T) {
 	}
 	if _, err := ParseMode("on"); err == nil {
 		t.Error("on accepted")
+	}
+}
+
+// TestSameFile: two descriptors of one file share, two files do not,
+// writers that are not files are taken to share.
+func TestSameFile(t *testing.T) {
+	dir := t.TempDir()
+	a, err := os.Create(dir + "/a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	a2, err := os.OpenFile(dir+"/a", os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a2.Close()
+	b, err := os.Create(dir + "/b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	var buf bytes.Buffer
+	if !sameFile(a, a2) || sameFile(a, b) || !sameFile(&buf, a) {
+		t.Fatalf("same file: a,a2 %v; a,b %v; buffer,a %v", sameFile(a, a2), sameFile(a, b), sameFile(&buf, a))
 	}
 }
