@@ -71,4 +71,3 @@ func TestProgress(t *testing.T) {
 		t.Fatalf("k3_inflight_generated_tokens %v once the generation is done", v)
 	}
 }
-
