@@ -13,30 +13,35 @@
 #   2. k3 run --model DIR --preset laptop --prompt ... --max-tokens N:
 #      progress lines on stderr while it prefills and decodes (at 8 GB a
 #      pass reads 133 GB), then text on stdout;
-#   3. k3 serve --model DIR --preset laptop and the README's curl: the
-#      server logs the generation's progress while it runs, and the reply
-#      is a chat completion (CHECK_CONTENT=1 also requires visible content,
-#      not only reasoning).
+#   3. k3 serve --model DIR --preset laptop and the README's curl (its
+#      body read from README.md): the server logs the generation's progress
+#      while it runs, and the reply is a chat completion with visible
+#      content (CHECK_CONTENT=0 accepts reasoning only).
 #
 # The weights are zeros, so the text is noise; what is checked is that
 # every step says what it does. It needs about 8 GB of RAM and reads the
 # holes at the disk's (the page cache's) speed: run it under the shared
-# lock. At 8 GB one token is a pass over 133 GB of holes; the run and the
-# curl take minutes (TOKENS, default 2 for run and the README's 32 for the
-# curl, shortens them).
+# lock. At 8 GB one token is a pass over 132 GB of holes; the run and the
+# curl take minutes, the README's 64 tokens half an hour on 2 cores
+# (TOKENS, k3 run's --max-tokens, default 2, and CURL_TOKENS, the curl's
+# max_tokens, default the README's, shorten them).
 #
 #   flock /work/.benchlock scripts/released-e2e.sh
 #
 # Environment: K3 (a k3 binary; default: built from this tree), PORT
-# (default 18280), TOKENS (k3 run's --max-tokens, default 2),
-# CURL_TOKENS (the curl's max_tokens, default 32 as in the README),
-# CHECK_CONTENT=1, KEEP=1 keeps the work directory.
+# (default 18280), TOKENS, CURL_TOKENS, CHECK_CONTENT (default 1), KEEP=1
+# keeps the work directory.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 port=${PORT:-18280}
 tokens=${TOKENS:-2}
-curl_tokens=${CURL_TOKENS:-32}
+# The README's curl: its JSON body, as written there.
+body=$(grep -o "curl -s localhost:8080/v1/chat/completions -d '[^']*'" "$root/README.md" | head -1 | sed "s/.* -d '//; s/'\$//")
+[[ -n "$body" ]] || { echo "released-e2e.sh: no curl example in README.md" >&2; exit 1; }
+if [[ -n "${CURL_TOKENS:-}" ]]; then
+	body=$(jq -c --argjson n "$CURL_TOKENS" '.max_tokens = $n' <<<"$body")
+fi
 work=$(mktemp -d)
 srv=
 cleanup() {
@@ -89,7 +94,7 @@ for _ in $(seq 1 600); do
 done
 [[ "$code" == 200 ]] || fail "k3 serve did not become ready"
 start=$SECONDS
-body=$(printf '{"messages":[{"role":"user","content":"Hello!"}],"max_tokens":%d}' "$curl_tokens")
+echo "curl -s localhost:$port/v1/chat/completions -d '$body'"
 reply=$(curl -s "localhost:$port/v1/chat/completions" -d "$body")
 echo "reply: $reply"
 echo "(the curl took $((SECONDS - start)) s)"
@@ -102,7 +107,7 @@ cat "$work/serve.err"
 jq -e '.object == "chat.completion" and (.choices | length) == 1' <<<"$reply" >/dev/null || fail "the curl's reply is not a chat completion"
 grep -q 'msg="generation in progress".*phase=' "$work/serve.err" || fail "k3 serve logged no progress for a generation of minutes"
 grep -q '^k3_inflight_generated_tokens ' <<<"$metrics" || fail "/metrics has no k3_inflight_generated_tokens"
-if [[ "${CHECK_CONTENT:-}" == 1 ]]; then
+if [[ "${CHECK_CONTENT:-1}" == 1 ]]; then
 	jq -e '(.choices[0].message.content // "") != ""' <<<"$reply" >/dev/null || fail "the curl's reply has no visible content"
 fi
 echo
