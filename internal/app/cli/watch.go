@@ -52,6 +52,10 @@ type Watch struct {
 	start       time.Time
 	startBytes  int64
 	prefillDone time.Time
+	// The prefill's passes so far, the tokens they fed (a restored prefix
+	// not counted) and when the last ended.
+	passes, passFed int
+	lastPass        time.Time
 	// The decode: tokens since the first (its time and bytes), the last.
 	tokens                int
 	firstTok, lastTok     time.Time
@@ -175,10 +179,18 @@ func (x *Watch) Prefill(ctx context.Context, n int) context.Context {
 		if cur <= last {
 			return
 		}
+		now := time.Now()
 		x.mu.Lock()
 		x.fed += cur - last
+		x.passFed += cur - last
+		// Sessions that shared the pass report it one after the other,
+		// at once: one pass.
+		if now.Sub(x.lastPass) > p.PassTime/2 {
+			x.passes++
+		}
+		x.lastPass = now
 		if x.fed >= x.total {
-			x.prefillDone = time.Now()
+			x.prefillDone = now
 		}
 		x.mu.Unlock()
 		last = cur
@@ -304,48 +316,40 @@ func (x *Watch) Status() string {
 	return strings.Join(parts, " | ")
 }
 
-// prefillLeft estimates the time the prefill still takes (x.mu held):
-// from the bytes its passes will read (the memory plan's trunk per pass
-// and the routed experts of uniform routing over its rows, less the
-// cache's share) at the rate read so far; without streaming (everything
-// resident), from the tokens fed so far.
+// prefillLeft estimates the time the prefill still takes (x.mu held).
+// Once a pass has ended: the passes left, of the rows the passes have had
+// (the engine may widen them while prompts wait), at the time they have
+// taken. Before: for a prompt that one pass of the memory plan's rows
+// holds, the bytes that pass will read (the plan's trunk per pass and
+// the routed experts of uniform routing over its rows, less the cache's
+// share) at the rate read so far.
 func (x *Watch) prefillLeft(read int64, el time.Duration) (time.Duration, bool) {
-	if el < 2*time.Second {
+	if x.passes > 0 && x.passFed > 0 {
+		per := x.lastPass.Sub(x.start) / time.Duration(x.passes)
+		rows := max(x.passFed/x.passes, 1)
+		passes := (x.total - x.fed + rows - 1) / rows
+		return max(time.Duration(passes)*per-time.Since(x.lastPass), 0), true
+	}
+	if el < 2*time.Second || (x.plan.Rows > 0 && x.total > x.plan.Rows) {
 		return 0, false
 	}
-	want := x.prefillBytes()
-	if want > 0 && read > 0 && float64(read) < 0.98*want {
-		rate := float64(read) / el.Seconds()
-		return time.Duration((want - float64(read)) / rate * float64(time.Second)), true
+	want := x.passBytes(x.total)
+	if want <= 0 || read <= 0 || float64(read) >= 0.98*want {
+		return 0, false
 	}
-	if x.fed > 0 && want <= 0 {
-		return time.Duration(float64(el) * float64(x.total-x.fed) / float64(x.fed)), true
-	}
-	return 0, false
+	rate := float64(read) / el.Seconds()
+	return time.Duration((want - float64(read)) / rate * float64(time.Second)), true
 }
 
-// prefillBytes is what the whole prefill is expected to read: passes of
-// the plan's rows over the prompts' tokens (x.mu held).
-func (x *Watch) prefillBytes() float64 {
+// passBytes is what one pass of r rows is expected to read (x.mu held).
+func (x *Watch) passBytes(r int) float64 {
 	p, c := x.plan, x.cfg
-	rows := p.Rows
-	if rows <= 0 {
-		rows = x.total
-	}
 	hit := 1.0
 	if all := float64(c.Experts * c.MoELayers); all > 0 {
 		hit = math.Min(1, float64(p.CacheSlots)/all)
 	}
-	pass := func(r int) float64 {
-		union := float64(c.Experts) * (1 - math.Pow(1-float64(c.TopK)/float64(max(c.Experts, 1)), float64(r)))
-		return float64(p.TrunkBytesPerPass) + float64(c.MoELayers)*union*float64(p.CacheSlotBytes)*(1-hit)
-	}
-	full, rest := x.total/rows, x.total%rows
-	b := float64(full) * pass(rows)
-	if rest > 0 {
-		b += pass(rest)
-	}
-	return b
+	union := float64(c.Experts) * (1 - math.Pow(1-float64(c.TopK)/float64(max(c.Experts, 1)), float64(r)))
+	return float64(p.TrunkBytesPerPass) + float64(c.MoELayers)*union*float64(p.CacheSlotBytes)*(1-hit)
 }
 
 // gb prints a byte count in GB (MB below 1 GB).

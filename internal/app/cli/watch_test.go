@@ -56,26 +56,33 @@ func TestWatchCounts(t *testing.T) {
 	}
 }
 
-// TestWatchEstimate: the prefill's bytes come from the plan (trunk per
-// pass, the experts of uniform routing over the rows, less the cache's
-// share), and the time left from them at the rate so far.
+// TestWatchEstimate: before a pass has ended, a prompt one pass holds is
+// expected to read the plan's trunk per pass and the experts of uniform
+// routing over its rows, less the cache's share, and its time left comes
+// from that at the rate so far; a longer one waits for its first pass.
+// After passes, the passes left at their time and rows so far.
 func TestWatchEstimate(t *testing.T) {
 	x := &Watch{plan: &k3.MemoryPlan{Rows: 100, TrunkBytesPerPass: 1000, CacheSlots: 0, CacheSlotBytes: 10},
-		cfg: k3.Config{Experts: 8, TopK: 8, MoELayers: 2}, total: 250}
+		cfg: k3.Config{Experts: 8, TopK: 8, MoELayers: 2}, total: 80}
 	// Every pass reads the trunk and all 8 experts of both layers: 1160
-	// bytes; 250 tokens take 3 passes.
-	if got := x.prefillBytes(); got != 3*1160 {
-		t.Fatalf("prefill bytes %v, want %v", got, 3*1160)
+	// bytes.
+	if got := x.passBytes(80); got != 1160 {
+		t.Fatalf("pass bytes %v, want 1160", got)
 	}
-	left, ok := x.prefillLeft(1160, 10*time.Second)
-	if !ok || left != 20*time.Second {
-		t.Fatalf("left %v %v, want 20s", left, ok)
+	left, ok := x.prefillLeft(290, 10*time.Second)
+	if !ok || left != 30*time.Second {
+		t.Fatalf("left %v %v, want 30s", left, ok)
 	}
-	// Everything resident: from the tokens.
-	x.plan = &k3.MemoryPlan{Rows: 100, CacheSlots: 16}
-	x.fed = 50
-	if left, ok := x.prefillLeft(0, 10*time.Second); !ok || left != 40*time.Second {
-		t.Fatalf("resident: left %v %v, want 40s", left, ok)
+	x.total = 250
+	if _, ok := x.prefillLeft(290, 10*time.Second); ok {
+		t.Fatal("an estimate for a prompt of several passes before the first ended")
+	}
+	// Two passes of 100 rows in 20 s, the last just ended: 50 tokens
+	// left, one more pass.
+	x.start = time.Now().Add(-20 * time.Second)
+	x.passes, x.passFed, x.fed, x.lastPass = 2, 200, 200, time.Now()
+	if left, ok := x.prefillLeft(0, 20*time.Second); !ok || left > 10100*time.Millisecond || left < 9*time.Second {
+		t.Fatalf("after two passes: left %v %v, want about 10s", left, ok)
 	}
 }
 
