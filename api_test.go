@@ -10,6 +10,7 @@ import (
 
 	"github.com/k3go/k3"
 	"github.com/k3go/k3/internal/testkit/fixtures"
+	"github.com/k3go/k3/internal/testkit/testmodel"
 )
 
 // TestPublicConfigAndPlan checks the root package's own Config against
@@ -87,5 +88,41 @@ func TestInspectContextCancelled(t *testing.T) {
 	}
 	if a.FloorBytes != b.FloorBytes || a.Config != b.Config {
 		t.Errorf("InspectContext floor %d, Inspect %d", a.FloorBytes, b.FloorBytes)
+	}
+}
+
+// TestInspectWithMaxContext: an inspection re-planned for another context
+// length gives what Inspect with that MaxContext gives (floor, full
+// budget, the plan at a budget), and a negative length is refused.
+func TestInspectWithMaxContext(t *testing.T) {
+	dir := testmodel.Dir(t)
+	base, err := k3.Inspect(dir, k3.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{0, 1, 100, 4096, 50000} {
+		want, err := k3.Inspect(dir, k3.Options{MaxContext: n})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := base.WithMaxContext(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.FloorBytes != want.FloorBytes || got.FullBytes != want.FullBytes {
+			t.Errorf("MaxContext %d: floor %d, full %d; Inspect gives %d, %d", n, got.FloorBytes, got.FullBytes, want.FloorBytes, want.FullBytes)
+		}
+		budget := want.FloorBytes + 1<<20
+		a, errA := got.PlanSessions(budget, 2, 0)
+		b, errB := want.PlanSessions(budget, 2, 0)
+		if (errA == nil) != (errB == nil) || (errA == nil && a.String() != b.String()) {
+			t.Errorf("MaxContext %d: plan at %d bytes differs:\n%v %v\n%v %v", n, budget, a, errA, b, errB)
+		}
+	}
+	if base.FloorBytes == 0 {
+		t.Fatal("no floor")
+	}
+	if _, err := base.WithMaxContext(-1); !errors.Is(err, k3.ErrBadOptions) {
+		t.Errorf("MaxContext -1: %v, want ErrBadOptions", err)
 	}
 }

@@ -264,3 +264,27 @@ func ExampleInspection_PlanCluster() {
 	// expert halves each rank's cache chooses from: 192
 	// gathers per token: 114
 }
+
+// A long prompt is fed in several passes over the weights; WithProgress
+// hears of each, as a progress bar needs to.
+func ExampleWithProgress() {
+	// At most 8 token rows per pass, so that this short prompt takes three.
+	m, err := k3.Open(checkpoint(), k3.Options{MaxBatch: 8})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer m.Close()
+
+	ctx := k3.WithProgress(context.Background(), func(p k3.Progress) {
+		fmt.Printf("fed %d of %d tokens\n", p.Done, p.Total)
+	})
+	prompt := []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20}
+	if _, err := m.NewSession().Step(ctx, prompt); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// fed 0 of 20 tokens
+	// fed 8 of 20 tokens
+	// fed 16 of 20 tokens
+	// fed 20 of 20 tokens
+}

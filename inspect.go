@@ -56,6 +56,24 @@ func InspectContext(ctx context.Context, dir string, opts Options) (*Inspection,
 	return in, nil
 }
 
+// WithMaxContext returns the inspection of the same checkpoint with
+// sessions of n positions, as Inspect with Options.MaxContext n would give
+// (zero: the default, 4096), without reading the checkpoint again: a
+// projection over many context lengths reads the headers once.
+func (in *Inspection) WithMaxContext(n int) (*Inspection, error) {
+	if n < 0 {
+		return nil, fmt.Errorf("k3: %w: MaxContext %d is negative", ErrBadOptions, n)
+	}
+	if n == 0 {
+		n = engine.DefaultMaxContext
+	}
+	out := *in
+	out.req.MaxContext = n
+	out.FloorBytes = planner.Floor(out.w, out.req)
+	out.FullBytes = planner.Full(out.w, out.req)
+	return &out, nil
+}
+
 // Plan returns the memory plan for a budget (0: unlimited).
 func (in *Inspection) Plan(budget int64) (*MemoryPlan, error) {
 	r := in.req

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/k3go/k3/iox"
 	"github.com/k3go/k3/quant"
@@ -18,7 +19,18 @@ var ErrLayout = errors.New("bad expert tensors")
 // l, with suffix "weight" (dense), "weight_packed" or "weight_scale"
 // (MXFP4).
 func Name(l, e, w int, suffix string) string {
-	return fmt.Sprintf("language_model.model.layers.%d.block_sparse_moe.experts.%d.w%d.%s", l, e, w, suffix)
+	// Appended by hand: Build names 1.5 million tensors for the released
+	// checkpoint, and fmt.Sprintf cost a fifth of a second of it.
+	var buf [112]byte
+	b := append(buf[:0], "language_model.model.layers."...)
+	b = strconv.AppendInt(b, int64(l), 10)
+	b = append(b, ".block_sparse_moe.experts."...)
+	b = strconv.AppendInt(b, int64(e), 10)
+	b = append(b, ".w"...)
+	b = strconv.AppendInt(b, int64(w), 10)
+	b = append(b, '.')
+	b = append(b, suffix...)
+	return string(b)
 }
 
 // MatrixLayout locates one of an expert's matrices inside the expert's

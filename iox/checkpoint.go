@@ -1,6 +1,7 @@
 package iox
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -100,17 +101,29 @@ func OpenCheckpointContext(ctx context.Context, dir string) (*Checkpoint, error)
 		for _, n := range names {
 			have[n] = true
 		}
-		for _, shard := range index.shards() {
-			if !have[shard] {
-				return nil, fmt.Errorf("checkpoint %s: %w: shard %s named by %s is missing", dir, ErrCheckpoint, shard, IndexFile)
+		err := index.check(func(es []indexEntry) error {
+			for _, e := range es {
+				if err := checkShardName(e, index.path); err != nil {
+					return err
+				}
 			}
+			for _, e := range es {
+				if !have[e.shard] {
+					return fmt.Errorf("checkpoint %s: %w: shard %s named by %s is missing", dir, ErrCheckpoint, e.shard, IndexFile)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
 		}
 	}
 	if len(names) == 0 {
 		return nil, fmt.Errorf("checkpoint %s: %w: no *.safetensors files", dir, ErrCheckpoint)
 	}
 	var headers int64 // header bytes read so far, over every shard
-	for i, n := range names {
+	count := 0
+	for _, n := range names {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
 		}
@@ -133,49 +146,65 @@ func OpenCheckpointContext(ctx context.Context, dir string) (*Checkpoint, error)
 			return nil, err
 		}
 		s.Header = h
-		for _, t := range h.Tensors {
+		count += len(h.Tensors)
+	}
+	// The map is built once every header is read, at its final size: the
+	// released checkpoint's 497,220 entries would otherwise be rehashed
+	// a dozen times.
+	c.tensors = make(map[string]Entry, count)
+	for i, s := range c.Shards {
+		for _, t := range s.Header.Tensors {
 			if prev, dup := c.tensors[t.Name]; dup {
-				return nil, fmt.Errorf("checkpoint %s: %w: tensor %q is in both %s and %s", dir, ErrCheckpoint, t.Name, c.Shards[prev.Shard].Name, n)
+				return nil, fmt.Errorf("checkpoint %s: %w: tensor %q is in both %s and %s", dir, ErrCheckpoint, t.Name, c.Shards[prev.Shard].Name, s.Name)
 			}
 			c.tensors[t.Name] = Entry{Shard: i, TensorInfo: t}
 		}
 	}
 	if index != nil {
-		for name, shard := range index.WeightMap {
-			e, found := c.tensors[name]
-			if !found {
-				return nil, fmt.Errorf("checkpoint %s: %w: %s lists tensor %q in %s, which does not hold it", dir, ErrCheckpoint, IndexFile, name, shard)
+		err := index.check(func(es []indexEntry) error {
+			for _, ie := range es {
+				e, found := c.tensors[ie.tensor]
+				if !found {
+					return fmt.Errorf("checkpoint %s: %w: %s lists tensor %q in %s, which does not hold it", dir, ErrCheckpoint, IndexFile, ie.tensor, ie.shard)
+				}
+				if c.Shards[e.Shard].Name != ie.shard {
+					return fmt.Errorf("checkpoint %s: %w: %s puts tensor %q in %s but it is in %s", dir, ErrCheckpoint, IndexFile, ie.tensor, ie.shard, c.Shards[e.Shard].Name)
+				}
 			}
-			if c.Shards[e.Shard].Name != shard {
-				return nil, fmt.Errorf("checkpoint %s: %w: %s puts tensor %q in %s but it is in %s", dir, ErrCheckpoint, IndexFile, name, shard, c.Shards[e.Shard].Name)
-			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
 		}
 	}
 	ok = true
 	return c, nil
 }
 
+// shardIndex is model.safetensors.index.json: its weight map says which
+// shard holds each tensor.
 type shardIndex struct {
 	WeightMap map[string]string `json:"weight_map"`
 }
 
-func (x *shardIndex) shards() []string {
-	set := map[string]bool{}
-	for _, s := range x.WeightMap {
-		set[s] = true
+// indexEntry is one tensor of the weight map and its shard.
+type indexEntry struct{ tensor, shard string }
+
+// entries returns the weight map's entries, by tensor name.
+func (x *shardIndex) entries() []indexEntry {
+	out := make([]indexEntry, 0, len(x.WeightMap))
+	for t, s := range x.WeightMap {
+		out = append(out, indexEntry{t, s})
 	}
-	out := make([]string, 0, len(set))
-	for s := range set {
-		out = append(out, s)
-	}
-	sort.Strings(out)
+	sort.Slice(out, func(i, j int) bool { return out[i].tensor < out[j].tensor })
 	return out
 }
 
 // maxIndexBytes bounds the index file k3 will read.
 const maxIndexBytes = 512 << 20
 
-func readIndex(dir string) (*shardIndex, error) {
+// readIndex reads the index of dir, nil if there is none.
+func readIndex(dir string) (*indexFile, error) {
 	p := filepath.Join(dir, IndexFile)
 	data, err := ReadFileLimit(p, maxIndexBytes)
 	switch {
@@ -186,7 +215,122 @@ func readIndex(dir string) (*shardIndex, error) {
 	case err != nil:
 		return nil, fmt.Errorf("checkpoint %s: %w", dir, wrapNotRegular(err))
 	}
-	return parseIndex(data, p)
+	return loadIndex(data, p)
+}
+
+// indexFile is a read index, to check the shards against: its entries as
+// the scanner read them (in file order, a name listed twice listed
+// twice), or, when the file is outside the scanner's subset, as
+// encoding/json decodes them (parseIndex: a name listed twice counts once,
+// with its last shard).
+type indexFile struct {
+	entries []indexEntry
+	decoded bool
+	data    []byte
+	path    string
+}
+
+// loadIndex reads an index's entries, with the scanner when it can.
+func loadIndex(data []byte, path string) (*indexFile, error) {
+	if es, ok := scanIndex(data); ok {
+		return &indexFile{entries: es, data: data, path: path}, nil
+	}
+	x, err := parseIndex(data, path)
+	if err != nil {
+		return nil, err
+	}
+	return &indexFile{entries: x.entries(), decoded: true, path: path}, nil
+}
+
+// check runs f over the index's entries. The scanned entries hold every
+// decoded one, so they pass whenever the decoded ones would; when they
+// fail, the decoded entries decide, and the index is checked exactly as
+// parseIndex reads it.
+func (x *indexFile) check(f func([]indexEntry) error) error {
+	err := f(x.entries)
+	if err == nil || x.decoded {
+		return err
+	}
+	d, perr := parseIndex(x.data, x.path)
+	if perr != nil {
+		return perr
+	}
+	x.entries, x.decoded, x.data = d.entries(), true, nil
+	return f(x.entries)
+}
+
+// scanIndex reads an index's weight map with the scanner: the entries in
+// file order, or false for a file outside its subset (see scanner) or
+// with no exact "weight_map" key, whatever parseIndex would say of it.
+func scanIndex(data []byte) ([]indexEntry, bool) {
+	s := &scanner{b: data}
+	if !s.eat('{') {
+		return nil, false
+	}
+	var es []indexEntry
+	found := false
+	if !s.eat('}') {
+		for {
+			key, ok := s.str()
+			if !ok || !s.eat(':') {
+				return nil, false
+			}
+			switch {
+			case string(key) == "weight_map" && !found:
+				if es, ok = s.weightMap(); !ok {
+					return nil, false
+				}
+				found = true
+			case bytes.EqualFold(key, []byte("weight_map")):
+				return nil, false // encoding/json would take it for the field, or merge it
+			default:
+				if !s.skip(0) {
+					return nil, false
+				}
+			}
+			if s.eat('}') {
+				break
+			}
+			if !s.eat(',') {
+				return nil, false
+			}
+		}
+	}
+	return es, found && s.end()
+}
+
+// weightMap reads the weight map's object of tensor → shard.
+func (s *scanner) weightMap() ([]indexEntry, bool) {
+	if !s.eat('{') {
+		return nil, false
+	}
+	es := make([]indexEntry, 0, len(s.b)/64)
+	if s.eat('}') {
+		return es, true
+	}
+	shards := map[string]string{} // a few distinct names, interned
+	for {
+		t, ok := s.str()
+		if !ok || !s.eat(':') {
+			return nil, false
+		}
+		sh, ok := s.str()
+		if !ok {
+			return nil, false
+		}
+		name, seen := shards[string(sh)]
+		if !seen {
+			name = string(sh)
+			shards[name] = name
+		}
+		es = append(es, indexEntry{string(t), name})
+		if s.eat('}') {
+			return es, true
+		}
+		if !s.eat(',') {
+			return nil, false
+		}
+	}
 }
 
 // wrapNotRegular marks a FIFO or device in the checkpoint as an invalid
@@ -198,8 +342,8 @@ func wrapNotRegular(err error) error {
 	return err
 }
 
-// parseIndex parses model.safetensors.index.json. Shard names must be plain
-// file names ending in .safetensors (no directories).
+// parseIndex parses model.safetensors.index.json with encoding/json. Shard
+// names must be plain file names ending in .safetensors (no directories).
 func parseIndex(data []byte, name string) (*shardIndex, error) {
 	if len(data) > maxIndexBytes {
 		return nil, fmt.Errorf("%s: %w: index larger than %d bytes", name, ErrCheckpoint, maxIndexBytes)
@@ -211,12 +355,21 @@ func parseIndex(data []byte, name string) (*shardIndex, error) {
 	if x.WeightMap == nil {
 		return nil, fmt.Errorf("%s: %w: no weight_map", name, ErrCheckpoint)
 	}
-	for t, s := range x.WeightMap {
-		if s == "" || s != filepath.Base(s) || s == "." || s == ".." || !strings.HasSuffix(s, ".safetensors") {
-			return nil, fmt.Errorf("%s: %w: tensor %q maps to bad shard name %q", name, ErrCheckpoint, t, s)
+	for _, e := range x.entries() {
+		if err := checkShardName(e, name); err != nil {
+			return nil, err
 		}
 	}
 	return &x, nil
+}
+
+// checkShardName refuses a shard name that is not a plain file name ending
+// in .safetensors.
+func checkShardName(e indexEntry, index string) error {
+	if s := e.shard; s == "" || s != filepath.Base(s) || s == "." || s == ".." || !strings.HasSuffix(s, ".safetensors") {
+		return fmt.Errorf("%s: %w: tensor %q maps to bad shard name %q", index, ErrCheckpoint, e.tensor, s)
+	}
+	return nil
 }
 
 // Lookup returns where a tensor is stored.

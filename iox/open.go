@@ -58,7 +58,10 @@ func ReadFileLimit(path string, limit int64) ([]byte, error) {
 	if fi.Size() > limit {
 		return nil, tooLarge(path, fi.Size(), limit)
 	}
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	// One buffer of the size found (plus one byte to see growth), not
+	// io.ReadAll's doublings: an index is tens of MB.
+	b := make([]byte, 0, min(fi.Size(), limit)+1)
+	b, err = readAll(io.LimitReader(f, limit+1), b)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -66,6 +69,23 @@ func ReadFileLimit(path string, limit int64) ([]byte, error) {
 		return nil, tooLarge(path, int64(len(b)), limit)
 	}
 	return b, nil
+}
+
+// readAll appends r's bytes to b until EOF, growing b only if it is full.
+func readAll(r io.Reader, b []byte) ([]byte, error) {
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
 }
 
 func tooLarge(path string, size, limit int64) error {

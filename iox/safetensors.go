@@ -106,6 +106,39 @@ func headerLen(r io.ReaderAt, size int64, name string) (int64, error) {
 // ranges that overlap, run past dataSize, or disagree with shape × dtype are
 // errors wrapping ErrFormat.
 func ParseHeader(buf []byte, dataSize int64) (*Header, error) {
+	h, ok := scanHeader(buf, dataSize)
+	if !ok {
+		var err error
+		if h, err = decodeHeader(buf, dataSize); err != nil {
+			return nil, err
+		}
+	}
+	// Reject overlapping ranges. Empty tensors occupy no bytes.
+	sort.Slice(h.Tensors, func(i, j int) bool {
+		a, b := h.Tensors[i], h.Tensors[j]
+		if a.Offset != b.Offset {
+			return a.Offset < b.Offset
+		}
+		return a.Size < b.Size
+	})
+	var end int64
+	var prev string
+	for _, t := range h.Tensors {
+		if t.Size == 0 {
+			continue
+		}
+		if t.Offset < end {
+			return nil, fmt.Errorf("%w: tensor %q [%d, %d) overlaps tensor %q ending at %d", ErrFormat, t.Name, t.Offset, t.Offset+t.Size, prev, end)
+		}
+		end, prev = t.Offset+t.Size, t.Name
+	}
+	return h, nil
+}
+
+// decodeHeader is ParseHeader's reading of the JSON with encoding/json, in
+// file order: the reference for scanHeader, and the parser of every header
+// outside its subset (where the errors come from).
+func decodeHeader(buf []byte, dataSize int64) (*Header, error) {
 	dec := json.NewDecoder(bytes.NewReader(buf))
 	dec.UseNumber()
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
@@ -152,26 +185,172 @@ func ParseHeader(buf []byte, dataSize int64) (*Header, error) {
 	if dec.More() {
 		return nil, fmt.Errorf("%w: trailing data after the header object", ErrFormat)
 	}
-	// Reject overlapping ranges. Empty tensors occupy no bytes.
-	sort.Slice(h.Tensors, func(i, j int) bool {
-		a, b := h.Tensors[i], h.Tensors[j]
-		if a.Offset != b.Offset {
-			return a.Offset < b.Offset
-		}
-		return a.Size < b.Size
-	})
-	var end int64
-	var prev string
-	for _, t := range h.Tensors {
-		if t.Size == 0 {
-			continue
-		}
-		if t.Offset < end {
-			return nil, fmt.Errorf("%w: tensor %q [%d, %d) overlaps tensor %q ending at %d", ErrFormat, t.Name, t.Offset, t.Offset+t.Size, prev, end)
-		}
-		end, prev = t.Offset+t.Size, t.Name
-	}
 	return h, nil
+}
+
+// storedNames interns the dtype strings of storedSizes, so that the fast
+// path allocates no string per tensor for them.
+var storedNames = func() map[string]string {
+	m := make(map[string]string, len(storedSizes))
+	for k := range storedSizes {
+		m[k] = k
+	}
+	return m
+}()
+
+// scanHeader is decodeHeader for the headers writers produce (the
+// scanner's subset, each tensor's keys exactly "dtype", "shape" and
+// "data_offsets", __metadata__ an object of strings), several times
+// faster. It returns false for anything else, valid or not, and for a
+// tensor decodeHeader would refuse, so that decodeHeader then gives the
+// verdict and the error.
+func scanHeader(buf []byte, dataSize int64) (*Header, bool) {
+	s := &scanner{b: buf}
+	if !s.eat('{') {
+		return nil, false
+	}
+	h := &Header{}
+	if s.eat('}') {
+		return h, s.end()
+	}
+	seen := make(map[string]struct{})
+	var nums []int64
+	dims := make([]int, 0, 64) // shapes are cut from one array per header
+	for {
+		key, ok := s.str()
+		if !ok || !s.eat(':') {
+			return nil, false
+		}
+		if _, dup := seen[string(key)]; dup {
+			return nil, false
+		}
+		name := string(key)
+		seen[name] = struct{}{}
+		if name == "__metadata__" {
+			if h.Metadata, ok = s.stringMap(); !ok {
+				return nil, false
+			}
+		} else {
+			var ti TensorInfo
+			if ti, nums, dims, ok = s.tensor(name, nums, dims, dataSize); !ok {
+				return nil, false
+			}
+			h.Tensors = append(h.Tensors, ti)
+		}
+		if s.eat('}') {
+			return h, s.end()
+		}
+		if !s.eat(',') {
+			return nil, false
+		}
+	}
+}
+
+// stringMap reads an object of strings.
+func (s *scanner) stringMap() (map[string]string, bool) {
+	if !s.eat('{') {
+		return nil, false
+	}
+	m := map[string]string{}
+	if s.eat('}') {
+		return m, true
+	}
+	for {
+		k, ok := s.str()
+		if !ok || !s.eat(':') {
+			return nil, false
+		}
+		v, ok := s.str()
+		if !ok {
+			return nil, false
+		}
+		m[string(k)] = string(v)
+		if s.eat('}') {
+			return m, true
+		}
+		if !s.eat(',') {
+			return nil, false
+		}
+	}
+}
+
+// tensor reads one tensor's object and checks it as tensorInfo does;
+// nums is scratch, dims the shapes' backing array.
+func (s *scanner) tensor(name string, nums []int64, dims []int, dataSize int64) (TensorInfo, []int64, []int, bool) {
+	var (
+		dtype            string
+		shape, offs      []int64
+		hasD, hasS, hasO bool
+	)
+	if !s.eat('{') {
+		return TensorInfo{}, nums, dims, false
+	}
+	nums = nums[:0]
+	if !s.eat('}') {
+		for {
+			key, ok := s.str()
+			if !ok || !s.eat(':') {
+				return TensorInfo{}, nums, dims, false
+			}
+			switch string(key) {
+			case "dtype":
+				v, ok := s.str()
+				if !ok || hasD {
+					return TensorInfo{}, nums, dims, false
+				}
+				if dtype, ok = storedNames[string(v)]; !ok {
+					return TensorInfo{}, nums, dims, false
+				}
+				hasD = true
+			case "shape":
+				start := len(nums)
+				if nums, ok = s.integers(nums); !ok || hasS {
+					return TensorInfo{}, nums, dims, false
+				}
+				shape, hasS = nums[start:len(nums):len(nums)], true
+			case "data_offsets":
+				start := len(nums)
+				if nums, ok = s.integers(nums); !ok || hasO {
+					return TensorInfo{}, nums, dims, false
+				}
+				offs, hasO = nums[start:len(nums):len(nums)], true
+			default:
+				return TensorInfo{}, nums, dims, false
+			}
+			if s.eat('}') {
+				break
+			}
+			if !s.eat(',') {
+				return TensorInfo{}, nums, dims, false
+			}
+		}
+	}
+	// tensorInfo's checks; a failure is left to it.
+	if !hasD || !hasS || !hasO || len(shape) > maxRank || len(offs) != 2 {
+		return TensorInfo{}, nums, dims, false
+	}
+	if cap(dims)-len(dims) < len(shape) {
+		dims = make([]int, 0, max(1024, len(shape)))
+	}
+	d := dims[len(dims) : len(dims)+len(shape) : len(dims)+len(shape)]
+	dims = dims[:len(dims)+len(shape)]
+	elems := int64(1)
+	for i, v := range shape {
+		if v < 0 || v > 1<<40 || (v != 0 && elems > (1<<62)/v) {
+			return TensorInfo{}, nums, dims, false
+		}
+		d[i] = int(v)
+		elems *= v
+	}
+	begin, end := offs[0], offs[1]
+	if begin < 0 || end < begin || end > dataSize || elems*int64(storedSizes[dtype]) != end-begin {
+		return TensorInfo{}, nums, dims, false
+	}
+	dt, err := tensor.ParseDType(dtype)
+	if err != nil {
+		dt = tensor.Invalid
+	}
+	return TensorInfo{Name: name, DType: dt, Stored: dtype, Shape: d, Offset: begin, Size: end - begin}, nums, dims, true
 }
 
 func tensorInfo(name string, dtype *string, shape, offs []json.Number, dataSize int64) (TensorInfo, error) {

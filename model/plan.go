@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -149,23 +150,28 @@ func (p *Plan) vector(pr *problems, name string, n int, atLeast bool) []float32 
 }
 
 // layerTrunkTensors returns, per layer, every stored tensor of the layer
-// except its routed experts, in name order: one pass over the index (the
-// released checkpoint has 497,220 tensors, 494,592 of them experts).
+// except its routed experts, in name order: one pass over the shards'
+// headers (the released checkpoint has 497,220 tensors, 494,592 of them
+// experts), sorting only what is kept.
 func (p *Plan) layerTrunkTensors() [][]iox.Entry {
 	out := make([][]iox.Entry, p.Cfg.Layers)
 	prefix := modelPrefix + "layers."
-	for _, name := range p.Ckpt.Names() {
-		rest, ok := strings.CutPrefix(name, prefix)
-		if !ok || strings.Contains(rest, ".experts.") {
-			continue
+	for i, sh := range p.Ckpt.Shards {
+		for _, t := range sh.Header.Tensors {
+			rest, ok := strings.CutPrefix(t.Name, prefix)
+			if !ok || strings.Contains(rest, ".experts.") {
+				continue
+			}
+			num, _, ok := strings.Cut(rest, ".")
+			l, err := strconv.Atoi(num)
+			if !ok || err != nil || l < 0 || l >= len(out) || layerPrefix(l) != prefix+num+"." {
+				continue
+			}
+			out[l] = append(out[l], iox.Entry{Shard: i, TensorInfo: t})
 		}
-		num, _, ok := strings.Cut(rest, ".")
-		l, err := strconv.Atoi(num)
-		if !ok || err != nil || l < 0 || l >= len(out) || layerPrefix(l) != prefix+num+"." {
-			continue
-		}
-		e, _ := p.Ckpt.Lookup(name)
-		out[l] = append(out[l], e)
+	}
+	for _, es := range out {
+		slices.SortFunc(es, func(a, b iox.Entry) int { return strings.Compare(a.Name, b.Name) })
 	}
 	return out
 }

@@ -123,9 +123,22 @@ func runBatch(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return err
 	}
 	f, isFile := stderr.(*os.File)
+	// The job's own line shows the requests; the model's passes and
+	// bytes read go on it, so that a long request is seen to move.
+	mode, err := c.mf.Progress.Mode()
+	if err != nil {
+		return err
+	}
+	work := cli.NewWatch(m, io.Discard, progress.Off)
+	defer work.Close()
+	work.Passes("model")
+	var out io.Writer = stderr
+	if mode == progress.Off {
+		out = nil
+	}
 	sum, err := batchjob.Run(ctx, h, batchjob.Options{Input: c.input, Output: c.output, Shard: c.shard, Shards: c.shards,
-		Concurrency: c.concurrency, Progress: stderr, ProgressTerminal: isFile && progress.IsTerminal(f), ProgressEvery: c.every,
-		GroupPrefixes: prefixOn(&c.mf)})
+		Concurrency: c.concurrency, Progress: out, ProgressTerminal: isFile && progress.IsTerminal(f) && mode == progress.Auto, ProgressEvery: c.every,
+		ProgressDetail: work.Status, GroupPrefixes: prefixOn(&c.mf)})
 	if sum.Selected > 0 {
 		printBatchSummary(stderr, c.output, sum)
 	}

@@ -74,9 +74,14 @@ func (o *runOpts) reply(ctx context.Context, c *k3.Conversation, user string, st
 		}
 	}()
 	before := c.Session().Len()
-	w := bufio.NewWriter(stdout)
+	// The turn's tokens (its message and the reply's header) go in passes
+	// that the watch shows, then the decoding, on stderr, beside the text.
+	o.watch.Start()
+	ctx = o.watch.Prefill(ctx, 0)
+	defer o.watch.Idle()
+	w := bufio.NewWriter(o.watch.Text(stdout))
 	defer w.Flush()
-	r := &reasoningWriter{w: stderr, dim: isTerminal(stderr), hide: o.hideReasoning}
+	r := &reasoningWriter{w: o.watch.Text(stderr), dim: isTerminal(stderr), hide: o.hideReasoning}
 	defer r.end()
 	show := o.show
 	var text, reasoning strings.Builder
@@ -85,6 +90,7 @@ func (o *runOpts) reply(ctx context.Context, c *k3.Conversation, user string, st
 	msg := []chat.Message{{Role: chat.RoleUser, Content: user}}
 	for d, err := range c.Stream(ctx, msg, o.gen) {
 		if err != nil {
+			o.watch.Idle()
 			r.end()
 			if !o.json {
 				w.WriteString("\n")
@@ -100,6 +106,7 @@ func (o *runOpts) reply(ctx context.Context, c *k3.Conversation, user string, st
 		}
 		if d.Token.Index >= 0 {
 			gen++
+			o.watch.Token()
 		}
 		if o.json {
 			reasoning.WriteString(d.Reasoning)
@@ -121,6 +128,7 @@ func (o *runOpts) reply(ctx context.Context, c *k3.Conversation, user string, st
 			break
 		}
 	}
+	o.watch.Idle()
 	r.end()
 	n.elapsed += time.Since(t0)
 	n.generated += gen

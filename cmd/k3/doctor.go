@@ -72,7 +72,13 @@ func runDoctor(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	modelDir := fs.String("model", "", "checkpoint `directory` to plan for (its disk is measured unless --dir is given)")
 	probeSize := fs.String("probe-size", "1GiB", "size of the temporary file the disk probe reads")
 	asJSON := fs.Bool("json", false, "print one JSON object")
+	var pf cli.ProgressFlag
+	pf.Register(fs)
 	if err := cli.Parse(fs, args); err != nil {
+		return err
+	}
+	mode, err := pf.Mode()
+	if err != nil {
 		return err
 	}
 	size, err := cli.ParseSize(*probeSize)
@@ -114,6 +120,10 @@ func runDoctor(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	} else {
 		r.Problems = append(r.Problems, fmt.Sprintf("disk: %v", err))
 	}
+	// What it reads, while it reads it.
+	steps := cli.NewSteps(stderr, mode)
+	defer steps.Done()
+	steps.Step("measuring the disk under %s: reading a %s file with O_DIRECT", *dir, human(size))
 	probe, err := iox.ProbeBandwidth(ctx, *dir, iox.ProbeOptions{FileSize: size, QueueDepths: []int{8}})
 	if err != nil {
 		r.Problems = append(r.Problems, fmt.Sprintf("disk probe: %v", err))
@@ -127,10 +137,12 @@ func runDoctor(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	r.CanRun = true
 	if *modelDir != "" {
 		r.Model = *modelDir
+		steps.Step("reading %s", cli.CheckpointFiles(*modelDir))
 		if err := planFor(r, *modelDir); err != nil {
 			r.CanRun = false
 			r.Problems = append(r.Problems, err.Error())
 		}
+		steps.Step("reading a sample of %s's dense weights to measure their compression", *modelDir)
 		if cr, err := k3.MeasureCompression(ctx, *modelDir); err == nil {
 			if disk := max(r.ODirectSeqGBps, r.ODirectRndGBps); disk > 0 {
 				cr = cr.Judge(disk * 1e9) // the probe's figure is better than the sample's short read
@@ -140,6 +152,7 @@ func runDoctor(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 			r.Problems = append(r.Problems, fmt.Sprintf("compression sample: %v", err))
 		}
 	}
+	steps.Done()
 	if *asJSON {
 		if err := json.NewEncoder(stdout).Encode(r); err != nil {
 			return err

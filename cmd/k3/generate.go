@@ -128,25 +128,35 @@ func runGenerate(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 	if opts.Constraint, err = cons.Constraint(m); err != nil {
 		return err
 	}
+	watch, err := mf.Progress.Watch(m, stderr)
+	if err != nil {
+		return err
+	}
+	defer watch.Close()
+	out := watch.Text(stdout)
 	var gen []int
 	emit := func(id int) {
 		gen = append(gen, id)
+		watch.Token()
 		if !*asJSON {
-			fmt.Fprintf(stdout, "%d\n", id)
+			fmt.Fprintf(out, "%d\n", id)
 		}
 	}
 	if md.full {
-		if err := generateFull(ctx, m, prompt, *maxTokens, emit); err != nil {
+		watch.Start()
+		if err := generateFull(watch.Prefill(ctx, 0), m, prompt, *maxTokens, emit); err != nil {
 			return err
 		}
 	} else if *maxTokens > 0 {
-		for tok, err := range m.Generate(ctx, prompt, opts) {
+		watch.Start()
+		for tok, err := range m.Generate(watch.Prefill(ctx, len(prompt)), prompt, opts) {
 			if err != nil {
 				return err
 			}
 			emit(tok.ID)
 		}
 	}
+	watch.Close()
 	if *asJSON {
 		out := struct {
 			PromptIDs     []int          `json:"prompt_ids"`
@@ -194,23 +204,32 @@ func runLogits(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer m.Close()
+	watch, err := mf.Progress.Watch(m, stderr)
+	if err != nil {
+		return err
+	}
+	defer watch.Close()
+	watch.Start()
 	V := m.Config().Vocab
 	s := m.NewSession()
 	var all []float32
 	if md.full {
-		if all, err = s.Logits(ctx, tokens); err != nil {
+		if all, err = s.Logits(watch.Prefill(ctx, len(tokens)), tokens); err != nil {
 			return err
 		}
 	} else {
+		// One token per step: each counts as a token of the watch.
 		all = make([]float32, 0, len(tokens)*V)
 		for _, t := range tokens {
 			l, err := s.Step(ctx, []int{t})
 			if err != nil {
 				return err
 			}
+			watch.Token()
 			all = append(all, l...)
 		}
 	}
+	watch.Close()
 	type position struct {
 		Argmax     int       `json:"argmax"`
 		LogitsHead []float32 `json:"logits_head"`
@@ -339,6 +358,12 @@ func generateBatch(ctx context.Context, mf *cli.ModelFlags, path string, ps []ba
 		}
 	}
 
+	watch, err := mf.Progress.Watch(m, stderr)
+	if err != nil {
+		return err
+	}
+	defer watch.Close()
+	watch.Start()
 	gen := make([][]int, len(ps))
 	if br.opts.MaxTokens > 0 {
 		parent := ctx
@@ -363,7 +388,7 @@ func generateBatch(ctx context.Context, mf *cli.ModelFlags, path string, ps []ba
 				s := m.NewSession()
 				defer s.Close()
 				out := make([]int, 0, br.opts.MaxTokens)
-				for tok, err := range s.Generate(ctx, ps[i].ids, br.opts) {
+				for tok, err := range s.Generate(watch.Prefill(ctx, len(ps[i].ids)), ps[i].ids, br.opts) {
 					if err != nil {
 						mu.Lock()
 						if firstErr == nil {
@@ -374,6 +399,7 @@ func generateBatch(ctx context.Context, mf *cli.ModelFlags, path string, ps []ba
 						return
 					}
 					out = append(out, tok.ID)
+					watch.Token()
 				}
 				gen[i] = out
 			}()
@@ -386,6 +412,7 @@ func generateBatch(ctx context.Context, mf *cli.ModelFlags, path string, ps []ba
 			return firstErr
 		}
 	}
+	watch.Close()
 
 	if br.json {
 		type result struct {

@@ -95,7 +95,8 @@ type runOpts struct {
 	json                 bool
 	cons                 cli.ConstraintFlags
 	gen                  k3.GenerateOptions
-	show                 *display // cleans chat text; set once the model is open
+	show                 *display   // cleans chat text; set once the model is open
+	watch                *cli.Watch // shows the work on stderr; set once the model is open
 }
 
 // defaultTemperature is k3 run's sampling temperature, the one
@@ -196,6 +197,10 @@ func runRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if err := o.constrain(m, o.chat || interactive); err != nil {
 		return err
 	}
+	if o.watch, err = o.mf.Progress.Watch(m, stderr); err != nil {
+		return err
+	}
+	defer o.watch.Close()
 	ctx = context.Background()
 	start := m.Stats()
 	var n tokenCount
@@ -207,6 +212,7 @@ func runRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	default:
 		err = o.complete(ctx, m, prompt, stdout, stderr, &n)
 	}
+	o.watch.Close()
 	if err != nil {
 		return err
 	}
@@ -357,21 +363,12 @@ func (o *runOpts) complete(ctx context.Context, m *k3.Model, prompt string, stdo
 	n.prompt += len(ids)
 	s := m.NewSession()
 	t0 := time.Now()
-	// A long prompt is fed in chunks with a progress line on a terminal;
-	// its last token goes to Generate.
-	if bar := newPrefillBar(stderr, len(ids)); bar != nil {
-		const chunk = 64
-		for i := 0; i < len(ids)-1; i += chunk {
-			if _, err := s.Step(ctx, ids[i:min(i+chunk, len(ids)-1)]); err != nil {
-				bar.done()
-				return err
-			}
-			bar.update(min(i+chunk, len(ids)-1))
-		}
-		bar.done()
-		ids = ids[len(ids)-1:]
-	}
-	w := bufio.NewWriter(stdout)
+	// The prompt goes in passes as wide as the budget affords; the watch
+	// shows them, then the decoding, on stderr.
+	o.watch.Start()
+	gctx := o.watch.Prefill(ctx, len(ids))
+	defer o.watch.Idle()
+	w := bufio.NewWriter(o.watch.Text(stdout))
 	defer w.Flush()
 	// On a terminal the text is cleaned for reading; into a pipe or file it
 	// stays exactly the model's bytes.
@@ -381,8 +378,9 @@ func (o *runOpts) complete(ctx context.Context, m *k3.Model, prompt string, stdo
 	}
 	var text strings.Builder
 	gen := 0
-	for t, err := range s.Generate(ctx, ids, opts) {
+	for t, err := range s.Generate(gctx, ids, opts) {
 		if err != nil {
+			o.watch.Idle()
 			if !o.json {
 				w.WriteString("\n")
 				w.Flush()
@@ -393,6 +391,7 @@ func (o *runOpts) complete(ctx context.Context, m *k3.Model, prompt string, stdo
 			return err
 		}
 		gen++
+		o.watch.Token()
 		if o.json {
 			text.WriteString(t.Text)
 			continue
@@ -404,6 +403,7 @@ func (o *runOpts) complete(ctx context.Context, m *k3.Model, prompt string, stdo
 	}
 	n.generated += gen
 	n.elapsed += time.Since(t0)
+	o.watch.Idle()
 	reason := stopReason(gen, opts.MaxTokens, clipped)
 	if reason == "context_full" {
 		fmt.Fprintf(stderr, "k3 run: stopped at the end of the context: %d positions (--max-context)\n", maxCtx)
@@ -489,29 +489,3 @@ func isTerminal(r any) bool {
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
-
-// prefillBar is a one-line progress report on stderr for long prompts.
-type prefillBar struct {
-	w     io.Writer
-	total int
-	start time.Time
-}
-
-// prefillBarMin is the shortest prompt that gets a progress line.
-const prefillBarMin = 256
-
-// newPrefillBar returns a bar if w is a terminal and the prompt is long
-// enough for one to help, else nil.
-func newPrefillBar(w io.Writer, total int) *prefillBar {
-	if total < prefillBarMin || !isTerminal(w) {
-		return nil
-	}
-	return &prefillBar{w: w, total: total, start: time.Now()}
-}
-
-func (b *prefillBar) update(done int) {
-	el := time.Since(b.start).Seconds()
-	fmt.Fprintf(b.w, "\rprefill %d/%d tokens (%.0f%%), %.1f tokens/s   ", done, b.total, 100*float64(done)/float64(b.total), float64(done)/max(el, 1e-9))
-}
-
-func (b *prefillBar) done() { fmt.Fprintf(b.w, "\r%s\r", strings.Repeat(" ", 60)) }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -282,9 +283,10 @@ func TestRunErrors(t *testing.T) {
 	}
 }
 
-// TestRunLongPrompt: a long prompt on a terminal is fed in chunks with a
-// progress line; the text is the same as fed at once. (/dev/null is a
-// character device, so it passes for a terminal.)
+// TestRunLongPrompt: a long prompt gives the same text whether the
+// progress is shown on a terminal (/dev/null is a character device, so
+// it passes for one), as plain lines, or not at all; its progress never
+// reaches stdout; a bad --progress is a usage error.
 func TestRunLongPrompt(t *testing.T) {
 	devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
 	if err != nil {
@@ -295,24 +297,25 @@ func TestRunLongPrompt(t *testing.T) {
 		t.Skip("no character device to stand for a terminal")
 	}
 	dir := testmodel.Dir(t)
-	// Past prefillBarMin, and more than one chunk of 64 tokens.
 	prompt := strings.Repeat("A long prompt about nothing in particular. ", 14)
-	args := []string{"run", "--model", dir, "--prompt", prompt, "--max-tokens", "6", "--temperature", "0.5"}
-	var plain, chunked, errb bytes.Buffer
-	if code := run(args, strings.NewReader(""), &plain, &errb); code != 0 {
+	args := []string{"run", "--model", dir, "--prompt", prompt, "--max-tokens", "6", "--temperature", "0.5", "--prefill-chunk", "64"}
+	var want bytes.Buffer
+	var errb bytes.Buffer
+	if code := run(append(args, "--progress", "off"), strings.NewReader(""), &want, &errb); code != 0 || want.Len() == 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
-	if code := run(args, strings.NewReader(""), &chunked, devnull); code != 0 {
-		t.Fatalf("with a terminal: exit %d", code)
+	for _, mode := range []string{"auto", "lines"} {
+		var out bytes.Buffer
+		if code := run(append(args, "--progress", mode), strings.NewReader(""), &out, devnull); code != 0 {
+			t.Fatalf("--progress %s: exit %d", mode, code)
+		}
+		if out.String() != want.String() {
+			t.Errorf("--progress %s: %q, without progress %q", mode, out.String(), want.String())
+		}
 	}
-	if plain.String() != chunked.String() || plain.Len() == 0 {
-		t.Errorf("chunked prefill %q, at once %q", chunked.String(), plain.String())
-	}
-	if n := len(openQuickstart(t).Tokenizer().Encode(prompt)); n < prefillBarMin || n > 2*prefillBarMin {
-		t.Errorf("the prompt has %d tokens, want a few chunks past %d", n, prefillBarMin)
-	}
-	if bar := newPrefillBar(&errb, 1000); bar != nil {
-		t.Error("a progress bar on a buffer")
+	errb.Reset()
+	if code := run(append(args, "--progress", "sometimes"), strings.NewReader(""), io.Discard, &errb); code != 2 || !strings.Contains(errb.String(), "--progress") {
+		t.Errorf("--progress sometimes: exit %d: %s", code, errb.String())
 	}
 }
 

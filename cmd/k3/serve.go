@@ -17,6 +17,7 @@ import (
 
 	"github.com/k3go/k3"
 	"github.com/k3go/k3/internal/app/cli"
+	"github.com/k3go/k3/internal/app/progress"
 	"github.com/k3go/k3/internal/app/server"
 )
 
@@ -105,6 +106,17 @@ func runServe(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if _, err := o.mf.Budget.Bytes(); err != nil {
 		return err
 	}
+	// A generation running longer than this logs its progress; lines
+	// every 2 s with --progress lines, none with off.
+	var progressEvery time.Duration
+	switch mode, err := o.mf.Progress.Mode(); {
+	case err != nil:
+		return err
+	case mode == progress.Lines:
+		progressEvery = progress.LinesEvery
+	case mode == progress.Off:
+		progressEvery = -1
+	}
 	var log *slog.Logger
 	if o.logFormat == "json" {
 		log = slog.New(slog.NewJSONHandler(stderr, nil))
@@ -160,7 +172,7 @@ func runServe(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	}
 	srv, err := server.New(m, server.Options{Name: o.name, MaxContext: o.mf.MaxContext, Sessions: o.sessions, Queue: o.queue,
 		MaxBodyBytes: maxBody, BodyTimeout: o.body, RequestTimeout: o.request, APIKey: o.apiKey, CORSOrigin: o.cors,
-		Speculate: o.spec, Logger: log, LogBodies: o.logBodies, StoredResponses: storedResponses(o.stored)})
+		Speculate: o.spec, Logger: log, LogBodies: o.logBodies, StoredResponses: storedResponses(o.stored), ProgressEvery: progressEvery})
 	if err != nil {
 		hs.Close()
 		return err

@@ -25,6 +25,9 @@ type request struct {
 	tokens []int
 	out    []float32
 	all    bool
+	// progress, if not nil, is told after every pass that carried some of
+	// the step's tokens how many are fed (WithProgress).
+	progress ProgressFunc
 
 	// ahead is the prompt tokens its caller feeds right after this step
 	// (a prefill cut at the prefix cache's checkpoints): work that keeps a
@@ -117,7 +120,7 @@ func (b *batcher) do(r *request) error {
 	}
 	<-r.done
 	err := r.err
-	r.ctx, r.st, r.tokens, r.out, r.err, r.passErr = nil, nil, nil, nil, nil, nil
+	r.ctx, r.st, r.tokens, r.out, r.err, r.passErr, r.progress = nil, nil, nil, nil, nil, nil, nil
 	return err
 }
 
@@ -307,12 +310,21 @@ func (b *batcher) run() {
 	}
 	// A non-finite value fails only the sequences whose rows held it.
 	isPartial := err != nil && isPartialError(err)
-	if f := b.observe.Load(); f != nil && (err == nil || isPartial) {
+	if err == nil || isPartial {
 		rows := 0
 		for _, t := range b.takes {
 			rows += t.Rows
 		}
-		b.notify(*f, rows)
+		if f := b.observe.Load(); f != nil {
+			b.notify(*f, rows)
+		}
+		// Before settle: a step it finishes returns to its caller, who
+		// may reuse the request.
+		for i, t := range b.takes {
+			if r := b.inPass[i]; r.progress != nil && (err == nil || b.groups[i].Err == nil) {
+				b.report(r, Progress{Done: r.fed + t.Rows, Total: len(r.tokens), PassRows: rows, PassTime: b.last})
+			}
+		}
 	}
 	b.settle(err, isPartial)
 }
@@ -337,6 +349,10 @@ func (b *batcher) notify(f func(rows int, d time.Duration), rows int) {
 	defer crash.Catch("a pass observer (Model.ObservePasses)", &err)
 	f(rows, b.last)
 }
+
+// report calls a step's progress function (the caller's code); a panic
+// in it is logged, as an observer's is.
+func (b *batcher) report(r *request, p Progress) { reportProgress(b.log, r.progress, p) }
 
 // settle records the pass's outcome in its requests and finishes those
 // that are done or broken.

@@ -268,6 +268,9 @@ func (s *Seq) forward(ctx context.Context, tokens []int, out []float32, all bool
 	}
 	r := &s.req
 	r.ctx, r.st, r.tokens, r.out, r.all = ctx, st, tokens, out, all
+	if r.progress = progressOf(ctx); r.progress != nil {
+		reportProgress(s.e.log, r.progress, Progress{Total: len(tokens)})
+	}
 	err = s.e.b.do(r)
 	if err != nil {
 		if r.broken {

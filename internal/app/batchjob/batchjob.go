@@ -90,6 +90,10 @@ type Options struct {
 	// ProgressEvery is the period of the plain lines written when
 	// ProgressTerminal is false (one more comes at the end); 0 means 30 s.
 	ProgressEvery time.Duration
+	// ProgressDetail, if not nil, adds to every progress line what the
+	// handler's model is doing (passes, bytes read): a request can run
+	// for minutes, and the count of finished ones alone looks hung.
+	ProgressDetail func() string
 
 	// GroupPrefixes makes the requests that share a header (the same
 	// tools and leading system or developer messages, see groupKey) wait

@@ -18,6 +18,7 @@ type reporter struct {
 	every  time.Duration
 	total  int // requests this run has to do
 	before int // requests done before this run
+	detail func() string
 
 	mu       sync.Mutex
 	start    time.Time
@@ -122,6 +123,11 @@ func (r *reporter) format(elapsed time.Duration) string {
 	if left := r.total - r.done; left > 0 && r.done > 0 {
 		eta := time.Duration(float64(left) / float64(r.done) * float64(elapsed))
 		fmt.Fprintf(&b, ", eta %s", eta.Round(time.Second))
+	}
+	if r.detail != nil {
+		if d := r.detail(); d != "" {
+			fmt.Fprintf(&b, "; %s", d)
+		}
 	}
 	return b.String()
 }

@@ -170,7 +170,18 @@ func runAgent(mf *cli.ModelFlags, af agentFlags, stdout, stderr io.Writer) error
 		}
 		res.BudgetBytes = m.Stats().BudgetBytes
 		tr := newAgentTrace(af.seed, m.Config().Vocab, af.header, af.tail, af.turns, af.user, af.reply)
-		err = replayAgent(m, mf.MaxContext, tr, af, cached, &res, stderr)
+		watch, werr := mf.Progress.Watch(m, stderr)
+		if werr != nil {
+			m.Close()
+			return werr
+		}
+		label := "agent turns, prefix cache off"
+		if cached {
+			label = "agent turns, prefix cache on"
+		}
+		watch.Passes(label)
+		err = replayAgent(m, mf.MaxContext, tr, af, cached, &res, watch.Text(stderr))
+		watch.Close()
 		if peak := m.Stats().PeakRSSBytes; cached {
 			res.PeakRSSCached = peak
 		} else {

@@ -126,10 +126,15 @@ func benchBatches(mf *cli.ModelFlags, br benchBatchRun, stdout, stderr io.Writer
 	for i := range prompts {
 		prompts[i] = benchPrompt(br.seed, i, br.promptLen, V)
 	}
+	watch, err := mf.Progress.Watch(m, stderr)
+	if err != nil {
+		return err
+	}
+	defer watch.Close()
 	solo := make([][]int, maxB) // what each sequence generates alone (--check)
 	for _, b := range br.sizes {
-		fmt.Fprintf(stderr, "bench: batch %d: %d sequences of %d prompt tokens, %d decoded each...\n", b, b, br.promptLen, br.tokens)
-		res, gen, err := benchBatch(ctx, m, prompts[:b], br.tokens)
+		fmt.Fprintf(watch.Text(stderr), "bench: batch %d: %d sequences of %d prompt tokens, %d decoded each...\n", b, b, br.promptLen, br.tokens)
+		res, gen, err := benchBatch(ctx, m, prompts[:b], br.tokens, watch)
 		if err != nil {
 			return fmt.Errorf("batch %d: %w", b, err)
 		}
@@ -139,7 +144,7 @@ func benchBatches(mf *cli.ModelFlags, br benchBatchRun, stdout, stderr io.Writer
 		if br.check {
 			for i := range b {
 				if solo[i] == nil {
-					_, g, err := benchBatch(ctx, m, prompts[i:i+1], br.tokens)
+					_, g, err := benchBatch(ctx, m, prompts[i:i+1], br.tokens, watch)
 					if err != nil {
 						return fmt.Errorf("check: sequence %d alone: %w", i, err)
 					}
@@ -153,6 +158,7 @@ func benchBatches(mf *cli.ModelFlags, br benchBatchRun, stdout, stderr io.Writer
 		}
 		r.Batches = append(r.Batches, res)
 	}
+	watch.Close()
 	if br.json {
 		return json.NewEncoder(stdout).Encode(r)
 	}
@@ -164,8 +170,9 @@ func benchBatches(mf *cli.ModelFlags, br benchBatchRun, stdout, stderr io.Writer
 // goroutine and Session, greedy, tokens+1 tokens each (the first comes out
 // of the prefill). A barrier holds every sequence after its first token
 // until all have it, so the decode phase is measured alone. It returns the
-// measurement and every sequence's tokens.
-func benchBatch(ctx context.Context, m *k3.Model, prompts [][]int, tokens int) (batchResult, [][]int, error) {
+// measurement and every sequence's tokens. watch (nil: none) shows the
+// prefill and the decoding.
+func benchBatch(ctx context.Context, m *k3.Model, prompts [][]int, tokens int, watch *cli.Watch) (batchResult, [][]int, error) {
 	B := len(prompts)
 	res := batchResult{Batch: B}
 	ctx, cancel := context.WithCancel(ctx)
@@ -178,6 +185,8 @@ func benchBatch(ctx context.Context, m *k3.Model, prompts [][]int, tokens int) (
 	arrived := make(chan struct{}, B) // one send per sequence: prefilled, or failed before
 	release := make(chan struct{})
 	gen := make([][]int, B)
+	watch.Start()
+	defer watch.Idle()
 	start := time.Now()
 	for i := range B {
 		wg.Add(1)
@@ -191,7 +200,7 @@ func benchBatch(ctx context.Context, m *k3.Model, prompts [][]int, tokens int) (
 					arrived <- struct{}{}
 				}
 			}()
-			for tok, err := range s.Generate(ctx, prompts[i], k3.GenerateOptions{MaxTokens: tokens + 1}) {
+			for tok, err := range s.Generate(watch.Prefill(ctx, len(prompts[i])), prompts[i], k3.GenerateOptions{MaxTokens: tokens + 1}) {
 				if err != nil {
 					mu.Lock()
 					if firstErr == nil {
@@ -202,6 +211,7 @@ func benchBatch(ctx context.Context, m *k3.Model, prompts [][]int, tokens int) (
 					return
 				}
 				gen[i] = append(gen[i], tok.ID)
+				watch.Token()
 				if !sent {
 					sent = true
 					arrived <- struct{}{}

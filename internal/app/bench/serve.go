@@ -140,7 +140,14 @@ func RunServe(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		PromptLen: *promptLen, Tokens: *tokens, Sessions: most}
 	rng := rand.New(rand.NewPCG(*seed, 0x5e7e))
 	V := m.Config().Vocab
+	watch, err := mf.Progress.Watch(m, stderr)
+	if err != nil {
+		return err
+	}
+	defer watch.Close()
+	stderr = watch.Text(stderr)
 	for li, c := range levels {
+		watch.Passes(fmt.Sprintf("%d clients", c))
 		prompts := make([][]int, c*(*requests))
 		for i := range prompts {
 			p := make([]int, *promptLen)
@@ -191,6 +198,7 @@ func RunServe(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 			lv.RatioToFirst = 1
 		}
 		res.Levels = append(res.Levels, lv)
+		watch.Idle()
 		if !*asJSON {
 			fmt.Fprintf(stderr, "%d clients: %d tokens in %.2f s\n", c, total, wall.Seconds())
 		}

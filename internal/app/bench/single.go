@@ -184,16 +184,25 @@ func benchOne(ctx context.Context, mf *cli.ModelFlags, trunk string, budget int6
 	var cs1 k3.ClusterStats
 	var decodeStart time.Time
 	n := 0
+	watch, err := mf.Progress.Watch(m, stderr)
+	if err != nil {
+		return nil, err
+	}
+	defer watch.Close()
+	logw := watch.Text(stderr)
+	watch.Start()
+	gctx := watch.Prefill(ctx, len(prompt))
 	st0 := m.Stats()
 	start = time.Now()
-	for _, err := range m.Generate(ctx, prompt, k3.GenerateOptions{MaxTokens: *tokens + 1}) {
+	for _, err := range m.Generate(gctx, prompt, k3.GenerateOptions{MaxTokens: *tokens + 1}) {
 		if err != nil {
 			return nil, err
 		}
+		watch.Token()
 		if n == 0 {
 			r.PrefillSeconds = time.Since(start).Seconds()
 			r.PrefillTokensPerS = float64(*promptLen) / r.PrefillSeconds
-			fmt.Fprintf(stderr, "bench: prefill %d tokens in %.2f s; decoding %d tokens...\n", *promptLen, r.PrefillSeconds, *tokens)
+			fmt.Fprintf(logw, "bench: prefill %d tokens in %.2f s; decoding %d tokens...\n", *promptLen, r.PrefillSeconds, *tokens)
 			st1 = m.Stats()
 			cs1 = m.Cluster()
 			decodeStart = time.Now()
@@ -207,6 +216,7 @@ func benchOne(ctx context.Context, mf *cli.ModelFlags, trunk string, budget int6
 		n++
 	}
 	decode := time.Since(decodeStart).Seconds()
+	watch.Close()
 	d := m.Stats().Sub(st1)
 	steps := float64(n - 1)
 	r.DecodeSPerToken = decode / steps

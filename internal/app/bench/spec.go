@@ -81,6 +81,12 @@ func benchSpec(mf *cli.ModelFlags, br benchSpecRun, stdout, stderr io.Writer) er
 			prompt[i] = rng.IntN(V)
 		}
 	}
+	watch, err := mf.Progress.Watch(m, stderr)
+	if err != nil {
+		return err
+	}
+	defer watch.Close()
+	stderr = watch.Text(stderr)
 	run := func(k int, d k3.Drafter) (specRow, []int, error) {
 		row := specRow{K: k}
 		s := m.NewSession()
@@ -88,10 +94,13 @@ func benchSpec(mf *cli.ModelFlags, br benchSpecRun, stdout, stderr io.Writer) er
 		var st1 k3.Stats
 		var t0 time.Time
 		var ids []int
-		for tok, err := range s.Generate(ctx, prompt, k3.GenerateOptions{MaxTokens: br.tokens + 1, Speculate: k, Drafter: d}) {
+		watch.Start()
+		defer watch.Idle()
+		for tok, err := range s.Generate(watch.Prefill(ctx, len(prompt)), prompt, k3.GenerateOptions{MaxTokens: br.tokens + 1, Speculate: k, Drafter: d}) {
 			if err != nil {
 				return row, nil, err
 			}
+			watch.Token()
 			if len(ids) == 0 {
 				st1, t0 = m.Stats(), time.Now()
 			}

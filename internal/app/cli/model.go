@@ -26,6 +26,7 @@ type ModelFlags struct {
 	Budget       BudgetFlags
 	Prefix       PrefixFlags
 	Cluster      ClusterFlags
+	Progress     ProgressFlag // --progress: how the command shows its work
 	// PrefixByDefault, set before Register, turns the prefix cache on
 	// unless --no-prefix-cache (k3 serve, k3 batch); otherwise it is off
 	// unless --prefix-cache.
@@ -37,6 +38,7 @@ func (m *ModelFlags) Register(fs *flag.FlagSet) {
 	m.Budget.Register(fs)
 	m.Cluster.RegisterPeers(fs)
 	m.Prefix.register(fs, m.PrefixByDefault)
+	m.Progress.Register(fs)
 	fs.StringVar(&m.Trunk, "trunk", "", "packed trunk `directory` written by k3 pack (default: read the trunk from the shards)")
 	fs.StringVar(&m.Dir, "model", "", "checkpoint `directory` (config.json and *.safetensors)")
 	fs.IntVar(&m.Threads, "threads", 0, "kernel threads (0 = GOMAXPROCS)")
@@ -133,6 +135,9 @@ func (m *ModelFlags) Options() (k3.Options, error) {
 	}
 	if m.PrefillChunk < 0 {
 		return k3.Options{}, Usagef("--prefill-chunk must not be negative")
+	}
+	if _, err := m.Progress.Mode(); err != nil {
+		return k3.Options{}, err
 	}
 	prefix, err := m.Prefix.Options()
 	if err != nil {

@@ -133,11 +133,17 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	netLatency := fs.Duration("net-latency", 50*time.Microsecond, "one round trip between rank 0 and a worker (with --ranks)")
 	netGBps := fs.Float64("net-gbps", 3.125, "rank 0's network link in GB/s (3.125: 25 Gbit/s Ethernet; with --ranks)")
 	asJSON := fs.Bool("json", false, "print one JSON object")
+	var pf cli.ProgressFlag
+	pf.Register(fs)
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	if *dir == "" {
 		return cli.Usagef("--model is required")
+	}
+	mode, err := pf.Mode()
+	if err != nil {
+		return err
 	}
 	var bs []int64
 	for _, s := range strings.Split(*budgets, ",") {
@@ -178,10 +184,14 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if *netLatency < 0 || !(*netGBps > 0) || math.IsInf(*netGBps, 0) {
 		return cli.Usagef("--net-latency must be at least 0 and --net-gbps a positive bandwidth (have %v, %g)", *netLatency, *netGBps)
 	}
+	steps := cli.NewSteps(stderr, mode)
+	defer steps.Done()
+	steps.Step("reading %s", cli.CheckpointFiles(*dir))
 	in, err := k3.Inspect(*dir, k3.Options{MaxContext: *maxContext})
 	if err != nil {
 		return err
 	}
+	steps.Step("planning %d budgets × %d batch sizes and %d prompt lengths", len(bs), len(ns), len(ps))
 	c := in.Config
 	union := func(b int) float64 { // uniform routing
 		return float64(c.Experts) * (1 - math.Pow(1-float64(c.TopK)/float64(c.Experts), float64(b)))
@@ -233,7 +243,7 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	}
 	for _, budget := range bs {
 		for _, n := range ps {
-			row, err := prefill(*dir, budget, n, union, bw)
+			row, err := prefill(in, budget, n, union, bw)
 			if err != nil {
 				return err
 			}
@@ -246,6 +256,7 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
+	steps.Done()
 	if *asJSON {
 		return json.NewEncoder(stdout).Encode(rep)
 	}
@@ -376,9 +387,9 @@ func traceUnion(path string, k int) (func(int) float64, error) {
 // planner's plan for one session of n positions (and the rows it then
 // chooses), its passes, and their bytes; a prompt that does not fit (its
 // MLA cache and state) is marked so.
-func prefill(dir string, budget int64, n int, union func(int) float64, bw []float64) (prefillRow, error) {
+func prefill(in *k3.Inspection, budget int64, n int, union func(int) float64, bw []float64) (prefillRow, error) {
 	row := prefillRow{Budget: budget, PromptTokens: n, CachedTail: min(cachedTail, n)}
-	in, err := k3.Inspect(dir, k3.Options{MaxContext: n + 1})
+	in, err := in.WithMaxContext(n + 1)
 	if err != nil {
 		return row, err
 	}

@@ -202,6 +202,8 @@ func (s *Server) generate(ctx context.Context, in genInput, emit func(i int, t k
 	s.met.running.Add(float64(n))
 	defer s.met.running.Sub(float64(n))
 	s.met.prompt.Add(float64(len(prompt)))
+	progress, ctx := s.progress.begin(ctx, n*opts.MaxTokens)
+	defer s.progress.end(progress)
 
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
@@ -219,6 +221,7 @@ func (s *Server) generate(ctx context.Context, in genInput, emit func(i int, t k
 			q.ids = append(q.ids, t.ID)
 			q.completionTokens++
 			s.met.generated.Inc()
+			s.progress.token(progress)
 			stoppedByToken = stoppedByToken || slices.Contains(o.StopTokens, t.ID)
 			q.text.WriteString(t.Text)
 			if emit != nil {

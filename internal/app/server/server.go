@@ -89,6 +89,10 @@ type Options struct {
 	// Speculate is every generation's GenerateOptions.Speculate; it may
 	// not exceed the model's Options.Speculate under a budget.
 	Speculate int
+	// ProgressEvery is how often a generation that has run that long logs
+	// a progress line (Info: prompt tokens prefilled, tokens generated,
+	// rate, time left); zero means DefaultProgressEvery, negative never.
+	ProgressEvery time.Duration
 	// Logger gets one access-log line per request (Info) and server
 	// events; nil discards them.
 	Logger *slog.Logger
@@ -153,6 +157,7 @@ type Server struct {
 	created  int64
 	lim      *limiter
 	met      *metrics
+	progress *inflight // the generations running now
 	handler  http.Handler
 	eos      []int // stop tokens of every completion: [EOS], if the tokenizer has it
 	chatStop []int // stop tokens of a chat reply: generation_config.json's, <|end_of_msg|>, [EOS]
@@ -218,6 +223,8 @@ func New(m *k3.Model, o Options) (*Server, error) {
 	}
 	s.maxTokenBytes = max(s.maxTokenBytes, 1)
 	m.ObservePasses(s.met.observePass)
+	s.progress = newInflight(o.Logger, o.ProgressEvery)
+	s.met.reg.MustRegister(s.progress)
 	s.handler = s.routes()
 	return s, nil
 }
@@ -320,6 +327,7 @@ func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 // headers), which a router in front of several servers may hash on
 // (docs/SCALING.md).
 type genInfo struct {
+	path, remote               string // the request's, for the progress log
 	generated                  bool
 	promptTokens, cachedTokens int
 	cacheKey                   string
@@ -353,7 +361,7 @@ func (s *Server) wrap(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &recorder{ResponseWriter: w, api: dialectOf(r.URL.Path)}
-		info := &genInfo{}
+		info := &genInfo{path: r.URL.Path, remote: r.RemoteAddr}
 		r = r.WithContext(context.WithValue(r.Context(), genInfoKey{}, info))
 		s.serve(rec, r, mux)
 		if rec.status == 0 {

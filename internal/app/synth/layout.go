@@ -70,6 +70,7 @@ type Layout struct {
 type unit struct {
 	tensors []Tensor
 	size    int64
+	group   int // the release layout's shard (zero-based): the layer, then head, projector, tower
 }
 
 // Widths of the random distributions. Matrices are N(0, 1/fan_in) so that a
@@ -94,6 +95,9 @@ func PlanLayout(p Profile, shardSize int64) (*Layout, error) {
 	if err != nil {
 		return nil, err
 	}
+	if p.Release && shardSize > 0 {
+		return nil, fmt.Errorf("synth: profile %s has the release's layout, one layer per shard: a shard size does not apply", p.Name)
+	}
 	if shardSize <= 0 {
 		shardSize = p.ShardSize
 	}
@@ -101,33 +105,52 @@ func PlanLayout(p Profile, shardSize int64) (*Layout, error) {
 		shardSize = DefaultShardSize
 	}
 	L := &Layout{Profile: p, Config: c}
-	units := buildUnits(c, p.Seed, &L.ExpertBytes)
+	units := buildUnits(c, p.Seed, p.Release, &L.ExpertBytes)
+	if p.Release {
+		b := &builder{seed: p.Seed}
+		proj, tower := visionUnits(b, p.Vision, c.Hidden)
+		proj.group, tower.group = c.Layers+1, c.Layers+2
+		units = append(units, proj, tower)
+	}
 
-	// Greedy packing.
 	var groups [][]unit
-	var cur int64
-	for _, u := range units {
-		if len(groups) == 0 || (cur > 0 && cur+u.size > shardSize) {
-			groups = append(groups, nil)
-			cur = 0
+	if p.Release {
+		groups = make([][]unit, c.Layers+3)
+		for _, u := range units {
+			groups[u.group] = append(groups[u.group], u)
 		}
-		groups[len(groups)-1] = append(groups[len(groups)-1], u)
-		cur += u.size
+	} else { // greedy packing
+		var cur int64
+		for _, u := range units {
+			if len(groups) == 0 || (cur > 0 && cur+u.size > shardSize) {
+				groups = append(groups, nil)
+				cur = 0
+			}
+			groups[len(groups)-1] = append(groups[len(groups)-1], u)
+			cur += u.size
+		}
 	}
 	n := len(groups)
 	weightMap := make(map[string]string)
 	for i, g := range groups {
 		sh := Shard{Name: fmt.Sprintf("model-%05d-of-%05d.safetensors", i+1, n)}
-		var off int64
-		for _, u := range g {
-			for _, t := range u.tensors {
-				t.Offset = off // relative for now
-				off += t.Size
-				sh.Tensors = append(sh.Tensors, t)
-				weightMap[t.Name] = sh.Name
-			}
+		if p.Release {
+			sh.Name = releaseShardName(i+1, n)
 		}
-		sh.header = encodeHeader(sh.Tensors)
+		for _, u := range g {
+			sh.Tensors = append(sh.Tensors, u.tensors...)
+		}
+		if p.Release {
+			canonical(sh.Tensors)
+		}
+		var off int64
+		for k := range sh.Tensors {
+			t := &sh.Tensors[k]
+			t.Offset = off // relative for now
+			off += t.Size
+			weightMap[t.Name] = sh.Name
+		}
+		sh.header = encodeHeader(sh.Tensors, p.Release)
 		sh.DataOff = int64(len(sh.header))
 		for k := range sh.Tensors {
 			sh.Tensors[k].Offset += sh.DataOff
@@ -155,13 +178,23 @@ func PlanLayout(p Profile, shardSize int64) (*Layout, error) {
 }
 
 // encodeHeader returns the 8-byte length, the JSON header and the padding
-// that aligns the data section. Offsets of ts are relative to the data.
-func encodeHeader(ts []Tensor) []byte {
+// that aligns the data section: to a page, or as the release's files are
+// (release), without __metadata__ and to 8 bytes. Offsets of ts are
+// relative to the data.
+func encodeHeader(ts []Tensor, release bool) []byte {
 	b := make([]byte, 8, 64+len(ts)*160)
-	b = append(b, `{"__metadata__":{"format":"pt"}`...)
-	for _, t := range ts {
+	align := headerAlign
+	if release {
+		b = append(b, '{')
+		align = 8
+	} else {
+		b = append(b, `{"__metadata__":{"format":"pt"}`...)
+	}
+	for i, t := range ts {
 		name, _ := json.Marshal(t.Name)
-		b = append(b, ',')
+		if i > 0 || !release {
+			b = append(b, ',')
+		}
 		b = append(b, name...)
 		b = append(b, `:{"dtype":"`...)
 		b = append(b, t.DType.String()...)
@@ -179,7 +212,7 @@ func encodeHeader(ts []Tensor) []byte {
 		b = append(b, "]}"...)
 	}
 	b = append(b, '}')
-	for len(b)%headerAlign != 0 {
+	for len(b)%align != 0 {
 		b = append(b, ' ')
 	}
 	binary.LittleEndian.PutUint64(b, uint64(len(b)-8))
@@ -227,6 +260,13 @@ func (b *builder) mxfp4(prefix string, rows, cols int) {
 	b.add(prefix+".weight_scale", tensor.U8, []int{rows, cols / 32}, newScaleBytes(b.key(prefix+".weight_scale"), 1/float64(cols)))
 }
 
+// takeGroup is take for the release layout's shard group.
+func (b *builder) takeGroup(group int) unit {
+	u := b.take()
+	u.group = group
+	return u
+}
+
 func (b *builder) take() unit {
 	u := unit{tensors: b.ts}
 	for _, t := range b.ts {
@@ -246,13 +286,17 @@ const (
 // each routed expert (w1, w2, w3; packed before scale); the model head.
 // The dtypes are those of the release: BF16 matrices, norms, residual
 // projections and router bias; F32 conv kernels, A_log and dt_bias.
-func buildUnits(c *model.Config, seed uint64, expertBytes *int64) []unit {
+//
+// With release, the vectors the release stores as F32 (the KDA output norm
+// and the router's selection bias) are F32 too, and every unit carries its
+// release shard (unit.group).
+func buildUnits(c *model.Config, seed uint64, release bool, expertBytes *int64) []unit {
 	b := &builder{seed: seed}
 	E, V := c.Hidden, c.Vocab
 	var units []unit
 
 	b.mat(modelPrefix+"embed_tokens.weight", V, E, embedStd)
-	units = append(units, b.take())
+	units = append(units, b.takeGroup(c.Layers))
 
 	for l := 0; l < c.Layers; l++ {
 		pre := fmt.Sprintf("%slayers.%d.", modelPrefix, l)
@@ -289,7 +333,11 @@ func buildUnits(c *model.Config, seed uint64, expertBytes *int64) []unit {
 			// as in the release (128 values, 96 used).
 			b.vec(a+"A_log", tensor.F32, []int{max(Hk, D)}, vecUniform, -aLogSpread, aLogSpread, Hk)
 			b.vec(a+"dt_bias", tensor.F32, []int{P}, vecConst, 0, 0, P)
-			b.gain(a+"o_norm.weight", D)
+			if release {
+				b.vec(a+"o_norm.weight", tensor.F32, []int{D}, vecUniform, 1-gainSpread, 1+gainSpread, D)
+			} else {
+				b.gain(a+"o_norm.weight", D)
+			}
 		}
 		b.gain(pre+"post_attention_layernorm.weight", E)
 		invE := 1 / math.Sqrt(float64(E))
@@ -302,12 +350,16 @@ func buildUnits(c *model.Config, seed uint64, expertBytes *int64) []unit {
 			b.linear(pre+"mlp.gate_proj.weight", Id, E)
 			b.linear(pre+"mlp.up_proj.weight", Id, E)
 			b.linear(pre+"mlp.down_proj.weight", E, Id)
-			units = append(units, b.take())
+			units = append(units, b.takeGroup(l))
 			continue
 		}
 		m := pre + "block_sparse_moe."
 		b.linear(m+"gate.weight", c.Experts, E)
-		b.vec(m+"gate.e_score_correction_bias", tensor.BF16, []int{c.Experts}, vecUniform, -biasSpread, biasSpread, c.Experts)
+		biasType := tensor.BF16
+		if release {
+			biasType = tensor.F32
+		}
+		b.vec(m+"gate.e_score_correction_bias", biasType, []int{c.Experts}, vecUniform, -biasSpread, biasSpread, c.Experts)
 		b.linear(m+"routed_expert_down_proj.weight", c.LatentDim, E)
 		b.linear(m+"routed_expert_up_proj.weight", E, c.LatentDim)
 		b.gain(m+"routed_expert_norm.weight", c.LatentDim)
@@ -317,14 +369,14 @@ func buildUnits(c *model.Config, seed uint64, expertBytes *int64) []unit {
 			b.linear(m+"shared_experts.up_proj.weight", S, E)
 			b.linear(m+"shared_experts.down_proj.weight", E, S)
 		}
-		units = append(units, b.take())
+		units = append(units, b.takeGroup(l))
 		I, Lt := c.MoEIntermediate, c.LatentDim
 		for e := 0; e < c.Experts; e++ {
 			x := fmt.Sprintf("%sexperts.%d.", m, e)
 			b.mxfp4(x+"w1", I, Lt)
 			b.mxfp4(x+"w2", Lt, I)
 			b.mxfp4(x+"w3", I, Lt)
-			u := b.take()
+			u := b.takeGroup(l)
 			*expertBytes = u.size
 			units = append(units, u)
 		}
@@ -334,7 +386,7 @@ func buildUnits(c *model.Config, seed uint64, expertBytes *int64) []unit {
 	b.gain(modelPrefix+"output_attn_res_norm.weight", E)
 	b.mat(modelPrefix+"output_attn_res_proj.weight", 1, E, 1/math.Sqrt(float64(E)))
 	b.linear(lmHeadName, V, E)
-	units = append(units, b.take())
+	units = append(units, b.takeGroup(c.Layers))
 	return units
 }
 
@@ -442,6 +494,9 @@ func configJSON(p Profile, c *model.Config) ([]byte, error) {
 	}
 	if r.TextConfig.LinearAttnConfig.KDALayers == nil {
 		r.TextConfig.LinearAttnConfig.KDALayers = []int{}
+	}
+	if p.Release {
+		return releaseConfig(r, p, c)
 	}
 	out, err := json.MarshalIndent(r, "", " ")
 	if err != nil {

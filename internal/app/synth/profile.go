@@ -40,6 +40,13 @@ type Profile struct {
 	// ShardSize is the shard size PlanLayout uses when it is given none
 	// (zero: DefaultShardSize).
 	ShardSize int64
+	// Release lays the checkpoint out as moonshotai/Kimi-K3's files are
+	// (see ReleaseLayout) instead of packing units into shards of
+	// ShardSize.
+	Release bool
+	// Vision is the vision tower and projector a release layout carries
+	// beside the language model (k3 reads none of it); with Release only.
+	Vision Vision
 }
 
 // DefaultSeed is the seed of the presets.

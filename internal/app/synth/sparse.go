@@ -6,29 +6,22 @@ import (
 	"path/filepath"
 )
 
-// Full returns a profile with the released Kimi K3's shape: the real
-// widths of Medium, 93 layers (every fourth and the last MLA), 896 routed
-// experts per layer, top 16, the release's 163,840-entry vocabulary, the
-// released tensor names, shapes and dtypes, in 96 shards (ShardSize) like
-// the release. Written whole it would be 1,560,099,571,613 bytes in
-// 497,052 tensors; the release has 1,560,936,091,448 bytes in 497,220:
-// its other 168 tensors (0.84 GB) are not the language model's (the
-// vision tower that vision_config describes) and no document names them,
-// so they are left out. WriteSparse writes it in seconds as headers and
-// holes.
+// Full returns a profile with the released Kimi K3's shape and files: the
+// real widths of Medium, 93 layers (every fourth and the last MLA), 896
+// routed experts per layer, top 16, the release's 163,840-entry
+// vocabulary, the released tensor names, shapes and dtypes, in the
+// release's layout (ReleaseLayout: one layer per shard, 96 shards, the
+// tensors in safetensors' canonical order, the vision tower's 168 tensors
+// beside the language model's 497,052). Written whole it would be 1.56
+// TB; WriteSparse writes it in seconds as headers and holes.
 func Full() Profile {
 	p := Medium()
 	p.Name = "full"
 	p.SetLayers(93)
 	p.Config.Experts = 896
 	p.Config.Vocab = 163840
-	p.ShardSize = fullShardSize
-	return p
+	return ReleaseLayout(p)
 }
-
-// fullShardSize makes PlanLayout cut the full profile into the release's
-// 96 shards.
-const fullShardSize = 16_300_000_000
 
 // Released is Full under the name it had first.
 func Released() Profile {
@@ -44,7 +37,8 @@ func Released() Profile {
 // sees the full checkpoint; reading weights from it gives zeros. dir must
 // not exist. shardSize is as in PlanLayout. Only the headers take disk
 // space: about 75 MB of JSON for the full profile, as in the release, and
-// the index.
+// the index. A profile with Tokenizer gets the generated tokenizer and its
+// generation_config.json too, so that text commands run on it.
 func WriteSparse(dir string, p Profile, shardSize int64) (*Layout, error) {
 	L, err := PlanLayout(p, shardSize)
 	if err != nil {
@@ -71,6 +65,11 @@ func WriteSparse(dir string, p Profile, shardSize int64) (*Layout, error) {
 	}
 	if err := os.WriteFile(filepath.Join(dir, IndexFile), L.indexJSON, 0o644); err != nil {
 		return nil, fmt.Errorf("synth: %w", err)
+	}
+	if p.Tokenizer {
+		if err := WriteTokenizer(dir, p.Config.Vocab); err != nil {
+			return nil, err
+		}
 	}
 	if err := os.WriteFile(filepath.Join(dir, ConfigFile), L.configJSON, 0o644); err != nil {
 		return nil, fmt.Errorf("synth: %w", err)
