@@ -133,9 +133,9 @@ func TestBatchQuickstart(t *testing.T) {
 // TestBatchUsage: --help exits 0; bad flags and inputs exit 2 with a
 // message; the command is in the help.
 func TestBatchUsage(t *testing.T) {
-	code, _, stderr := runCmd(t, "batch", "--help")
-	if code != 0 || !strings.Contains(stderr, "-shard i/N") || !strings.Contains(stderr, "-concurrency") {
-		t.Errorf("batch --help: exit %d: %s", code, stderr)
+	code, usage, _ := runCmd(t, "batch", "--help")
+	if code != 0 || !strings.Contains(usage, "-shard i/N") || !strings.Contains(usage, "-concurrency") {
+		t.Errorf("batch --help: exit %d: %s", code, usage)
 	}
 	if _, out, _ := runCmd(t, "help"); !strings.Contains(out, "batch") {
 		t.Errorf("help does not list batch: %s", out)

@@ -81,6 +81,12 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			if err == nil {
 				return cli.ExitOK
 			}
+			// Help goes to stdout, as what was asked for: k3 help run | less.
+			var he *cli.HelpError
+			if errors.As(err, &he) {
+				io.WriteString(stdout, he.Usage)
+				return cli.ExitOK
+			}
 			if errors.Is(err, cli.ErrHelp) {
 				return cli.ExitOK
 			}

@@ -130,7 +130,7 @@ func TestTemplateErrors(t *testing.T) {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit %d and one line with %q", c.args, code, out, stderr, c.code, c.msg)
 		}
 	}
-	if code, _, usage := runCmd(t, "help", "template"); code != 0 || !strings.Contains(usage, "--parse") {
+	if code, usage, _ := runCmd(t, "help", "template"); code != 0 || !strings.Contains(usage, "--parse") {
 		t.Errorf("help template: exit %d", code)
 	}
 }

@@ -82,11 +82,19 @@ func TestParse(t *testing.T) {
 		return fs
 	}
 	var stderr bytes.Buffer
-	if err := Parse(newSet(&stderr), []string{"--help"}); !errors.Is(err, ErrHelp) || ExitCode(err) != ExitOK {
-		t.Errorf("--help: %v", err)
+	err := Parse(newSet(&stderr), []string{"--help"})
+	var he *HelpError
+	if !errors.As(err, &he) || !errors.Is(err, ErrHelp) || ExitCode(err) != ExitOK {
+		t.Fatalf("--help: %v, want a *HelpError that is ErrHelp", err)
 	}
-	if out := stderr.String(); !strings.HasPrefix(out, "Usage: k3 frob --n N\n\nFlags:\n") || !strings.Contains(out, "how many") {
-		t.Errorf("--help printed %q", out)
+	if out := he.Usage; !strings.HasPrefix(out, "Usage: k3 frob --n N\n\nFlags:\n") || !strings.Contains(out, "how many") {
+		t.Errorf("--help's usage is %q", out)
+	}
+	if he.Flags == nil || he.Flags.Lookup("n") == nil {
+		t.Errorf("--help's flag set has no --n")
+	}
+	if stderr.Len() != 0 {
+		t.Errorf("--help printed %q on stderr; the command prints the usage on stdout", stderr.String())
 	}
 	for _, c := range []struct {
 		args []string
@@ -109,6 +117,28 @@ func TestParse(t *testing.T) {
 	fs := newSet(&stderr)
 	if err := Parse(fs, []string{"--n", "3"}); err != nil || fs.Lookup("n").Value.String() != "3" {
 		t.Errorf("--n 3: %v", err)
+	}
+}
+
+// TestAlias: an alias sets the same value and is missing from the usage;
+// the usage shows each flag's default, not what was parsed before --help.
+func TestAlias(t *testing.T) {
+	fs := NewFlags("frob", "", &bytes.Buffer{})
+	size := fs.String("probe-size", "1GiB", "probe `size`")
+	Alias(fs, "probe", "probe-size")
+	if err := Parse(fs, []string{"--probe", "2MiB"}); err != nil || *size != "2MiB" {
+		t.Fatalf("--probe 2MiB: %v, --probe-size is %q", err, *size)
+	}
+	err := Parse(fs, []string{"--help"})
+	var he *HelpError
+	if !errors.As(err, &he) {
+		t.Fatalf("--help: %v", err)
+	}
+	if !strings.Contains(he.Usage, "-probe-size size") || strings.Contains(he.Usage, "-probe ") || strings.Contains(he.Usage, "the same as") {
+		t.Errorf("the usage lists the alias, or not the flag:\n%s", he.Usage)
+	}
+	if !strings.Contains(he.Usage, `(default "1GiB")`) {
+		t.Errorf("the usage does not show the default 1GiB:\n%s", he.Usage)
 	}
 }
 
