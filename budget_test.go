@@ -276,7 +276,7 @@ func TestPeakRSSWithinBudget(t *testing.T) {
 	under := strconv.FormatInt(floor-1, 10)
 	for _, args := range [][]string{
 		{"generate", "--model", dir, "--budget", under, "--ids", "1,2,3"},
-		{"bench", "--model", dir, "--budget", under, "--tokens", "1", "--probe", "0"},
+		{"bench", "--model", dir, "--budget", under, "--tokens", "1", "--probe-size", "0"},
 		{"run", "--model", dir, "--budget", under, "--prompt", "x"},
 	} {
 		m := runMeasured(t, args...)
@@ -309,7 +309,7 @@ func TestPeakRSSWithinBudgetMedium(t *testing.T) {
 	floor := doctorFloor(t, dir)
 	checkPeak(t, dir, floor, 2, 1<<30)
 	const budget = 4e9
-	m := runMeasured(t, "bench", "--model", dir, "--budget", "4GB", "--tokens", "4", "--prompt-len", "4", "--probe", "256MiB", "--json")
+	m := runMeasured(t, "bench", "--model", dir, "--budget", "4GB", "--tokens", "4", "--prompt-len", "4", "--probe-size", "256MiB", "--json")
 	if m.exitCode != 0 {
 		t.Fatalf("k3 bench: exit %d\n%s", m.exitCode, m.stderr)
 	}

@@ -34,7 +34,8 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	tokens := fs.Int("tokens", 8, "tokens to decode")
 	promptLen := fs.Int("prompt-len", 16, "prompt tokens to prefill")
 	cold := fs.Bool("cold", false, "start from a cold page cache (drops the checkpoint's cached pages where the OS allows)")
-	probeBytes := fs.String("probe", "2GiB", "bytes read with O_DIRECT to measure the device bandwidth: random 16 MiB reads of the checkpoint, or of a temporary file this size written beside it when its files are smaller (0 skips it, and the I/O roofline is left out)")
+	probeBytes := fs.String("probe-size", "2GiB", "bytes read with O_DIRECT to measure the device bandwidth: random 16 MiB reads of the checkpoint, or of a temporary file this `size` written beside it when its files are smaller (0 skips it, and the I/O roofline is left out)")
+	cli.Alias(fs, "probe", "probe-size") // its name before k3 doctor's --probe-size was taken for both
 	seed := fs.Uint64("seed", 1, "seed of the random prompt")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	batchSizes := fs.String("batch", "", "batch `sizes`, e.g. 1,4,8,16: decode that many sessions at once for each and print a table of aggregate speed, bytes per token and passes (skips the device probe and roofline)")
@@ -97,7 +98,7 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	}
 	pb, err := cli.ParseSize(*probeBytes)
 	if err != nil {
-		return cli.Usagef("--probe: %v", err)
+		return cli.Usagef("--probe-size: %v", err)
 	}
 	ctx, cancel := cli.SignalContext()
 	defer cancel()

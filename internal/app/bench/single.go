@@ -144,7 +144,7 @@ func benchOne(ctx context.Context, mf *cli.ModelFlags, trunk string, budget int6
 	}
 	switch {
 	case pb <= 0:
-		r.DeviceNote = "not measured (--probe 0)"
+		r.DeviceNote = "not measured (--probe-size 0)"
 	case run.device > 0:
 		// Measured in this process already (the first of several trunks).
 	default:
