@@ -43,7 +43,7 @@ func init() {
 		{"tokenize", "print the token ids of a text", runTokenize},
 		{"detokenize", "print the text of token ids", runDetokenize},
 		{"template", "render a conversation in K3's chat format, or parse a model's answer", runTemplate},
-		{"synth", "write a synthetic checkpoint (tiny, medium, quickstart or custom)", runSynth},
+		{"synth", "write a synthetic checkpoint (" + synthProfiles(", ", " or ") + ")", runSynth},
 		{"bench", "measure prefill and decode speed against the roofline, or batches of sessions (--batch)", bench.Run},
 		{"plan", "project bytes and s/token per budget and batch size, and the prefill of long prompts cold and cached, from the memory planner (reads no weights)", plan.Run},
 		{"serve", "serve the model over HTTP: the OpenAI, Anthropic Messages and Ollama APIs, /health, /metrics, /tokenize", runServe},
