@@ -40,7 +40,7 @@ func Inspect(dir string, opts Options) (*Inspection, error) {
 // InspectContext is Inspect with a context that can cancel reading the
 // checkpoint's headers (a full-size checkpoint has many shards).
 func InspectContext(ctx context.Context, dir string, opts Options) (*Inspection, error) {
-	if err := opts.check(); err != nil {
+	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
 	if err := checkCheckpointDir(dir); err != nil {

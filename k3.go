@@ -152,7 +152,7 @@ func Open(dir string, opts Options) (*Model, error) {
 // comes first, as everywhere in k3, and Open is the short form without it
 // (the net.Dial / net.DialContext idiom).
 func OpenContext(ctx context.Context, dir string, opts Options) (*Model, error) {
-	if err := opts.check(); err != nil {
+	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
 	if err := checkCheckpointDir(dir); err != nil {

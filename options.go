@@ -52,9 +52,11 @@ const (
 	maxSpeculate = 64
 )
 
-// check validates the options field by field, before anything is read:
-// the first field refused, as an *OptionError wrapping ErrBadOptions.
-func (opts Options) check() error {
+// Validate checks the options field by field, as Open and Inspect do
+// before they read anything: the first field refused, as an *OptionError
+// wrapping ErrBadOptions, or nil. What depends on the model (a context
+// longer than its limit, or than the budget holds) is Open's to check.
+func (opts Options) Validate() error {
 	bad := func(field string, v any, reason string) error {
 		return &OptionError{Field: field, Value: v, Reason: reason, Err: ErrBadOptions}
 	}
@@ -64,7 +66,7 @@ func (opts Options) check() error {
 		zero     string
 	}{
 		{"Threads", opts.Threads, maxThreads, "GOMAXPROCS"},
-		{"MaxContext", opts.MaxContext, math.MaxInt32, "4096, or with AutoContext what the budget holds"},
+		{"MaxContext", opts.MaxContext, math.MaxInt32, "the default"},
 		{"PrefillChunk", opts.PrefillChunk, maxRows, "as many as a pass holds"},
 		{"Sessions", opts.Sessions, maxSessions, "1"},
 		{"MaxBatch", opts.MaxBatch, maxRows, "the planner's choice"},

@@ -174,19 +174,19 @@ func contextErr(w *planner.Weights, req planner.Request, err error, machine func
 	}
 	_, perPos := model.StateBytes(w.Cfg)
 	sessions := max(req.Sessions, 1)
-	kv := fmt.Sprintf("the KV cache of %d session(s) of %d positions takes %s (%s a position)",
-		sessions, req.MaxContext, planner.Human(int64(sessions)*perPos*int64(req.MaxContext)), planner.Human(perPos))
+	kv := fmt.Sprintf("its KV cache takes %s for %d session(s) (%s a position)",
+		planner.Human(int64(sessions)*perPos*int64(req.MaxContext)), sessions, planner.Human(perPos))
 	if req.Budget > 0 {
 		n := planner.MaxContext(w, req, req.MaxContext-1)
 		if n == 0 {
 			return fmt.Errorf("k3: %w", err) // the floor itself does not fit
 		}
 		return &OptionError{Field: "MaxContext", Value: req.MaxContext, Err: planner.ErrBudget,
-			Reason: fmt.Sprintf("%s; beside the model, a RAM budget of %s holds at most %d positions per session", kv, planner.Human(req.Budget), n)}
+			Reason: fmt.Sprintf("the context does not fit the RAM budget: %s; beside the model, a budget of %s holds at most %d positions per session", kv, planner.Human(req.Budget), n)}
 	}
 	if n := residentContext(w, req, req.MaxContext-1, machine); n > 0 {
 		return &OptionError{Field: "MaxContext", Value: req.MaxContext, Err: planner.ErrBudget,
-			Reason: fmt.Sprintf("%s; with no RAM budget every weight is resident too, and this machine's memory holds at most %d positions per session", kv, n)}
+			Reason: fmt.Sprintf("the context does not fit this machine's memory: %s; with no RAM budget every weight is resident too, and the machine holds at most %d positions per session", kv, n)}
 	}
 	return &OptionError{Field: "RAMBudget", Value: int64(0), Err: planner.ErrBudget,
 		Reason: strings.TrimPrefix(strings.TrimPrefix(err.Error(), planner.ErrBudget.Error()), ": ")}
