@@ -26,9 +26,9 @@ func TestErrorMessages(t *testing.T) {
 		want string
 	}{
 		{[]string{"generate", "--model", dir, "--ids", "1,99999"}, cli.ExitUsage, "k3 generate: token id out of range"},
-		{[]string{"generate", "--bogus"}, cli.ExitUsage, "k3 generate: flag provided but not defined: -bogus (k3 help generate lists the flags)"},
+		{[]string{"generate", "--bogus"}, cli.ExitUsage, "k3 generate: unknown flag --bogus (k3 help generate lists the flags)"},
 		{[]string{"tokenize", "--model", t.TempDir(), "--text", "hi"}, cli.ExitUsage, "has no tokenizer"},
-		{[]string{"doctor", "--dir", filepath.Join(t.TempDir(), "missing")}, cli.ExitUsage, "k3 doctor: --dir:"},
+		{[]string{"doctor", "--dir", filepath.Join(t.TempDir(), "missing")}, cli.ExitUsage, "k3 doctor: --dir /"},
 		{[]string{"pack", "--model", dir, "--out", packed}, cli.ExitUsage, "already exists (use --force to replace it)"},
 	}
 	for _, c := range cases {

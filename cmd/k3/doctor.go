@@ -70,14 +70,15 @@ func runDoctor(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := cli.NewFlags("doctor", "[--dir DIR] [--model CHECKPOINT] [--json]", stderr)
 	dir := fs.String("dir", ".", "`directory` on the disk to measure (a temporary file is written and removed)")
 	modelDir := fs.String("model", "", "checkpoint `directory` to plan for (its disk is measured unless --dir is given)")
-	probeSize := fs.String("probe-size", "1GiB", "size of the temporary file the disk probe reads")
+	probeSize := fs.String("probe-size", "1GiB", "`size` of the temporary file the disk probe reads")
 	asJSON := fs.Bool("json", false, "print one JSON object")
+	cli.InputDirs(fs, "dir", "model")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	size, err := cli.ParseSize(*probeSize)
 	if err != nil || size < 1<<20 {
-		return cli.Usagef("--probe-size: want at least 1MiB")
+		return cli.Usagef("--probe-size %q: want a size of at least 1MiB", *probeSize)
 	}
 	dirSet := false
 	fs.Visit(func(f *flag.Flag) {
@@ -89,12 +90,7 @@ func runDoctor(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		*dir = *modelDir
 	}
 	// A directory that is not there is a typo, not a finding about the
-	// machine: say so and fail, as every other command does.
-	if st, err := os.Stat(*dir); err != nil {
-		return cli.Usagef("--dir: %v", err)
-	} else if !st.IsDir() {
-		return cli.Usagef("--dir: %s is not a directory", *dir)
-	}
+	// machine: Parse said so (--dir and --model are input directories).
 	ctx, cancel := cli.SignalContext()
 	defer cancel()
 

@@ -9,6 +9,7 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -90,6 +91,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			if errors.Is(err, cli.ErrHelp) {
 				return cli.ExitOK
 			}
+			err = explain(c, err)
 			fmt.Fprintf(stderr, "k3 %s: %s\n", c.name, errorText(c.name, err))
 			return cli.ExitCode(err)
 		}
@@ -125,6 +127,27 @@ func (e *internalError) Error() string {
 // Unwrap makes errors.Is(err, crash.ErrInternal) hold, as for a panic on
 // an engine goroutine, so that cli.ExitCode gives both exit code 7.
 func (e *internalError) Unwrap() error { return crash.ErrInternal }
+
+// explain tells an option the library refused (a *k3.OptionError, which
+// names a k3.Options field) with the flag of c that sets it: "--max-context
+// 100000000: ...", not "Options.MaxContext".
+func explain(c command, err error) error {
+	var oe *k3.OptionError
+	if !errors.As(err, &oe) {
+		return err
+	}
+	return cli.ForFlags(err, flagsOf(c))
+}
+
+// flagsOf returns c's flag set, as "k3 c --help" defines it (nil if c has
+// none).
+func flagsOf(c command) *flag.FlagSet {
+	var he *cli.HelpError
+	if errors.As(c.run([]string{"--help"}, strings.NewReader(""), io.Discard, io.Discard), &he) {
+		return he.Flags
+	}
+	return nil
+}
 
 // errorText is err's message without the prefixes that repeat what the
 // command line already says: the library marks its errors "k3: " (and some

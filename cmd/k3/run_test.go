@@ -260,7 +260,7 @@ func TestRunErrors(t *testing.T) {
 		{[]string{"--prompt", "a", "--budget", "lots"}, cli.ExitUsage},
 		{[]string{}, cli.ExitUsage},                                                  // empty prompt on stdin
 		{[]string{"--prompt", "one two three", "--max-context", "2"}, cli.ExitUsage}, // prompt longer than the context
-		{[]string{"--prompt-file", filepath.Join(noTok, "absent")}, cli.ExitIO},
+		{[]string{"--prompt-file", filepath.Join(noTok, "absent")}, cli.ExitUsage},
 		{[]string{"--model", noTok, "--prompt", "a"}, cli.ExitUsage}, // no tokenizer
 		{[]string{"--model", t.TempDir(), "--prompt", "a"}, cli.ExitCheckpoint},
 		{[]string{"--help"}, cli.ExitOK},

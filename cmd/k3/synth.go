@@ -75,8 +75,14 @@ func runSynth(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	sparse := fs.Bool("sparse", false, "write the headers only, the tensor data as holes (no disk space; for k3 plan, k3 doctor and Inspect, e.g. --profile full)")
 	buffered := fs.Bool("buffered", false, "write through the page cache instead of O_DIRECT")
 	asJSON := fs.Bool("json", false, "print the summary as one JSON object")
+	cli.InputDirs(fs, "tokenizer")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
+	}
+	for name, v := range map[string]float64{"stop-bias": *stopBias, "close-bias": *closeBias} {
+		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+			return cli.Usagef("--%s %v: want a number >= 0", name, v)
+		}
 	}
 	if *profile == "" {
 		return cli.Usagef("--profile is required (%s)", synthProfiles(", ", " or "))
@@ -118,8 +124,8 @@ func runSynth(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		if !synthFlagSet(fs, o.flag) {
 			continue
 		}
-		if o.v <= 0 {
-			return cli.Usagef("--%s must be positive", o.flag)
+		if err := cli.Positive(o.flag, o.v); err != nil {
+			return err
 		}
 		o.set(o.v)
 		overrides = true
@@ -173,12 +179,6 @@ func runSynth(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	}
 	ctx, cancel := writerSignalContext()
 	defer cancel()
-	if *stopBias < 0 {
-		return cli.Usagef("--stop-bias must not be negative")
-	}
-	if *closeBias < 0 {
-		return cli.Usagef("--close-bias must not be negative")
-	}
 	opts := synth.WriteOptions{ShardSize: size, TokenizerDir: *tokenizer, Buffered: *buffered, StopBias: *stopBias, CloseBias: *closeBias}
 	var bar *synthBar
 	if f, ok := stderr.(*os.File); ok {
@@ -251,7 +251,7 @@ func synthParseSize(s string) (int64, error) {
 		"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}[unit]
 	v, err := strconv.ParseFloat(num, 64)
 	if err != nil || mult == 0 || v <= 0 || math.IsInf(v*mult, 0) || v*mult > 1<<60 {
-		return 0, cli.Usagef("bad size %q (examples: 4GiB, 512MB, 1048576)", s)
+		return 0, cli.Usagef("--shard-size %q: not a positive size (examples: 4GiB, 512MB, 1048576)", s)
 	}
 	return int64(v * mult), nil
 }

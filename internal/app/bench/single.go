@@ -100,11 +100,13 @@ func benchOne(ctx context.Context, mf *cli.ModelFlags, trunk string, budget int6
 		Kernels: tensor.Implementation() + "/" + quant.Implementation(), Trunk: trunk, DeviceGBps: run.device}
 	// The options every model command opens with (the same floor as k3
 	// doctor's), with room for the prompt and the decoded tokens.
-	opts, err := mf.Options()
+	one := *mf
+	one.Trunk = trunk // of a --trunk A,B list
+	opts, err := one.Options()
 	if err != nil {
 		return nil, err
 	}
-	opts.RAMBudget, opts.TrunkDir, opts.TrunkCompression = budget, trunk, run.compression
+	opts.RAMBudget, opts.TrunkCompression = budget, run.compression
 	if need := *promptLen + *tokens + 1; max(opts.MaxContext, 4096) < need {
 		opts.MaxContext = need
 	}

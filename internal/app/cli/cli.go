@@ -44,6 +44,20 @@ func Usagef(format string, args ...any) error {
 	return &UsageError{fmt.Sprintf(format, args...)}
 }
 
+// Tagged returns an error with the formatted message that wraps sentinel
+// (for errors.Is and the exit code) without repeating its text.
+func Tagged(sentinel error, format string, args ...any) error {
+	return &tagged{msg: fmt.Sprintf(format, args...), err: sentinel}
+}
+
+type tagged struct {
+	msg string
+	err error
+}
+
+func (e *tagged) Error() string { return e.msg }
+func (e *tagged) Unwrap() error { return e.err }
+
 // ExitCode is the exit code for err, which a subcommand returned: nil and
 // ErrHelp exit 0, a recovered panic (anything wrapping crash.ErrInternal) exits 7, a usage
 // error or options the library refuses 2, and the library's sentinel

@@ -7,6 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -79,6 +81,7 @@ func TestParse(t *testing.T) {
 	newSet := func(stderr *bytes.Buffer) *flag.FlagSet {
 		fs := NewFlags("frob", "--n N", stderr)
 		fs.Int("n", 1, "how many")
+		fs.Bool("b", false, "whether")
 		return fs
 	}
 	var stderr bytes.Buffer
@@ -100,8 +103,11 @@ func TestParse(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--bogus"}, "flag provided but not defined: -bogus (k3 help frob lists the flags)"},
-		{[]string{"--n", "x"}, "k3 help frob lists the flags"},
+		{[]string{"--bogus"}, "unknown flag --bogus (k3 help frob lists the flags)"},
+		{[]string{"--n", "x"}, `--n "x": not a valid value (k3 help frob lists the flags)`},
+		{[]string{"--n", "99999999999999999999999"}, `--n "99999999999999999999999": out of range`},
+		{[]string{"--n"}, "--n needs a value"},
+		{[]string{"--b=maybe"}, "--b=maybe: want true or false"},
 		{[]string{"--n", "2", "extra"}, `unexpected argument "extra"`},
 	} {
 		stderr.Reset()
@@ -139,6 +145,73 @@ func TestAlias(t *testing.T) {
 	}
 	if !strings.Contains(he.Usage, `(default "1GiB")`) {
 		t.Errorf("the usage does not show the default 1GiB:\n%s", he.Usage)
+	}
+}
+
+// TestInputPaths: a file or directory flag marked as an input is checked
+// by Parse: missing, or of the other kind, it is a usage error naming the
+// flag and the path; an empty value (the default) is not checked.
+func TestInputPaths(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "f")
+	os.WriteFile(file, nil, 0o644)
+	missing := filepath.Join(dir, "missing")
+	parse := func(args ...string) error {
+		fs := NewFlags("frob", "", &bytes.Buffer{})
+		fs.String("in", "", "input `file`")
+		fs.String("model", "", "`directory`")
+		fs.String("out", "", "output `file`")
+		InputFiles(fs, "in")
+		InputDirs(fs, "model")
+		if !IsInputPath(fs, "in") || !IsInputPath(fs, "model") || IsInputPath(fs, "out") {
+			t.Fatal("IsInputPath is wrong")
+		}
+		return Parse(fs, args)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--in", missing}, "--in " + missing + ": the file does not exist"},
+		{[]string{"--model", missing}, "--model " + missing + ": the directory does not exist"},
+		{[]string{"--model", file}, "--model " + file + ": not a directory"},
+		{[]string{"--in", dir}, "--in " + dir + ": a directory, not a file"},
+	} {
+		if err := parse(c.args...); ExitCode(err) != ExitUsage || err.Error() != c.want {
+			t.Errorf("%v: %v, want a usage error %q", c.args, err, c.want)
+		}
+	}
+	for _, args := range [][]string{nil, {"--in", file, "--model", dir, "--out", missing}} {
+		if err := parse(args...); err != nil {
+			t.Errorf("%v: %v", args, err)
+		}
+	}
+}
+
+// TestForFlags: the library's *k3.OptionError, told with the flag that
+// sets the field; a field without a flag in the set stays as it was.
+func TestForFlags(t *testing.T) {
+	fs := NewFlags("frob", "", &bytes.Buffer{})
+	var mf ModelFlags
+	mf.Register(fs)
+	for _, c := range []struct {
+		err  error
+		want string
+		code int
+	}{
+		{&k3.OptionError{Field: "Threads", Value: -1, Reason: "must not be negative", Err: k3.ErrBadOptions}, "--threads -1: must not be negative", ExitUsage},
+		{fmt.Errorf("opening: %w", &k3.OptionError{Field: "MaxContext", Value: 100000000, Reason: "too long", Err: k3.ErrBudget}), "--max-context 100000000: too long", ExitBudget},
+		{&k3.OptionError{Field: "RAMBudget", Value: int64(0), Reason: "too big for the machine", Err: k3.ErrBudget}, "no --budget: too big for the machine", ExitBudget},
+		{&k3.OptionError{Field: "TrunkDir", Value: "/x", Reason: "the directory does not exist", Err: k3.ErrBadOptions}, "--trunk /x: the directory does not exist", ExitUsage},
+	} {
+		err := ForFlags(c.err, fs)
+		if err.Error() != c.want || ExitCode(err) != c.code {
+			t.Errorf("%v: %q (exit %d), want %q (exit %d)", c.err, err, ExitCode(err), c.want, c.code)
+		}
+	}
+	oe := &k3.OptionError{Field: "Sessions", Value: -1, Reason: "x", Err: k3.ErrBadOptions}
+	if err := ForFlags(oe, fs); err != error(oe) {
+		t.Errorf("Sessions, which no flag of the set sets: %v", err)
 	}
 }
 

@@ -36,6 +36,7 @@ func NewFlags(name, usage string, _ io.Writer) *flag.FlagSet {
 type heldOutput struct {
 	bytes.Buffer
 	hidden map[string]bool
+	inputs map[string]pathKind // InputFiles, InputDirs
 }
 
 // Alias defines --alias as another name of the flag name already defined
@@ -88,7 +89,10 @@ func (e *HelpError) Error() string { return ErrHelp.Error() }
 func (e *HelpError) Is(target error) bool { return target == ErrHelp }
 
 // Parse parses args with fs (made by NewFlags), turning flag errors and
-// arguments left over into usage errors and --help into a *HelpError.
+// arguments left over into usage errors that name the flag as a user
+// writes it (--threads "x": not a valid value), and --help into a
+// *HelpError. Input paths (InputFiles, InputDirs) that do not exist are
+// usage errors too.
 func Parse(fs *flag.FlagSet, args []string) error {
 	err := fs.Parse(args)
 	var usage string
@@ -100,12 +104,12 @@ func Parse(fs *flag.FlagSet, args []string) error {
 		if errors.Is(err, flag.ErrHelp) {
 			return &HelpError{Usage: usage, Flags: fs}
 		}
-		return Usagef("%v (k3 help %s lists the flags)", err, fs.Name())
+		return Usagef("%s (k3 help %s lists the flags)", flagErrorText(err), fs.Name())
 	}
 	if fs.NArg() > 0 {
 		return Usagef("unexpected argument %q", fs.Arg(0))
 	}
-	return nil
+	return checkInputs(fs)
 }
 
 // ParseBatchSizes reads a --batch list: positive sizes, comma separated.

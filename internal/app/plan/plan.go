@@ -124,6 +124,8 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	prompts := fs.String("prompts", "1000,10000,100000", "comma-separated prompt `lengths` for the prefill projection (0 skips it)")
 	trace := fs.String("trace", "", "expert trace `file` (int32 layer, expert pairs, top-k per layer per token, as fixtures/expert_trace.bin) to measure the union of B tokens instead of assuming uniform routing")
 	asJSON := fs.Bool("json", false, "print one JSON object")
+	cli.InputDirs(fs, "model")
+	cli.InputFiles(fs, "trace")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
