@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/signal"
 	"strings"
@@ -188,7 +189,7 @@ func (o *runOpts) chatLoop(ctx context.Context, m *k3.Model, stdin io.Reader, st
 		if !tty {
 			return err
 		}
-		fmt.Fprintf(stderr, "error: %v\n", err)
+		fmt.Fprintf(stderr, "error: %s\n", cli.Text(err))
 		return nil
 	}
 	in := readLines(stdin)
@@ -252,7 +253,7 @@ func (o *runOpts) chatLoop(ctx context.Context, m *k3.Model, stdin io.Reader, st
 					}
 				}
 				if err != nil {
-					if err := fail(err); err != nil {
+					if err := fail(fileCommandError(cmd, arg, err)); err != nil {
 						return err
 					}
 					continue
@@ -288,6 +289,20 @@ func (o *runOpts) chatLoop(ctx context.Context, m *k3.Model, stdin io.Reader, st
 			}
 		}
 	}
+}
+
+// fileCommandError is a failed /save or /load FILE as the chat says it:
+// the command and the file, then why ("the file does not exist", the
+// system's reason, or the library's without the name of its function).
+func fileCommandError(cmd, file string, err error) error {
+	var pe *fs.PathError
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return cli.Tagged(err, "%s %s: the file does not exist", cmd, file)
+	case errors.As(err, &pe):
+		return cli.Tagged(err, "%s %s: %v", cmd, file, pe.Err)
+	}
+	return cli.Tagged(err, "%s %s: %s", cmd, file, cli.Text(err))
 }
 
 // lineReader reads the chat's input lines in a goroutine, so that the chat

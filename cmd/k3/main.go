@@ -153,7 +153,7 @@ func flagsOf(c command) *flag.FlagSet {
 // command line already says: the library marks its errors "k3: " (and some
 // "k3: <command>: "), which after "k3 <command>: " would read twice.
 func errorText(name string, err error) string {
-	msg := err.Error()
+	msg := cli.Text(err)
 	msg = strings.TrimPrefix(msg, "k3: ")
 	msg = strings.TrimPrefix(msg, name+": ")
 	return msg

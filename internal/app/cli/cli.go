@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"regexp"
 	"syscall"
 
 	"github.com/k3go/k3"
@@ -42,6 +43,17 @@ func (e *UsageError) Error() string { return e.msg }
 // Usagef returns a *UsageError with a formatted message.
 func Usagef(format string, args ...any) error {
 	return &UsageError{fmt.Sprintf(format, args...)}
+}
+
+// libraryCall matches the library's "k3: Function: " or "k3: Type.Method: "
+// marks, which name its API for a program's logs.
+var libraryCall = regexp.MustCompile(`(^|: )k3: ([A-Z][A-Za-z]*\.)?[A-Z][A-Za-z]*: `)
+
+// Text is err's message for a user of the command: the library's marks
+// that name its functions ("k3: LoadFile: ") are dropped; the rest, which
+// says what went wrong and with what, stays.
+func Text(err error) string {
+	return libraryCall.ReplaceAllString(err.Error(), "$1")
 }
 
 // Tagged returns an error with the formatted message that wraps sentinel

@@ -270,3 +270,20 @@ func TestOpenWithChecksFlags(t *testing.T) {
 		t.Errorf("an empty directory: %v, want a bad checkpoint", err)
 	}
 }
+
+// TestText: the library's marks naming its functions are dropped from a
+// message for the command's user; the rest stays.
+func TestText(t *testing.T) {
+	for in, want := range map[string]string{
+		"k3: LoadFile: open x: no such file or directory":         "open x: no such file or directory",
+		"k3: Model.Step: invalid options: called twice":           "invalid options: called twice",
+		"loading: k3: Generate: invalid options: MaxTokens -1":    "loading: invalid options: MaxTokens -1",
+		"k3: checkpoint directory /x does not exist":              "k3: checkpoint directory /x does not exist",
+		"k3: bad model config: missing keys: hidden_size":         "k3: bad model config: missing keys: hidden_size",
+		"k3: RAM budget too small: the floor needs 5.46 GB (...)": "k3: RAM budget too small: the floor needs 5.46 GB (...)",
+	} {
+		if got := Text(errors.New(in)); got != want {
+			t.Errorf("Text(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
