@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -75,5 +76,42 @@ func TestBenchRounds(t *testing.T) {
 	}
 	if code, _, stderr := runCmd(t, "bench", "--model", dir, "--rounds", "2", "--probe-size", "0"); code != 2 || !strings.Contains(stderr, "--rounds") {
 		t.Errorf("--rounds 2 with one trunk: exit %d, %s", code, stderr)
+	}
+}
+
+// TestBenchBytesAddUp: at the floor, where the trunk, the experts and the
+// embedding rows all stream, k3 bench's bytes per token are the sum of its
+// parts (trunk, experts, embedding rows, the direct reads' alignment), each
+// of them read; the text names every part; the memory line says the peak
+// is measured and the plan and floor are bounds.
+func TestBenchBytesAddUp(t *testing.T) {
+	dir := tiny(t)
+	in, err := k3.Inspect(dir, k3.Options{MaxContext: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	budget := fmt.Sprint(in.FloorBytes)
+	code, out, stderr := runCmd(t, "bench", "--model", dir, "--budget", budget, "--probe-size", "0", "--tokens", "8", "--prompt-len", "4", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var r benchResult
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.TrunkBytesPerToken <= 0 || r.ExpertBytesPerTok <= 0 || r.EmbedBytesPerToken <= 0 || r.PaddingBytesPerToken < 0 ||
+		r.TrunkBytesPerToken+r.ExpertBytesPerTok+r.EmbedBytesPerToken+r.PaddingBytesPerToken != r.BytesReadPerToken {
+		t.Errorf("read per token %d = trunk %d + experts %d + embedding rows %d + alignment %d?", r.BytesReadPerToken,
+			r.TrunkBytesPerToken, r.ExpertBytesPerTok, r.EmbedBytesPerToken, r.PaddingBytesPerToken)
+	}
+	if r.PeakRSSBytes <= 0 || r.PlannedBytes <= 0 || r.FloorBytes <= 0 {
+		t.Errorf("peak %d, planned %d, floor %d", r.PeakRSSBytes, r.PlannedBytes, r.FloorBytes)
+	}
+	var text strings.Builder
+	printBench(&text, &r)
+	for _, want := range []string{"embedding rows", "alignment of direct reads", "measured (the process's high-water mark)", "upper bounds"} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("the report lacks %q:\n%s", want, text.String())
+		}
 	}
 }
