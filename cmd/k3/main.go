@@ -4,7 +4,7 @@
 // Exit codes: 0 success; 1 runtime failure; 2 usage error; 3 bad
 // checkpoint or config; 4 an expert failed to load (output invalid);
 // 5 the RAM budget cannot hold the model; 6 I/O error; 7 internal error
-// (a bug: a panic, reported with its stack).
+// (a bug: a panic, reported with its stack); 130 interrupted (Ctrl-C).
 package main
 
 import (
@@ -165,5 +165,5 @@ func printHelp(w io.Writer) {
 		fmt.Fprintf(w, "\t%-10s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintf(w, "\t%-10s %s\n\t%-10s %s\n", "help", "show help for a command: k3 help <command>", "version", "print the version")
-	fmt.Fprintf(w, "\nExit codes: 0 ok, 1 failure, 2 usage, 3 bad checkpoint or config, 4 expert load failure, 5 RAM budget too small, 6 I/O error, 7 internal error (a bug).\n")
+	fmt.Fprintf(w, "\nExit codes: 0 ok, 1 failure, 2 usage, 3 bad checkpoint or config, 4 expert load failure, 5 RAM budget too small, 6 I/O error, 7 internal error (a bug), 130 interrupted (Ctrl-C).\n")
 }

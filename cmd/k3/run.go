@@ -41,7 +41,8 @@ between turns, so a turn feeds only its own tokens. The model reasons first
 (--thinking=false turns that off; --effort low, high or max sets how much,
 max by default): its reasoning goes to stderr, dimmed on a terminal, apart
 from the answer on stdout (--hide-reasoning drops it). Ctrl-C stops a reply
-at the next token; a second Ctrl-C abandons it (the conversation restarts).
+at the next token; a second Ctrl-C before it stops abandons it (the
+conversation restarts).
 
 Sampling: temperature 1 with top-k, top-p and min-p off, seed 1: the
 defaults of examples/server (the OpenAI API's), so that the command and the
@@ -71,9 +72,11 @@ constrained (a schema or an object is also stated in the prompt, as the
 server renders response_format). If --max-tokens runs out first the
 output is cut short ("max_tokens"), never repaired.
 
-In the interactive chat, Ctrl-C at the prompt says how to leave (a second
-one leaves); Ctrl-D on a terminal ends the chat, during a reply too (the
-reply stops at the next token).
+In the interactive chat, Ctrl-C at the prompt says how to leave, and a
+second one leaves with exit code 130 (after a reply a Ctrl-C stopped, one
+more does); Ctrl-D on a terminal ends the chat, during a reply too (the
+reply stops at the next token). Ctrl-C while loading, or during a
+prompt's continuation, exits 130 too.
 
 With no --model, k3 run uses the quickstart checkpoint: a tiny synthetic model
 with random weights (it writes gibberish), written once into the user's cache
@@ -95,8 +98,9 @@ type runOpts struct {
 	json                 bool
 	cons                 cli.ConstraintFlags
 	gen                  k3.GenerateOptions
-	show                 *display // cleans chat text; set once the model is open
-	context              int      // positions per session; set once the model is open
+	show                 *display         // cleans chat text; set once the model is open
+	context              int              // positions per session; set once the model is open
+	sig                  <-chan os.Signal // the interactive chat's Ctrl-Cs (nil: a reply listens itself)
 }
 
 // defaultTemperature is k3 run's sampling temperature, the one
@@ -194,8 +198,12 @@ func runRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	// A long load can be interrupted; replies handle Ctrl-C themselves.
 	ctx, cancel := cli.SignalContext()
 	m, err := o.open(ctx, interactive, stderr)
+	interrupted := ctx.Err() != nil
 	cancel()
 	if err != nil {
+		if interrupted {
+			return errInterrupted
+		}
 		return err
 	}
 	defer m.Close()
@@ -515,8 +523,9 @@ func (d *display) text(id int, s string) string {
 // maxContext is the capacity of a session (the model's, once open).
 func (o *runOpts) maxContext() int { return o.context }
 
-// errInterrupted ends a reply, a continuation or the chat at Ctrl-C.
-var errInterrupted = errors.New("interrupted")
+// errInterrupted ends a reply, a continuation or the chat at Ctrl-C: the
+// command exits 130.
+var errInterrupted = cli.ErrInterrupted
 
 // isTerminal reports whether r is a terminal.
 func isTerminal(r any) bool {

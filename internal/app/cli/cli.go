@@ -29,7 +29,13 @@ const (
 	ExitBudget     = 5 // the RAM budget cannot hold the model
 	ExitIO         = 6 // a missing or unreadable file, an I/O error
 	ExitInternal   = 7 // a recovered panic: never reported as a usage error (the runtime's 2)
+	// ExitInterrupted: Ctrl-C (SIGINT) ended the command, as a shell
+	// reports a process SIGINT killed (128 + 2).
+	ExitInterrupted = 130
 )
+
+// ErrInterrupted ends a command at Ctrl-C; it exits ExitInterrupted.
+var ErrInterrupted = errors.New("interrupted")
 
 // ErrHelp reports that --help was asked for and the usage printed: the
 // command exits 0.
@@ -71,7 +77,8 @@ func (e *tagged) Error() string { return e.msg }
 func (e *tagged) Unwrap() error { return e.err }
 
 // ExitCode is the exit code for err, which a subcommand returned: nil and
-// ErrHelp exit 0, a recovered panic (anything wrapping crash.ErrInternal) exits 7, a usage
+// ErrHelp exit 0, a recovered panic (anything wrapping crash.ErrInternal) exits 7, Ctrl-C
+// (ErrInterrupted) 130, a usage
 // error or options the library refuses 2, and the library's sentinel
 // errors and I/O errors their own codes; anything else exits 1.
 func ExitCode(err error) int {
@@ -81,6 +88,8 @@ func ExitCode(err error) int {
 		return ExitOK
 	case errors.Is(err, crash.ErrInternal):
 		return ExitInternal
+	case errors.Is(err, ErrInterrupted):
+		return ExitInterrupted
 	case errors.As(err, &ue), errors.Is(err, k3.ErrBadOptions), errors.Is(err, k3.ErrTokenOutOfRange), errors.Is(err, k3.ErrContextFull):
 		return ExitUsage
 	case errors.Is(err, k3.ErrExpertLoad):

@@ -248,6 +248,7 @@ func TestExitCode(t *testing.T) {
 		{wrap(&fs.PathError{Op: "open", Path: "x", Err: syscall.EACCES}), ExitIO},
 		{wrap(syscall.EIO), ExitIO},
 		{wrap(crash.ErrInternal), ExitInternal},
+		{wrap(ErrInterrupted), ExitInterrupted},
 		// A panic whose value is a usage error is still a bug, not a usage error.
 		{fmt.Errorf("%w: %w", crash.ErrInternal, Usagef("x")), ExitInternal},
 	} {
