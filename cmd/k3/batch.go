@@ -117,6 +117,14 @@ func runBatch(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	}
 	// SIGTERM too: it is how Kubernetes stops a pod. Requests in flight
 	// are dropped and sent again by the rerun.
+	// The requests are text: a checkpoint without a tokenizer is refused
+	// before any weight is read.
+	if err := cli.CheckCheckpoint(c.mf.Dir); err != nil {
+		return err
+	}
+	if err := cli.CheckTokenizer(c.mf.Dir, ""); err != nil {
+		return err
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	m, err := c.mf.OpenWith(ctx, func(o *k3.Options) { o.Sessions, o.MaxBatch = c.sessions, c.maxBatch })

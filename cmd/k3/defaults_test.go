@@ -73,10 +73,13 @@ func TestTokenizerBeforeWeights(t *testing.T) {
 	}
 	os.WriteFile(filepath.Join(dir, "config.json"), cfg, 0o644)
 	os.WriteFile(filepath.Join(dir, "model.safetensors"), []byte("not a safetensors file"), 0o644)
+	input := filepath.Join(t.TempDir(), "in.jsonl")
+	os.WriteFile(input, []byte(`{"custom_id":"a","method":"POST","url":"/v1/completions","body":{"prompt":"hi"}}`+"\n"), 0o644)
 	for _, args := range [][]string{
 		{"run", "--model", dir, "--prompt", "hi"},
 		{"serve", "--model", dir, "--addr", "127.0.0.1:0"},
 		{"bench-serve", "--model", dir},
+		{"batch", "--model", dir, "--input", input, "--output", filepath.Join(t.TempDir(), "out.jsonl")},
 	} {
 		code, _, stderr := runCmd(t, args...)
 		if code != cli.ExitUsage || !strings.Contains(stderr, "has no tokenizer") || !strings.Contains(stderr, "--tokenizer") {
