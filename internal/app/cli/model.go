@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/k3go/k3"
+	"github.com/k3go/k3/internal/engine"
 	"github.com/k3go/k3/internal/engine/planner"
 	"github.com/k3go/k3/internal/platform/sysinfo"
 	"github.com/k3go/k3/tokenizer"
@@ -217,7 +218,14 @@ func ContextNote(m *k3.Model, given, sessions int) string {
 	if b := m.Stats().BudgetBytes; b > 0 {
 		budget = "the " + planner.Human(b) + " budget"
 	}
-	return fmt.Sprintf("context %d positions per session: the most %s holds for %d session(s), at most the model's limit (--max-context sets it)", n, budget, max(sessions, 1))
+	limit, from := m.Config().MaxPositions, "max_position_embeddings"
+	if limit == 0 {
+		limit, from = engine.DefaultContextLimit, "k3's limit: config.json gives no max_position_embeddings"
+	}
+	if n >= limit {
+		return fmt.Sprintf("context %d positions per session: the model's limit (%s), which %s holds for %d session(s) (--max-context sets it)", n, from, budget, max(sessions, 1))
+	}
+	return fmt.Sprintf("context %d positions per session: the most %s holds for %d session(s) (--max-context sets it)", n, budget, max(sessions, 1))
 }
 
 // CheckTokenizer refuses, before any weight is read, a command that needs
