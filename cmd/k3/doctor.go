@@ -279,7 +279,7 @@ func printDoctor(w io.Writer, r *doctorReport) {
 		}
 		if r.RecommendedBudget > 0 {
 			fmt.Fprintf(w, "advice:   %s: %s\n", r.RecommendedFlag, adviceText(r))
-			fmt.Fprintf(w, "batching: that budget holds at most %d sessions of 4096 positions (every one takes room from the pinned trunk and the expert cache); passes carry up to 64 rows (--sessions, --max-batch)\n", r.SessionsAtBudget)
+			fmt.Fprintf(w, "batching: that budget holds at most %d sessions of 4096 positions (--max-context 4096; every one takes room from the pinned trunk and the expert cache; without --max-context, run, serve and batch give each session the longest context the budget holds); passes carry up to 64 rows (--sessions, --max-batch)\n", r.SessionsAtBudget)
 		}
 	}
 	switch {

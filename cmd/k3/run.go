@@ -51,7 +51,8 @@ server answer alike; the same prompt and seed give the same text.
 produces the ids the conformance checks compare.)
 
 A continuation stops at [EOS], --stop, --max-tokens or the end of the
-context (--max-context, 4096 positions by default), and says which on
+context (--max-context; by default the largest the budget holds, said at
+start), and says which on
 stderr when it is the context. --json prints one object instead of the
 stream: {"text", "reasoning" (chats), "prompt_tokens", "generated_tokens",
 "stop_reason": "stop" | "max_tokens" | "context_full"}. In a chat, and on
