@@ -97,6 +97,14 @@ func (opts Options) Validate() error {
 			return bad(d.field, d.dir, err.Error())
 		}
 	}
+	if c := opts.Cluster; c != nil {
+		switch {
+		case c.Timeout < 0:
+			return bad("Cluster.Timeout", c.Timeout, "must not be negative (0 means 30s)")
+		case c.LoadTimeout < 0:
+			return bad("Cluster.LoadTimeout", c.LoadTimeout, "must not be negative (0 means 30m)")
+		}
+	}
 	if p := opts.PrefixCache; p != nil {
 		switch {
 		case p.BlockTokens < 0:

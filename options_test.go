@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/k3go/k3"
 	"github.com/k3go/k3/internal/testkit/fixtures"
@@ -43,6 +44,7 @@ func TestOptionErrors(t *testing.T) {
 		{k3.Options{TokenizerDir: file}, "TokenizerDir", `"` + file + `"`},
 		{k3.Options{PrefixCache: &k3.PrefixCacheOptions{BlockTokens: -1}}, "PrefixCache.BlockTokens", "-1"},
 		{k3.Options{PrefixCache: &k3.PrefixCacheOptions{CheckpointBlocks: -1}}, "PrefixCache.CheckpointBlocks", "-1"},
+		{k3.Options{Cluster: &k3.ClusterOptions{Timeout: -time.Second}}, "Cluster.Timeout", "-1s"},
 	} {
 		_, err := k3.Open(dir, c.opts)
 		_, ierr := k3.Inspect(dir, c.opts)

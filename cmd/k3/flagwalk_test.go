@@ -23,8 +23,8 @@ var (
 		"max-batch": true, "spec": true, "queue": true, "concurrency": true, "stored-responses": true,
 		"temperature": true, "top-k": true, "top-p": true, "min-p": true, "repetition-penalty": true,
 		"presence-penalty": true, "frequency-penalty": true, "seed": true, "stop-bias": true,
-		"header-tail": true, "reply-tokens": true,
-		"request-timeout": true, "shutdown-timeout": true,
+		"header-tail": true, "reply-tokens": true, "rank": true, "ranks": true,
+		"request-timeout": true, "shutdown-timeout": true, "peer-timeout": true, "peer-load-timeout": true,
 		"generate/max-tokens": true, "generate/sessions": true,
 	}
 	// negativeOK are the numeric flags a negative value is valid for.
@@ -41,6 +41,7 @@ var (
 		"bench/spec": {"0", "x"}, "gbps": {"0", "x", "-1"}, "prompts": {"-5", "x"}, "uncached-turns": {"0", "x"},
 		"ids": {"-1", "x", ""}, "detokenize/ids": {"-1", "x"}, "template/ids": {"-1", "x"},
 		"regex": {"a(", ""}, "stop": {""}, "prompt": {""},
+		"peers": {"no-port", "a:1,,b:2"}, "listen": {"no-port"}, "cluster-key": {"short"},
 	}
 	// anyString are string flags any value of which is valid (text, names,
 	// and paths the command creates).
@@ -83,6 +84,7 @@ func flagWalkBases(t *testing.T) map[string][]string {
 		"serve":       {"--model", empty, "--addr", "127.0.0.1:0"},
 		"doctor":      {"--dir", empty, "--model", empty, "--probe-size", "1MiB"},
 		"bench-serve": {"--model", empty},
+		"worker":      {"--model", empty, "--listen", "127.0.0.1:0", "--cluster-key", strings.Repeat("k", 32)},
 	}
 }
 

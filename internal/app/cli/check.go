@@ -141,6 +141,7 @@ var optionFlags = map[string]string{
 	"RAMBudget": "budget", "Threads": "threads", "MaxContext": "max-context", "PrefillChunk": "prefill-chunk",
 	"Sessions": "sessions", "MaxBatch": "max-batch", "Speculate": "spec", "TrunkDir": "trunk",
 	"TokenizerDir": "tokenizer", "PrefixCache.BlockTokens": "prefix-cache-block", "PrefixCache.Dir": "prefix-cache-dir",
+	"Cluster.Timeout": "peer-timeout", "Cluster.LoadTimeout": "peer-load-timeout",
 }
 
 // FlagError is an option the library refused (a *k3.OptionError), told in
