@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/k3go/k3"
 	"github.com/k3go/k3/internal/app/synth"
 	"github.com/k3go/k3/internal/testkit/testmodel"
 )
@@ -92,10 +93,22 @@ func TestDoctorAdvice(t *testing.T) {
 	advice := text.String()
 	want := "advice:   --budget auto: " + human(r.RecommendedBudget) + " on this machine now (the largest preset that fits is laptop, 8.00 GB)"
 	if r.FullBytes <= r.RecommendedBudget || r.RecommendedFlag != "--budget auto" || r.RecommendedPreset != "" || r.LargestPreset != "laptop" ||
-		!r.TrunkStreams || !strings.Contains(advice, want) {
+		!strings.Contains(advice, want) {
 		t.Errorf("a checkpoint larger than the machine: %+v\nwant %q in:\n%s", r, want, advice)
 	}
 	if strings.Contains(advice, human(r.RecommendedBudget)+" (laptop)") {
 		t.Errorf("a budget labelled with a preset of another size:\n%s", advice)
+	}
+	// The compression line follows the plan at that budget.
+	in, err := k3.Inspect(big, k3.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mp, err := in.Plan(r.RecommendedBudget)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if streams := mp.StreamedParts > 0; r.TrunkStreams != streams || streams == strings.Contains(advice, "compress: not needed") {
+		t.Errorf("%d trunk parts stream at %s, the report says %v:\n%s", mp.StreamedParts, human(r.RecommendedBudget), r.TrunkStreams, advice)
 	}
 }
