@@ -40,9 +40,11 @@ type Options struct {
 	// floor: the pinned trunk and the expert cache then get only what is
 	// left), at most the model's max_position_embeddings (1,048,576 when
 	// config.json does not say). With no budget it is the largest whose
-	// resident plan fits the machine's memory. A long context costs
-	// memory only as far as it fills, but under a budget its room is set
-	// aside at Open.
+	// resident plan fits the machine's memory. Never less than the
+	// default (4096, or the model's limit if less): a budget that cannot
+	// hold that is below the floor Inspect reports, and Open refuses it
+	// as it would without AutoContext. A long context costs memory only as
+	// far as it fills, but under a budget its room is set aside at Open.
 	AutoContext bool
 	// PrefillChunk is the most prompt tokens of one session that share a
 	// pass over the weights. Zero lets a prompt fill a pass (MaxBatch

@@ -139,14 +139,21 @@ func TestContextTooLongForTheBudget(t *testing.T) {
 
 // TestAutoContext: AutoContext gives the largest context the budget holds
 // (Model.MaxContext reports it); one more position does not fit; a larger
-// budget holds more; the model's max_position_embeddings caps it.
+// budget holds more; never less than the default context: below the floor
+// Inspect reports (at 4096 positions) it is the budget's ErrBudget, as
+// without AutoContext; the model's max_position_embeddings caps it.
 func TestAutoContext(t *testing.T) {
 	src := fixtures.Path(t, "oracle/tiny-mxfp4")
-	in, err := k3.Inspect(src, k3.Options{MaxContext: 1})
+	in, err := k3.Inspect(src, k3.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	prev := 0
+	_, err = k3.Open(src, k3.Options{RAMBudget: in.FloorBytes - 1, AutoContext: true})
+	var oe *k3.OptionError
+	if !errors.Is(err, k3.ErrBudget) || errors.As(err, &oe) || !strings.Contains(err.Error(), "the floor needs") {
+		t.Errorf("AutoContext one byte under the floor: %v, want the floor's ErrBudget", err)
+	}
+	prev := 4096
 	for _, budget := range []int64{in.FloorBytes + 1<<20, in.FloorBytes + 16<<20} {
 		m, err := k3.Open(src, k3.Options{RAMBudget: budget, AutoContext: true})
 		if err != nil {
@@ -154,7 +161,7 @@ func TestAutoContext(t *testing.T) {
 		}
 		n := m.MaxContext()
 		m.Close()
-		if n <= prev || n <= 64 {
+		if n <= prev {
 			t.Errorf("budget %d: %d positions (a smaller budget: %d)", budget, n, prev)
 		}
 		prev = n
@@ -175,7 +182,6 @@ func TestAutoContext(t *testing.T) {
 		t.Errorf("max_position_embeddings 300: context %d, Config().MaxPositions %d", n, m.Config().MaxPositions)
 	}
 	m.Close()
-	var oe *k3.OptionError
 	if _, err := k3.Open(dir, k3.Options{MaxContext: 301}); !errors.As(err, &oe) || !errors.Is(err, k3.ErrBadOptions) || !strings.Contains(err.Error(), "300") {
 		t.Errorf("MaxContext 301 > max_position_embeddings 300: %v", err)
 	}

@@ -122,12 +122,20 @@ func (e *OptionError) Unwrap() error { return e.Err }
 // limit, that the budget holds for req's sessions (planner.MaxContext);
 // with no budget, the largest whose resident plan fits the machine's
 // memory (limit if the memory is unknown: the KV cache grows only as it
-// fills). 0 when not even one position fits.
+// fills). Never less than the default context (DefaultMaxContext, or limit
+// if less): 0 when the budget cannot hold that, which is the budget's
+// floor, the one k3 doctor reports.
 func autoContext(w *planner.Weights, req planner.Request, limit int, machine func() int64) int {
+	var n int
 	if req.Budget > 0 {
-		return planner.MaxContext(w, req, limit)
+		n = planner.MaxContext(w, req, limit)
+	} else {
+		n = residentContext(w, req, limit, machine)
 	}
-	return residentContext(w, req, limit, machine)
+	if n < min(DefaultMaxContext, limit) {
+		return 0
+	}
+	return n
 }
 
 // residentContext is the largest context, at most limit, whose plan with
@@ -164,10 +172,12 @@ func residentContext(w *planner.Weights, req planner.Request, limit int, machine
 }
 
 // contextErr explains a plan that does not fit (err, planner.ErrBudget):
-// when a smaller context would fit, the context is the cause, and the
-// error names Options.MaxContext and the most positions that fit; else
-// the budget is (with no budget, the machine's memory: the error names
-// Options.RAMBudget). Other errors pass through.
+// when the context asked for is longer than the default and the default
+// would fit, the context is the cause, and the error names
+// Options.MaxContext and the most positions that fit; else the budget is,
+// with the floor at the default context (the one k3 doctor reports; with
+// no budget, the machine's memory: the error names Options.RAMBudget).
+// Other errors pass through.
 func contextErr(w *planner.Weights, req planner.Request, err error, machine func() int64) error {
 	if !errors.Is(err, planner.ErrBudget) {
 		return fmt.Errorf("k3: %w", err)
@@ -176,17 +186,27 @@ func contextErr(w *planner.Weights, req planner.Request, err error, machine func
 	sessions := max(req.Sessions, 1)
 	kv := fmt.Sprintf("its KV cache takes %s for %d session(s) (%s a position)",
 		planner.Human(int64(sessions)*perPos*int64(req.MaxContext)), sessions, planner.Human(perPos))
+	base := req
+	base.MaxContext = min(req.MaxContext, DefaultMaxContext)
 	if req.Budget > 0 {
-		n := planner.MaxContext(w, req, req.MaxContext-1)
-		if n == 0 {
-			return fmt.Errorf("k3: %w", err) // the floor itself does not fit
+		if req.MaxContext > DefaultMaxContext {
+			if _, berr := planner.Plan(w, base); berr != nil {
+				err = berr // the floor at the default context does not fit either
+			} else {
+				n := planner.MaxContext(w, req, req.MaxContext-1)
+				return &OptionError{Field: "MaxContext", Value: req.MaxContext, Err: planner.ErrBudget,
+					Reason: fmt.Sprintf("the context does not fit the RAM budget: %s; beside the model, a budget of %s holds at most %d positions per session", kv, planner.Human(req.Budget), n)}
+			}
 		}
-		return &OptionError{Field: "MaxContext", Value: req.MaxContext, Err: planner.ErrBudget,
-			Reason: fmt.Sprintf("the context does not fit the RAM budget: %s; beside the model, a budget of %s holds at most %d positions per session", kv, planner.Human(req.Budget), n)}
+		return fmt.Errorf("k3: %w", err)
 	}
-	if n := residentContext(w, req, req.MaxContext-1, machine); n > 0 {
+	if req.MaxContext > DefaultMaxContext && residentContext(w, base, base.MaxContext, machine) == base.MaxContext {
+		n := residentContext(w, req, req.MaxContext-1, machine)
 		return &OptionError{Field: "MaxContext", Value: req.MaxContext, Err: planner.ErrBudget,
 			Reason: fmt.Sprintf("the context does not fit this machine's memory: %s; with no RAM budget every weight is resident too, and the machine holds at most %d positions per session", kv, n)}
+	}
+	if mp, perr := planner.Plan(w, base); perr == nil && req.MaxContext > DefaultMaxContext {
+		err = checkResidentFits(mp, machine) // the weights' own total
 	}
 	return &OptionError{Field: "RAMBudget", Value: int64(0), Err: planner.ErrBudget,
 		Reason: strings.TrimPrefix(strings.TrimPrefix(err.Error(), planner.ErrBudget.Error()), ": ")}

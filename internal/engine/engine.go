@@ -231,9 +231,13 @@ func Open(ctx context.Context, dir string, cfg *model.Config, opts Options) (_ *
 	}
 	w, req := lay.Weights(), budgetRequest(dir, opts)
 	if auto {
-		if n := autoContext(w, req, ContextLimit(cfg), opts.MachineMemory); n > 0 {
-			opts.MaxContext, req.MaxContext, e.opts.MaxContext = n, n, n
+		// 0: not even the default context fits; the plan says what the
+		// floor needs.
+		n := autoContext(w, req, ContextLimit(cfg), opts.MachineMemory)
+		if n == 0 {
+			n = min(DefaultMaxContext, ContextLimit(cfg))
 		}
+		opts.MaxContext, req.MaxContext, e.opts.MaxContext = n, n, n
 	}
 	if e.res, err = planner.NewResidency(w, req); err != nil {
 		return nil, contextErr(w, req, err, nil)
