@@ -22,7 +22,7 @@ var (
 		"threads": true, "max-context": true, "prefill-chunk": true, "prefix-cache-block": true,
 		"max-batch": true, "spec": true, "queue": true, "concurrency": true, "stored-responses": true,
 		"temperature": true, "top-k": true, "top-p": true, "min-p": true, "repetition-penalty": true,
-		"presence-penalty": true, "frequency-penalty": true, "seed": true, "stop-bias": true,
+		"presence-penalty": true, "frequency-penalty": true, "seed": true, "stop-bias": true, "close-bias": true,
 		"header-tail": true, "reply-tokens": true, "rank": true, "ranks": true,
 		"request-timeout": true, "shutdown-timeout": true, "peer-timeout": true, "peer-load-timeout": true,
 		"generate/max-tokens": true, "generate/sessions": true,
