@@ -21,6 +21,7 @@ import (
 	"github.com/k3go/k3/internal/app/synth"
 	"github.com/k3go/k3/internal/engine/planner"
 	"github.com/k3go/k3/internal/platform/rss"
+	"github.com/k3go/k3/internal/testkit/testmodel"
 )
 
 // wideProfile is a synthetic checkpoint of 8 layers × 64 experts, wide
@@ -279,15 +280,34 @@ func TestPeakRSSWithinBudget(t *testing.T) {
 	floor := doctorFloor(t, dir)
 	// One byte under doctor's floor is refused by every command with that
 	// same floor.
+	// k3 run needs a tokenizer, which the wide checkpoint has not (and says
+	// so before anything else): it gets the checkpoint beside the
+	// quickstart's tokenizer, whose tables count in the floor, and doctor's
+	// floor for that.
+	withTok := t.TempDir()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		os.Symlink(filepath.Join(dir, e.Name()), filepath.Join(withTok, e.Name()))
+	}
+	for _, f := range []string{"tiktoken.model", "tokenizer_config.json"} {
+		os.Symlink(filepath.Join(testmodel.Dir(t), f), filepath.Join(withTok, f))
+	}
+	runFloor := doctorFloor(t, withTok)
 	under := strconv.FormatInt(floor-1, 10)
-	for _, args := range [][]string{
-		{"generate", "--model", dir, "--budget", under, "--ids", "1,2,3"},
-		{"bench", "--model", dir, "--budget", under, "--tokens", "1", "--probe", "0"},
-		{"run", "--model", dir, "--budget", under, "--prompt", "x"},
+	for _, c := range []struct {
+		args  []string
+		floor int64
+	}{
+		{[]string{"generate", "--model", dir, "--budget", under, "--ids", "1,2,3"}, floor},
+		{[]string{"bench", "--model", dir, "--budget", under, "--tokens", "1", "--probe-size", "0"}, floor},
+		{[]string{"run", "--model", withTok, "--budget", strconv.FormatInt(runFloor-1, 10), "--prompt", "x"}, runFloor},
 	} {
-		m := runMeasured(t, args...)
-		if m.exitCode != 5 || !strings.Contains(m.stderr, "the floor needs "+planner.Human(floor)) {
-			t.Errorf("k3 %s one byte under doctor's floor %s: exit %d (want 5, ErrBudget) with the same floor:\n%s", args[0], planner.Human(floor), m.exitCode, m.stderr)
+		m := runMeasured(t, c.args...)
+		if m.exitCode != 5 || !strings.Contains(m.stderr, "the floor needs "+planner.Human(c.floor)) {
+			t.Errorf("k3 %s one byte under doctor's floor %s: exit %d (want 5, ErrBudget) with the same floor:\n%s", c.args[0], planner.Human(c.floor), m.exitCode, m.stderr)
 		}
 	}
 	var moves int64
@@ -315,7 +335,7 @@ func TestPeakRSSWithinBudgetMedium(t *testing.T) {
 	floor := doctorFloor(t, dir)
 	checkPeak(t, dir, floor, 2, 1<<30)
 	const budget = 4e9
-	m := runMeasured(t, "bench", "--model", dir, "--budget", "4GB", "--tokens", "4", "--prompt-len", "4", "--probe", "256MiB", "--json")
+	m := runMeasured(t, "bench", "--model", dir, "--budget", "4GB", "--tokens", "4", "--prompt-len", "4", "--probe-size", "256MiB", "--json")
 	if m.exitCode != 0 {
 		t.Fatalf("k3 bench: exit %d\n%s", m.exitCode, m.stderr)
 	}

@@ -136,6 +136,10 @@ type Config struct {
 	// (routed_expert_hidden_size), MoEIntermediate their hidden width;
 	// DenseIntermediate the dense FFN's (intermediate_size).
 	LatentDim, MoEIntermediate, DenseIntermediate int
+	// MaxPositions is the longest context the model was trained for
+	// (max_position_embeddings), zero when config.json does not say; a
+	// longer Options.MaxContext is refused.
+	MaxPositions int
 }
 
 func newConfig(c *model.Config) Config {
@@ -145,5 +149,6 @@ func newConfig(c *model.Config) Config {
 		Hidden: c.Hidden, Vocab: c.Vocab, KDAHeads: c.KDAHeads, KDAHeadDim: c.KDAHeadDim, MLAHeads: c.MLAHeads,
 		Experts: c.Experts, TopK: c.TopK, SharedExperts: c.SharedExperts,
 		LatentDim: c.LatentDim, MoEIntermediate: c.MoEIntermediate, DenseIntermediate: c.DenseIntermediate,
+		MaxPositions: c.MaxPositions,
 	}
 }

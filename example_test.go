@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log"
 	"os"
 	"slices"
@@ -40,13 +41,39 @@ func ExampleOpen() {
 	fmt.Println("layers:", cfg.Layers, "experts:", cfg.Experts, "vocabulary:", cfg.Vocab)
 	fmt.Println("tokenizer:", m.Tokenizer() != nil)
 
-	// Errors wrap sentinels.
+	// Errors wrap sentinels: a directory that is not there is
+	// fs.ErrNotExist, one without config.json ErrBadConfig.
 	_, err = k3.Open("/nonexistent", k3.Options{})
-	fmt.Println(errors.Is(err, k3.ErrBadConfig))
+	fmt.Println(errors.Is(err, fs.ErrNotExist), errors.Is(err, k3.ErrBadConfig))
 	// Output:
 	// layers: 13 experts: 8 vocabulary: 512
 	// tokenizer: true
-	// true
+	// true false
+}
+
+// An option Open refuses is an *OptionError naming the field: here a
+// negative thread count, and a context too long for the RAM budget (the
+// context, not the budget, is named, with the most positions that fit).
+func ExampleOptionError() {
+	_, err := k3.Open(checkpoint(), k3.Options{Threads: -1})
+	var oe *k3.OptionError
+	if errors.As(err, &oe) {
+		fmt.Println(oe.Field, oe.Value, errors.Is(err, k3.ErrBadOptions))
+	}
+	fmt.Println(err)
+
+	in, err := k3.Inspect(checkpoint(), k3.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = k3.Open(checkpoint(), k3.Options{RAMBudget: in.FloorBytes + 1<<20, MaxContext: 1 << 30})
+	if errors.As(err, &oe) {
+		fmt.Println(oe.Field, oe.Value, errors.Is(err, k3.ErrBudget))
+	}
+	// Output:
+	// Threads -1 true
+	// k3: Options.Threads = -1: must not be negative (0 means GOMAXPROCS)
+	// MaxContext 1073741824 true
 }
 
 func ExampleModel_Generate() {

@@ -31,8 +31,21 @@ type Options struct {
 	// GOMAXPROCS.
 	Threads int
 	// MaxContext is the number of positions one session can hold (prompt
-	// plus generated tokens); zero means 4096. It bounds the MLA cache.
+	// plus generated tokens); zero means 4096, or what AutoContext
+	// chooses. It bounds the MLA cache, whose room the budget reserves for
+	// every session; Model.MaxContext reports it.
 	MaxContext int
+	// AutoContext, with MaxContext zero, makes the context the largest
+	// the RAM budget holds for Sessions sessions (beside the model's
+	// floor: the pinned trunk and the expert cache then get only what is
+	// left), at most the model's max_position_embeddings (1,048,576 when
+	// config.json does not say). With no budget it is the largest whose
+	// resident plan fits the machine's memory. Never less than the
+	// default (4096, or the model's limit if less): a budget that cannot
+	// hold that is below the floor Inspect reports, and Open refuses it
+	// as it would without AutoContext. A long context costs memory only as
+	// far as it fills, but under a budget its room is set aside at Open.
+	AutoContext bool
 	// PrefillChunk is the most prompt tokens of one session that share a
 	// pass over the weights. Zero lets a prompt fill a pass (MaxBatch
 	// rows). It changes speed and scratch memory, never results.
@@ -106,7 +119,7 @@ func (opts Options) engineOptions(tok *tokenizer.Tokenizer) engine.Options {
 		Sessions: opts.Sessions, MaxBatch: opts.MaxBatch, Speculate: opts.Speculate, IOQueueDepth: opts.IOQueueDepth,
 		TokenizerDir: opts.TokenizerDir, TrunkDir: opts.TrunkDir, TrunkCompression: engine.Compression(opts.TrunkCompression),
 		Logger: opts.Logger, Tokenizer: tok, WrapSource: opts.wrapSource, MachineMemory: opts.machineMemory,
-		Prefix: opts.PrefixCache.engineOptions(), Cluster: opts.Cluster.engineOptions(),
+		Prefix: opts.PrefixCache.engineOptions(), Cluster: opts.Cluster.engineOptions(), AutoContext: opts.AutoContext,
 	}
 }
 
@@ -141,14 +154,17 @@ func Open(dir string, opts Options) (*Model, error) {
 // comes first, as everywhere in k3, and Open is the short form without it
 // (the net.Dial / net.DialContext idiom).
 func OpenContext(ctx context.Context, dir string, opts Options) (*Model, error) {
-	if opts.RAMBudget < 0 || opts.Threads < 0 || opts.MaxContext < 0 || opts.PrefillChunk < 0 || opts.Sessions < 0 || opts.MaxBatch < 0 || opts.Speculate < 0 || opts.IOQueueDepth < 0 {
-		return nil, fmt.Errorf("k3: %w: negative value in %+v", ErrBadOptions, opts)
+	if err := opts.Validate(); err != nil {
+		return nil, err
 	}
-	if opts.MaxContext == 0 {
-		opts.MaxContext = engine.DefaultMaxContext
+	if err := checkCheckpointDir(dir); err != nil {
+		return nil, err
 	}
 	cfg, err := engine.ReadConfig(filepath.Join(dir, "config.json"))
 	if err != nil {
+		return nil, err
+	}
+	if opts, err = opts.forModel(cfg); err != nil {
 		return nil, err
 	}
 	tok, err := loadTokenizer(dir, opts.TokenizerDir)
@@ -164,8 +180,9 @@ func OpenContext(ctx context.Context, dir string, opts Options) (*Model, error) 
 	}
 	e, err := engine.Open(ctx, dir, cfg, opts.engineOptions(tok))
 	if err != nil {
-		return nil, err
+		return nil, fromEngine(err)
 	}
+	opts.MaxContext = e.MaxContext()
 	return &Model{e: e, tok: tok, eos: eos, cfg: newConfig(cfg), opts: opts}, nil
 }
 
@@ -204,6 +221,10 @@ func (m *Model) GrammarVocab() (*grammar.Vocab, error) {
 
 // Config returns the model's architecture, read from config.json.
 func (m *Model) Config() Config { return m.cfg }
+
+// MaxContext returns the positions each session holds: Options.MaxContext,
+// its default, or what Options.AutoContext chose.
+func (m *Model) MaxContext() int { return m.e.MaxContext() }
 
 // Close stops every running generation (they end with ErrClosed at the next
 // layer boundary), waits for them, then releases memory and files. It is

@@ -18,9 +18,14 @@ type Stats struct {
 	// experts, embedding rows), alignment padding included.
 	BytesRead int64
 	// TrunkBytesRead is the part of it that streamed dense layer parts;
-	// ExpertBytesRead the routed experts the cache missed.
+	// ExpertBytesRead the routed experts the cache missed;
+	// EmbedBytesRead the embedding rows read per token (when the table is
+	// not resident). With ReloadedBytes (below), the rest of BytesRead is
+	// the direct reads' alignment padding (and re-reads after short
+	// reads).
 	TrunkBytesRead  int64
 	ExpertBytesRead int64
+	EmbedBytesRead  int64
 	// TrunkDecodedBytes are the bytes of streamed trunk parts decoded from
 	// a compressed pack (Options.TrunkDir written with PackOptions.Compress;
 	// TrunkBytesRead is then what the disk delivered), TrunkDecodeTime the
@@ -100,6 +105,7 @@ func (s Stats) Sub(prev Stats) Stats {
 	d.BytesRead -= prev.BytesRead
 	d.TrunkBytesRead -= prev.TrunkBytesRead
 	d.ExpertBytesRead -= prev.ExpertBytesRead
+	d.EmbedBytesRead -= prev.EmbedBytesRead
 	d.TrunkDecodedBytes -= prev.TrunkDecodedBytes
 	d.TrunkDecodeTime -= prev.TrunkDecodeTime
 	d.CacheHits -= prev.CacheHits

@@ -58,6 +58,11 @@ type Config struct {
 	SituBeta       float32 // activation_situ_beta [situ_beta] (β1)
 	SituLinearBeta float32 // activation_situ_linear_beta [situ_linear_beta] (β2)
 
+	// MaxPositions is max_position_embeddings, the longest context the
+	// model was trained for (optional: zero when the config does not say;
+	// the release's is 1,048,576).
+	MaxPositions int
+
 	mla []bool // layer map, derived from FullAttnLayers
 }
 
@@ -160,6 +165,7 @@ func ParseConfig(data []byte) (*Config, error) {
 	c.AttnResBlock = r.int("attn_res_block_size")
 	c.SituBeta = r.float("activation_situ_beta", "situ_beta")
 	c.SituLinearBeta = r.float("activation_situ_linear_beta", "situ_linear_beta")
+	c.MaxPositions = r.optInt("max_position_embeddings")
 	if err := r.err(); err != nil {
 		return nil, err
 	}
@@ -293,6 +299,19 @@ func (r *configReader) number(objs []map[string]any, names []string, integer boo
 
 func (r *configReader) int(names ...string) int {
 	f, _ := r.number(r.order, names, true)
+	return int(f)
+}
+
+// optInt reads an optional positive integer: zero when absent.
+func (r *configReader) optInt(name string) int {
+	if _, _, ok := r.lookup(r.order, name); !ok {
+		return 0
+	}
+	f, ok := r.number(r.order, []string{name}, true)
+	if ok && (f < 1 || f > 1<<40) {
+		r.mistyped = append(r.mistyped, fmt.Sprintf("%s (want a positive integer, have %v)", name, f))
+		return 0
+	}
 	return int(f)
 }
 

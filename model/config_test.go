@@ -83,7 +83,7 @@ var realWant = Config{
 	MLAHeads: 96, QLoraRank: 1536, KVLoraRank: 512, QKNopeDim: 128, QKRopeDim: 64, VHeadDim: 128, MLAOutputGate: true,
 	Experts: 896, TopK: 16, SharedExperts: 2, LatentDim: 3584, MoEIntermediate: 3072, RoutedScale: 1,
 	MoERenormalize: true, LatentMoENorm: true, FirstKDense: 1, DenseIntermediate: 33792,
-	AttnResBlock: 12, SituBeta: 4, SituLinearBeta: 25,
+	AttnResBlock: 12, SituBeta: 4, SituLinearBeta: 25, MaxPositions: 1048576,
 }
 
 func mustJSON(t testing.TB, v any) []byte {
@@ -390,6 +390,31 @@ func TestParseConfigOptionalBools(t *testing.T) {
 	c := parseOK(t, mustJSON(t, n))
 	if c.MoERenormalize || !c.MLAOutputGate || !c.LatentMoENorm {
 		t.Errorf("nested: renormalize %v, output gate %v, latent norm %v; want false, true, true", c.MoERenormalize, c.MLAOutputGate, c.LatentMoENorm)
+	}
+}
+
+// TestParseConfigMaxPositions: max_position_embeddings is optional (zero
+// when absent); present, it must be a positive integer.
+func TestParseConfigMaxPositions(t *testing.T) {
+	absent := struct{}{}
+	for _, tc := range []struct {
+		val  any
+		want int
+		ok   bool
+	}{{absent, 0, true}, {4096, 4096, true}, {1048576, 1048576, true}, {0, 0, false}, {-5, 0, false}, {"4096", 0, false}, {1.5, 0, false}} {
+		cfg := tinyFlat(48)
+		if tc.val == absent {
+			delete(cfg, "max_position_embeddings")
+		} else {
+			cfg["max_position_embeddings"] = tc.val
+		}
+		c, err := ParseConfig(mustJSON(t, cfg))
+		switch {
+		case tc.ok && (err != nil || c.MaxPositions != tc.want):
+			t.Errorf("max_position_embeddings %v: %v, %v; want %d", tc.val, c, err, tc.want)
+		case !tc.ok && (!errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), "max_position_embeddings")):
+			t.Errorf("max_position_embeddings %v: %v, want a bad config naming the key", tc.val, err)
+		}
 	}
 }
 

@@ -68,6 +68,7 @@ type Model struct {
 
 	passes, rows                atomic.Int64
 	expertUnion, moeLayerPasses atomic.Int64
+	embedBytes                  atomic.Int64 // embedding rows read (EmbedPerToken)
 }
 
 // Stats are a Model's cumulative counters of its own work; the weight
@@ -79,12 +80,16 @@ type Stats struct {
 	// of every pass, MoELayerPasses counts those layer executions.
 	Passes, Rows                int64
 	ExpertUnion, MoELayerPasses int64
+	// EmbedBytes counts the embedding rows read from the checkpoint
+	// (EmbedPerToken): their bytes, without the reads' alignment.
+	EmbedBytes int64
 }
 
 // Stats returns the counters since Load.
 func (m *Model) Stats() Stats {
 	return Stats{ForwardTime: time.Duration(m.forwardNanos.Load()),
-		Passes: m.passes.Load(), Rows: m.rows.Load(), ExpertUnion: m.expertUnion.Load(), MoELayerPasses: m.moeLayerPasses.Load()}
+		Passes: m.passes.Load(), Rows: m.rows.Load(), ExpertUnion: m.expertUnion.Load(), MoELayerPasses: m.moeLayerPasses.Load(),
+		EmbedBytes: m.embedBytes.Load()}
 }
 
 // singleExtent lays out one file range alone in a buffer.
@@ -173,6 +178,7 @@ func (m *Model) embedRow(ctx context.Context, dst []float32, id int, buf []byte)
 	if err := m.embedRead(ctx, x, buf[:n]); err != nil {
 		return fmt.Errorf("embedding row %d: %w", id, err)
 	}
+	m.embedBytes.Add(rb)
 	return tensor.Widen(dst, buf[x.BufOff:x.BufOff+rb], m.embed.DType)
 }
 

@@ -67,6 +67,7 @@ func parseBatch(args []string, stderr io.Writer) (*batchConfig, error) {
 	fs := cli.NewFlags("batch", "--model DIR --input requests.jsonl --output results.jsonl [--shard i/N] [flags]", stderr)
 	c := &batchConfig{}
 	c.mf.PrefixByDefault = true
+	c.mf.AutoContext = true
 	c.mf.Register(fs)
 	fs.StringVar(&c.input, "input", "", "requests `file`: one OpenAI Batch API request per line, {\"custom_id\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\" or \"/v1/completions\",\"body\"}")
 	fs.StringVar(&c.output, "output", "", "results `file`, one line per request; rerun with the same file to resume: the custom_ids already in it are skipped")
@@ -75,8 +76,9 @@ func parseBatch(args []string, stderr io.Writer) (*batchConfig, error) {
 	fs.IntVar(&c.concurrency, "concurrency", 0, "requests in flight at once (0 = --sessions); more than --sessions wait for a session")
 	fs.IntVar(&c.maxBatch, "max-batch", 0, "most token `rows` one pass over the weights carries, summed over the sessions in it (0 = the planner's: sized to the budget)")
 	fs.StringVar(&c.name, "name", "", "model id a request's \"model\" must match, if it names one (default: the checkpoint directory's name)")
-	fs.DurationVar(&c.timeout, "request-timeout", 24*time.Hour, "most time one request may take, waiting for a session included; a request past it gets its error line")
+	fs.DurationVar(&c.timeout, "request-timeout", 24*time.Hour, "most time one request may take, waiting for a session included; a request past it gets its error line (0 = no limit)")
 	fs.DurationVar(&c.every, "progress-every", 30*time.Second, "period of the progress line when stderr is not a terminal")
+	cli.InputFiles(fs, "input")
 	if err := cli.Parse(fs, args); err != nil {
 		return nil, err
 	}
@@ -84,11 +86,20 @@ func parseBatch(args []string, stderr io.Writer) (*batchConfig, error) {
 	if c.shard, c.shards, err = parseShard(*shard); err != nil {
 		return nil, err
 	}
-	switch {
-	case c.input == "" || c.output == "":
+	if err := cli.FirstError(
+		cli.Positive("sessions", c.sessions),
+		cli.NotNegative("concurrency", c.concurrency, "--sessions"),
+		cli.NotNegative("max-batch", c.maxBatch, "the planner's"),
+		cli.Positive("progress-every", c.every),
+		cli.NotNegative("request-timeout", c.timeout, "no limit"),
+	); err != nil {
+		return nil, err
+	}
+	if c.input == "" || c.output == "" {
 		return nil, cli.Usagef("--input and --output are required")
-	case c.sessions < 1 || c.concurrency < 0 || c.maxBatch < 0 || c.every <= 0 || c.timeout <= 0:
-		return nil, cli.Usagef("--sessions, --request-timeout and --progress-every must be positive, --concurrency and --max-batch not negative")
+	}
+	if err := c.mf.Check(func(o *k3.Options) { o.Sessions, o.MaxBatch = c.sessions, c.maxBatch }); err != nil {
+		return nil, err
 	}
 	if c.concurrency == 0 {
 		c.concurrency = c.sessions
@@ -106,6 +117,14 @@ func runBatch(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	}
 	// SIGTERM too: it is how Kubernetes stops a pod. Requests in flight
 	// are dropped and sent again by the rerun.
+	// The requests are text: a checkpoint without a tokenizer is refused
+	// before any weight is read.
+	if err := cli.CheckCheckpoint(c.mf.Dir); err != nil {
+		return err
+	}
+	if err := cli.CheckTokenizer(c.mf.Dir, ""); err != nil {
+		return err
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	m, err := c.mf.OpenWith(ctx, func(o *k3.Options) { o.Sessions, o.MaxBatch = c.sessions, c.maxBatch })
@@ -113,11 +132,10 @@ func runBatch(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer m.Close()
-	maxContext := c.mf.MaxContext
-	if maxContext == 0 {
-		maxContext = 4096 // k3's default
+	if c.mf.MaxContext == 0 {
+		fmt.Fprintf(stderr, "k3 batch: %s\n", cli.ContextNote(m, 0, c.sessions))
 	}
-	h, err := newBatchHandler(m, batchHandlerOptions{Name: c.name, MaxContext: maxContext, Parallel: c.sessions,
+	h, err := newBatchHandler(m, batchHandlerOptions{Name: c.name, MaxContext: m.MaxContext(), Parallel: c.sessions,
 		Queue: max(c.concurrency-c.sessions, 0), RequestTimeout: c.timeout})
 	if err != nil {
 		return err

@@ -182,8 +182,8 @@ func TestGenerateBatchFileErrors(t *testing.T) {
 		}
 	}
 	code, _, stderr := runCmd(t, "generate", "--model", dir, "--batch-file", filepath.Join(t.TempDir(), "absent"))
-	if code != cli.ExitIO {
-		t.Errorf("absent file: exit %d (%s), want %d", code, stderr, cli.ExitIO)
+	if code != cli.ExitUsage || !strings.Contains(stderr, "--batch-file") {
+		t.Errorf("absent file: exit %d (%s), want %d naming --batch-file", code, stderr, cli.ExitUsage)
 	}
 	// A prompt that fails while decoding (its context is full) fails the
 	// command, naming its line.

@@ -133,9 +133,9 @@ func TestBatchQuickstart(t *testing.T) {
 // TestBatchUsage: --help exits 0; bad flags and inputs exit 2 with a
 // message; the command is in the help.
 func TestBatchUsage(t *testing.T) {
-	code, _, stderr := runCmd(t, "batch", "--help")
-	if code != 0 || !strings.Contains(stderr, "-shard i/N") || !strings.Contains(stderr, "-concurrency") {
-		t.Errorf("batch --help: exit %d: %s", code, stderr)
+	code, usage, _ := runCmd(t, "batch", "--help")
+	if code != 0 || !strings.Contains(usage, "-shard i/N") || !strings.Contains(usage, "-concurrency") {
+		t.Errorf("batch --help: exit %d: %s", code, usage)
 	}
 	if _, out, _ := runCmd(t, "help"); !strings.Contains(out, "batch") {
 		t.Errorf("help does not list batch: %s", out)
@@ -192,10 +192,21 @@ func TestBatchManifest(t *testing.T) {
 		t.Fatalf("no completions (%d) or args (%q) in the manifest", completions, args)
 	}
 	outputs := make(map[string]bool)
+	// The paths the pod mounts are not on this machine: the flags are
+	// checked with paths that exist in their place.
+	model, input := t.TempDir(), filepath.Join(t.TempDir(), "requests.jsonl")
+	os.WriteFile(input, nil, 0o644)
 	for i := range completions {
 		var a []string
 		for _, x := range args {
-			a = append(a, strings.ReplaceAll(x, "$(JOB_COMPLETION_INDEX)", fmt.Sprint(i)))
+			x = strings.ReplaceAll(x, "$(JOB_COMPLETION_INDEX)", fmt.Sprint(i))
+			if v, ok := strings.CutPrefix(x, "--model="); ok && v != "" {
+				x = "--model=" + model
+			}
+			if v, ok := strings.CutPrefix(x, "--input="); ok && v != "" {
+				x = "--input=" + input
+			}
+			a = append(a, x)
 		}
 		c, err := parseBatch(a, io.Discard)
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/signal"
 	"strings"
@@ -42,26 +43,41 @@ func (o *runOpts) chatTurn(ctx context.Context, m *k3.Model, user string, stdout
 	return err
 }
 
+// replyEnd says how a reply ended.
+type replyEnd int
+
+const (
+	replyDone      replyEnd = iota // it ran to its end (or the input ended)
+	replyStopped                   // a Ctrl-C stopped it at a token; the conversation goes on
+	replyAbandoned                 // a second Ctrl-C cut its step: the conversation is unusable
+)
+
 // reply streams the reply to user: the answer to stdout, the reasoning to
 // stderr (dimmed on a terminal, or not at all with --hide-reasoning). The
 // first Ctrl-C stops it at the next token, keeping the conversation; a
-// second abandons it, which leaves the conversation unusable (broken
-// reports it). A close of quit (the end of a terminal's input) stops it
-// like the first Ctrl-C. With --json nothing streams: one object is
-// printed at the end.
-func (o *runOpts) reply(ctx context.Context, c *k3.Conversation, user string, stdout, stderr io.Writer, n *tokenCount, quit <-chan struct{}) (broken bool, err error) {
+// second abandons it, which leaves the conversation unusable. A close of
+// quit (the end of a terminal's input) stops it like the first Ctrl-C.
+// With --json nothing streams: one object is printed at the end. The
+// Ctrl-Cs come on o.sig (the interactive chat's), or on a channel of its
+// own.
+func (o *runOpts) reply(ctx context.Context, c *k3.Conversation, user string, stdout, stderr io.Writer, n *tokenCount, quit <-chan struct{}) (end replyEnd, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var stop atomic.Bool
-	sig := make(chan os.Signal, 2)
-	signal.Notify(sig, os.Interrupt)
-	defer signal.Stop(sig)
+	var stop, interrupted atomic.Bool
+	sig := o.sig
+	if sig == nil {
+		own := make(chan os.Signal, 2)
+		signal.Notify(own, os.Interrupt)
+		defer signal.Stop(own)
+		sig = own
+	}
 	done := make(chan struct{})
 	defer close(done)
 	go func() {
 		for {
 			select {
 			case <-sig:
+				interrupted.Store(true)
 				if stop.Swap(true) {
 					cancel()
 				}
@@ -97,12 +113,12 @@ func (o *runOpts) reply(ctx context.Context, c *k3.Conversation, user string, st
 				w.Flush()
 			}
 			if ctx.Err() != nil {
-				return true, errInterrupted
+				return replyAbandoned, errInterrupted
 			}
 			if errors.Is(err, k3.ErrContextFull) {
-				return false, fmt.Errorf("the conversation fills the context (%d positions, --max-context); /reset starts a new one: %w", o.maxContext(), err)
+				return replyDone, fmt.Errorf("the conversation fills the context (%d positions, --max-context); /reset starts a new one: %w", o.maxContext(), err)
 			}
-			return false, err
+			return replyDone, err
 		}
 		if d.Token.Index >= 0 {
 			gen++
@@ -122,13 +138,16 @@ func (o *runOpts) reply(ctx context.Context, c *k3.Conversation, user string, st
 			fmt.Fprintf(w, "\n[tool call %s %s]\n", d.ToolCall.Function.Name, d.ToolCall.Function.Arguments)
 		}
 		if err := w.Flush(); err != nil {
-			return false, err
+			return replyDone, err
 		}
 		if stop.Load() {
 			break
 		}
 	}
 	o.watch.Idle()
+	if interrupted.Load() {
+		end = replyStopped
+	}
 	r.end()
 	n.elapsed += time.Since(t0)
 	n.generated += gen
@@ -139,10 +158,10 @@ func (o *runOpts) reply(ctx context.Context, c *k3.Conversation, user string, st
 		if gen >= o.gen.MaxTokens {
 			reason = "max_tokens"
 		}
-		return false, writeRunJSON(stdout, runJSON{Text: text.String(), Reasoning: reasoning.String(), PromptTokens: prompt, GeneratedTokens: gen, StopReason: reason})
+		return end, writeRunJSON(stdout, runJSON{Text: text.String(), Reasoning: reasoning.String(), PromptTokens: prompt, GeneratedTokens: gen, StopReason: reason})
 	}
 	w.WriteString("\n")
-	return false, w.Flush()
+	return end, w.Flush()
 }
 
 // reasoningWriter streams a reply's reasoning to w, dimmed on a terminal;
@@ -181,6 +200,23 @@ func (r *reasoningWriter) end() {
 
 const chatHelp = `commands: /save FILE, /load FILE, /reset, /quit (or Ctrl-D); "//text" sends "/text"`
 
+// chatBanner is what the interactive chat says first: how to talk, what
+// the dim text is (the model's reasoning, shown before its answer), how
+// Ctrl-C works, the commands.
+func (o *runOpts) chatBanner(stderr io.Writer) string {
+	var b strings.Builder
+	b.WriteString("chat: type a message and press Enter.")
+	switch {
+	case o.noThinking || o.hideReasoning:
+	case isTerminal(stderr):
+		b.WriteString(" The model reasons first: its reasoning is the \x1b[2mdim text\x1b[0m, then comes its answer.")
+	default:
+		b.WriteString(` The model reasons first: its reasoning follows "thinking: " on stderr, then comes its answer.`)
+	}
+	b.WriteString(" Ctrl-C stops a reply; Ctrl-C twice leaves (exit code 130).\n" + chatHelp)
+	return b.String()
+}
+
 // chatLoop reads user messages from stdin, one per line. On a terminal,
 // errors are reported and the chat goes on; from a pipe they end it.
 func (o *runOpts) chatLoop(ctx context.Context, m *k3.Model, stdin io.Reader, stdout, stderr io.Writer, n *tokenCount) error {
@@ -190,13 +226,21 @@ func (o *runOpts) chatLoop(ctx context.Context, m *k3.Model, stdin io.Reader, st
 	}
 	tty := isTerminal(stdin)
 	if tty {
-		fmt.Fprintf(stderr, "chat: type a message and press Enter; %s\n", chatHelp)
+		fmt.Fprintln(stderr, o.chatBanner(stderr))
 	}
+	// One channel for the chat's Ctrl-Cs, at the prompt and during
+	// replies: between the two no Ctrl-C falls to the default handling.
+	sig := make(chan os.Signal, 4)
+	signal.Notify(sig, os.Interrupt)
+	defer signal.Stop(sig)
+	o.sig = sig
+	defer func() { o.sig = nil }()
+	interrupted := false // the last reply ended at a Ctrl-C: one more leaves
 	fail := func(err error) error {
 		if !tty {
 			return err
 		}
-		fmt.Fprintf(stderr, "error: %v\n", err)
+		fmt.Fprintf(stderr, "error: %s\n", cli.Text(err))
 		return nil
 	}
 	in := readLines(stdin)
@@ -211,7 +255,8 @@ func (o *runOpts) chatLoop(ctx context.Context, m *k3.Model, stdin io.Reader, st
 		if tty {
 			fmt.Fprint(stderr, "> ")
 		}
-		line, ok, err := in.next(stderr)
+		line, ok, err := in.next(sig, stderr, interrupted)
+		interrupted = false
 		if err != nil || !ok {
 			if tty {
 				fmt.Fprintln(stderr)
@@ -260,7 +305,7 @@ func (o *runOpts) chatLoop(ctx context.Context, m *k3.Model, stdin io.Reader, st
 					}
 				}
 				if err != nil {
-					if err := fail(err); err != nil {
+					if err := fail(fileCommandError(cmd, arg, err)); err != nil {
 						return err
 					}
 					continue
@@ -277,13 +322,17 @@ func (o *runOpts) chatLoop(ctx context.Context, m *k3.Model, stdin io.Reader, st
 		if strings.HasPrefix(line, "//") {
 			line = line[1:]
 		}
-		broken, err := o.reply(ctx, c, line, stdout, stderr, n, quit)
+		end, err := o.reply(ctx, c, line, stdout, stderr, n, quit)
 		if quit != nil && in.ended() {
 			fmt.Fprintln(stderr, "end of input: the chat ends")
 			return nil
 		}
+		interrupted = end != replyDone
+		if end == replyStopped && tty {
+			fmt.Fprintln(stderr, "(reply stopped; Ctrl-C again, /quit or Ctrl-D to leave)")
+		}
 		if err != nil {
-			if broken {
+			if end == replyAbandoned {
 				fmt.Fprintln(stderr, "reply abandoned; the conversation restarts")
 				c.Close()
 				if c, err = o.newChat(m); err != nil {
@@ -296,6 +345,20 @@ func (o *runOpts) chatLoop(ctx context.Context, m *k3.Model, stdin io.Reader, st
 			}
 		}
 	}
+}
+
+// fileCommandError is a failed /save or /load FILE as the chat says it:
+// the command and the file, then why ("the file does not exist", the
+// system's reason, or the library's without the name of its function).
+func fileCommandError(cmd, file string, err error) error {
+	var pe *fs.PathError
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return cli.Tagged(err, "%s %s: the file does not exist", cmd, file)
+	case errors.As(err, &pe):
+		return cli.Tagged(err, "%s %s: %v", cmd, file, pe.Err)
+	}
+	return cli.Tagged(err, "%s %s: %s", cmd, file, cli.Text(err))
 }
 
 // lineReader reads the chat's input lines in a goroutine, so that the chat
@@ -338,14 +401,11 @@ func (lr *lineReader) ended() bool {
 	}
 }
 
-// next waits for a line; ok is false at the end of input. A Ctrl-C while
-// it waits says how to leave, and a second one in a row leaves with
-// errInterrupted.
-func (lr *lineReader) next(stderr io.Writer) (line string, ok bool, err error) {
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, os.Interrupt)
-	defer signal.Stop(sig)
-	interrupted := false
+// next waits for a line; ok is false at the end of input. A Ctrl-C (on
+// sig) while it waits says how to leave, and a second one in a row leaves
+// with errInterrupted; interrupted says the first came already (it
+// stopped the reply before).
+func (lr *lineReader) next(sig <-chan os.Signal, stderr io.Writer, interrupted bool) (line string, ok bool, err error) {
 	for {
 		select {
 		case line := <-lr.lines:

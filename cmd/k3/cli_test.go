@@ -26,9 +26,9 @@ func TestErrorMessages(t *testing.T) {
 		want string
 	}{
 		{[]string{"generate", "--model", dir, "--ids", "1,99999"}, cli.ExitUsage, "k3 generate: token id out of range"},
-		{[]string{"generate", "--bogus"}, cli.ExitUsage, "k3 generate: flag provided but not defined: -bogus (k3 help generate lists the flags)"},
+		{[]string{"generate", "--bogus"}, cli.ExitUsage, "k3 generate: unknown flag --bogus (k3 help generate lists the flags)"},
 		{[]string{"tokenize", "--model", t.TempDir(), "--text", "hi"}, cli.ExitUsage, "has no tokenizer"},
-		{[]string{"doctor", "--dir", filepath.Join(t.TempDir(), "missing")}, cli.ExitUsage, "k3 doctor: --dir:"},
+		{[]string{"doctor", "--dir", filepath.Join(t.TempDir(), "missing")}, cli.ExitUsage, "k3 doctor: --dir /"},
 		{[]string{"pack", "--model", dir, "--out", packed}, cli.ExitUsage, "already exists (use --force to replace it)"},
 	}
 	for _, c := range cases {
@@ -48,10 +48,14 @@ func TestErrorMessages(t *testing.T) {
 	}
 }
 
-// TestHelpShowsUsage: --help still prints the flags, with exit 0.
+// TestHelpShowsUsage: k3 help CMD, CMD --help and CMD -h print the usage
+// and the flags on stdout (so that "k3 help run | less" shows them), with
+// nothing on stderr and exit 0.
 func TestHelpShowsUsage(t *testing.T) {
-	code, _, stderr := runCmd(t, "generate", "--help")
-	if code != cli.ExitOK || !strings.Contains(stderr, "Usage: k3 generate") || !strings.Contains(stderr, "-max-tokens") {
-		t.Fatalf("k3 generate --help: exit %d, %q", code, stderr)
+	for _, args := range [][]string{{"generate", "--help"}, {"generate", "-h"}, {"help", "generate"}} {
+		code, stdout, stderr := runCmd(t, args...)
+		if code != cli.ExitOK || !strings.Contains(stdout, "Usage: k3 generate") || !strings.Contains(stdout, "-max-tokens") || stderr != "" {
+			t.Errorf("k3 %v: exit %d, stdout %q, stderr %q", args, code, stdout, stderr)
+		}
 	}
 }

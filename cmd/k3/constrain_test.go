@@ -141,7 +141,7 @@ func TestConstraintFlagErrors(t *testing.T) {
 	noValue := writeFile(t, `{"type":"integer","minimum":5,"maximum":1}`)
 	good := writeFile(t, cliSchema)
 	missing := filepath.Join(t.TempDir(), "missing.json")
-	noModel := filepath.Join(t.TempDir(), "no-model")
+	noModel := t.TempDir() // a directory without a checkpoint: the flags fail before it is opened
 	for _, cmd := range [][]string{
 		{"run", "--model", noModel, "--prompt", "x"},
 		{"run", "--model", noModel, "--prompt", "x", "--chat"},
@@ -156,7 +156,7 @@ func TestConstraintFlagErrors(t *testing.T) {
 			{[]string{"--json-schema", invalid}, cli.ExitUsage, []string{`"type"`, "/type", "objekt"}},
 			{[]string{"--json-schema", notJSON}, cli.ExitUsage, []string{"not JSON"}},
 			{[]string{"--json-schema", noValue}, cli.ExitUsage, []string{"no value"}},
-			{[]string{"--json-schema", missing}, cli.ExitIO, []string{"--json-schema", "missing.json"}},
+			{[]string{"--json-schema", missing}, cli.ExitUsage, []string{"--json-schema", "missing.json", "does not exist"}},
 			{[]string{"--regex", "a("}, cli.ExitUsage, []string{"--regex", "missing closing )"}},
 			{[]string{"--regex", ""}, cli.ExitUsage, []string{"empty --regex"}},
 			{[]string{"--json-object", "--regex", "a"}, cli.ExitUsage, []string{"give one of"}},

@@ -48,11 +48,19 @@ type doctorReport struct {
 	ODirectRndGBps float64 `json:"odirect_rand_gbps"`
 	ProbeNote      string  `json:"probe_note,omitempty"`
 
-	Model             string  `json:"model,omitempty"`
-	FloorBytes        int64   `json:"floor_bytes,omitempty"`
-	FullBytes         int64   `json:"full_bytes,omitempty"`
+	Model      string `json:"model,omitempty"`
+	FloorBytes int64  `json:"floor_bytes,omitempty"`
+	FullBytes  int64  `json:"full_bytes,omitempty"`
+	// The advice: RecommendedFlag is "--preset max" when everything fits
+	// resident, else "--budget auto" (RecommendedBudget is what it gives
+	// here now); RecommendedPreset is "max" or empty; LargestPreset the
+	// largest preset with a budget that fits this machine and the model's
+	// floor ("" if none does).
 	RecommendedBudget int64   `json:"recommended_budget_bytes,omitempty"`
+	RecommendedFlag   string  `json:"recommended_flag,omitempty"`
 	RecommendedPreset string  `json:"recommended_preset,omitempty"`
+	LargestPreset     string  `json:"largest_preset,omitempty"`
+	TrunkStreams      bool    `json:"trunk_streams,omitempty"`
 	BytesPerToken     int64   `json:"bytes_per_token,omitempty"`
 	ExpectedSPerToken float64 `json:"expected_s_per_token,omitempty"`
 	SessionsAtBudget  int     `json:"sessions_at_budget,omitempty"`
@@ -70,10 +78,11 @@ func runDoctor(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := cli.NewFlags("doctor", "[--dir DIR] [--model CHECKPOINT] [--json]", stderr)
 	dir := fs.String("dir", ".", "`directory` on the disk to measure (a temporary file is written and removed)")
 	modelDir := fs.String("model", "", "checkpoint `directory` to plan for (its disk is measured unless --dir is given)")
-	probeSize := fs.String("probe-size", "1GiB", "size of the temporary file the disk probe reads")
+	probeSize := fs.String("probe-size", "1GiB", "`size` of the temporary file the disk probe reads")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	var pf cli.ProgressFlag
 	pf.Register(fs)
+	cli.InputDirs(fs, "dir", "model")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
@@ -83,7 +92,7 @@ func runDoctor(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	}
 	size, err := cli.ParseSize(*probeSize)
 	if err != nil || size < 1<<20 {
-		return cli.Usagef("--probe-size: want at least 1MiB")
+		return cli.Usagef("--probe-size %q: want a size of at least 1MiB", *probeSize)
 	}
 	dirSet := false
 	fs.Visit(func(f *flag.Flag) {
@@ -95,12 +104,7 @@ func runDoctor(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		*dir = *modelDir
 	}
 	// A directory that is not there is a typo, not a finding about the
-	// machine: say so and fail, as every other command does.
-	if st, err := os.Stat(*dir); err != nil {
-		return cli.Usagef("--dir: %v", err)
-	} else if !st.IsDir() {
-		return cli.Usagef("--dir: %s is not a directory", *dir)
-	}
+	// machine: Parse said so (--dir and --model are input directories).
 	ctx, cancel := cli.SignalContext()
 	defer cancel()
 
@@ -142,14 +146,19 @@ func runDoctor(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 			r.CanRun = false
 			r.Problems = append(r.Problems, err.Error())
 		}
-		steps.Step("reading a sample of %s's dense weights to measure their compression", *modelDir)
-		if cr, err := k3.MeasureCompression(ctx, *modelDir); err == nil {
-			if disk := max(r.ODirectSeqGBps, r.ODirectRndGBps); disk > 0 {
-				cr = cr.Judge(disk * 1e9) // the probe's figure is better than the sample's short read
-			}
-			r.Compression = &cr
+		if r.RecommendedBudget > 0 && !r.TrunkStreams {
+			// The whole trunk is resident at the advised budget: a
+			// compressed pack would change nothing.
 		} else {
-			r.Problems = append(r.Problems, fmt.Sprintf("compression sample: %v", err))
+			steps.Step("reading a sample of %s's dense weights to measure their compression", *modelDir)
+			if cr, err := k3.MeasureCompression(ctx, *modelDir); err == nil {
+				if disk := max(r.ODirectSeqGBps, r.ODirectRndGBps); disk > 0 {
+					cr = cr.Judge(disk * 1e9) // the probe's figure is better than the sample's short read
+				}
+				r.Compression = &cr
+			} else {
+				r.Problems = append(r.Problems, fmt.Sprintf("compression sample: %v", err))
+			}
 		}
 	}
 	steps.Done()
@@ -220,20 +229,20 @@ func planFor(r *doctorReport, dir string) error {
 	if usable < in.FloorBytes {
 		return fmt.Errorf("the model needs at least %s of RAM for its floor; %s is available", human(in.FloorBytes), human(avail))
 	}
+	// Everything resident if it fits; else the most this machine gives
+	// (--budget auto), which is between two presets or above them all.
 	budget := min(usable, in.FullBytes)
-	r.RecommendedBudget = budget
-	r.RecommendedPreset = "custom: --budget " + human(budget)
-	presets := cli.Presets()
-	for i := len(presets) - 1; i >= 0; i-- {
-		p := presets[i]
-		if p.Bytes == 0 && in.FullBytes <= usable {
-			r.RecommendedPreset = p.Name
-			break
-		}
+	r.RecommendedBudget, r.RecommendedFlag = budget, "--budget auto"
+	if in.FullBytes <= usable {
+		r.RecommendedFlag, r.RecommendedPreset = "--preset max", "max"
+	}
+	for _, p := range cli.Presets() {
 		if p.Bytes > 0 && p.Bytes <= usable && p.Bytes >= in.FloorBytes {
-			r.RecommendedPreset = p.Name
-			break
+			r.LargestPreset = p.Name
 		}
+	}
+	if mp, err := in.Plan(budget); err == nil {
+		r.TrunkStreams = mp.StreamedParts > 0
 	}
 	bpt, err := in.BytesPerToken(budget)
 	if err != nil {
@@ -284,13 +293,17 @@ func printDoctor(w io.Writer, r *doctorReport) {
 				p.Preset, human(p.Budget), p.PinnedParts, p.Parts, p.RingSlots, human(p.RingSlotBytes), p.CacheSlots, human(p.TrunkPerPass), human(p.BytesPerToken), human(p.HeapLimit))
 		}
 		if r.RecommendedBudget > 0 {
-			fmt.Fprintf(w, "advice:   --budget %s (%s): about %s read per token, roofline %.3f s/token at %.2f GB/s\n",
-				human(r.RecommendedBudget), r.RecommendedPreset, human(r.BytesPerToken), r.ExpectedSPerToken, max(r.ODirectSeqGBps, r.ODirectRndGBps))
-			fmt.Fprintf(w, "batching: that budget holds at most %d sessions of 4096 positions (every one takes room from the pinned trunk and the expert cache); passes carry up to 64 rows (--sessions, --max-batch)\n", r.SessionsAtBudget)
+			fmt.Fprintf(w, "advice:   %s: %s\n", r.RecommendedFlag, adviceText(r))
+			fmt.Fprintf(w, "batching: that budget holds at most %d sessions of 4096 positions (--max-context 4096; every one takes room from the pinned trunk and the expert cache; without --max-context, run, serve and batch give each session the longest context the budget holds); passes carry up to 64 rows (--sessions, --max-batch)\n", r.SessionsAtBudget)
 		}
 	}
-	if r.Compression != nil {
-		fmt.Fprintf(w, "compress: %s (k3 pack --compress)\n", r.Compression)
+	switch {
+	case r.Compression != nil && r.Compression.Pays:
+		fmt.Fprintf(w, "compress: %s: k3 pack --compress writes such a trunk\n", r.Compression)
+	case r.Compression != nil:
+		fmt.Fprintf(w, "compress: %s\n", r.Compression)
+	case r.RecommendedBudget > 0 && !r.TrunkStreams:
+		fmt.Fprintf(w, "compress: not needed: at the advised budget the whole trunk is resident (a compressed pack, k3 pack --compress, only speeds up a streamed trunk)\n")
 	}
 	for _, p := range r.Problems {
 		fmt.Fprintf(w, "problem:  %s\n", p)
@@ -298,6 +311,24 @@ func printDoctor(w io.Writer, r *doctorReport) {
 }
 
 func human(n int64) string { return planner.Human(n) }
+
+// adviceText explains the advised budget: everything resident, or what
+// --budget auto gives here now set against the presets, then what a token
+// costs there.
+func adviceText(r *doctorReport) string {
+	bw := max(r.ODirectSeqGBps, r.ODirectRndGBps)
+	if r.RecommendedPreset == "max" {
+		return fmt.Sprintf("everything resident (%s), nothing read per token once loaded", human(r.RecommendedBudget))
+	}
+	where := "below the smallest preset (laptop)"
+	for _, p := range cli.Presets() {
+		if p.Name == r.LargestPreset {
+			where = fmt.Sprintf("the largest preset that fits is %s, %s", p.Name, human(p.Bytes))
+		}
+	}
+	return fmt.Sprintf("%s on this machine now (%s): about %s read per token, roofline %.3f s/token at %.2f GB/s",
+		human(r.RecommendedBudget), where, human(r.BytesPerToken), r.ExpectedSPerToken, bw)
+}
 
 // uncachedName names how checkpoint reads bypass the page cache on goos.
 func uncachedName(goos string) string {

@@ -3,9 +3,14 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/k3go/k3"
+	"github.com/k3go/k3/internal/app/synth"
+	"github.com/k3go/k3/internal/testkit/testmodel"
 )
 
 // TestDoctorMemoryAndStorage: k3 doctor reports the machine's memory, the
@@ -50,5 +55,60 @@ func TestPlatformNote(t *testing.T) {
 	printDoctor(&text, &doctorReport{OS: "darwin", ODirect: true})
 	if s := text.String(); !strings.Contains(s, "F_NOCACHE sequential") {
 		t.Errorf("darwin report:\n%s", s)
+	}
+}
+
+// TestDoctorAdvice: the advice names a real flag and agrees with the
+// presets: everything resident is --preset max; otherwise --budget auto
+// with what it gives here, set against the largest preset that fits (not
+// labelled with a preset whose size it is not); the compression line is
+// left to a trunk that streams at that budget.
+func TestDoctorAdvice(t *testing.T) {
+	small := testmodel.Dir(t)
+	r := &doctorReport{Model: small, RAMAvailable: 30e9, RAMBytes: 32e9, ODirectSeqGBps: 2}
+	if err := planFor(r, small); err != nil {
+		t.Fatal(err)
+	}
+	var text bytes.Buffer
+	printDoctor(&text, r)
+	if r.RecommendedFlag != "--preset max" || r.RecommendedPreset != "max" || r.TrunkStreams ||
+		!strings.Contains(text.String(), "advice:   --preset max: everything resident") ||
+		!strings.Contains(text.String(), "compress: not needed") {
+		t.Errorf("a small checkpoint: %+v\n%s", r, text.String())
+	}
+
+	big := filepath.Join(t.TempDir(), "sparse")
+	p := synth.Medium()
+	p.SetLayers(8)
+	p.Config.Experts = 128
+	if _, err := synth.WriteSparse(big, p, 0); err != nil {
+		t.Fatal(err)
+	}
+	r = &doctorReport{Model: big, RAMAvailable: 13e9, RAMBytes: 16e9, ODirectSeqGBps: 2}
+	if err := planFor(r, big); err != nil {
+		t.Fatal(err)
+	}
+	text.Reset()
+	printDoctor(&text, r)
+	advice := text.String()
+	want := "advice:   --budget auto: " + human(r.RecommendedBudget) + " on this machine now (the largest preset that fits is laptop, 8.00 GB)"
+	if r.FullBytes <= r.RecommendedBudget || r.RecommendedFlag != "--budget auto" || r.RecommendedPreset != "" || r.LargestPreset != "laptop" ||
+		!strings.Contains(advice, want) {
+		t.Errorf("a checkpoint larger than the machine: %+v\nwant %q in:\n%s", r, want, advice)
+	}
+	if strings.Contains(advice, human(r.RecommendedBudget)+" (laptop)") {
+		t.Errorf("a budget labelled with a preset of another size:\n%s", advice)
+	}
+	// The compression line follows the plan at that budget.
+	in, err := k3.Inspect(big, k3.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mp, err := in.Plan(r.RecommendedBudget)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if streams := mp.StreamedParts > 0; r.TrunkStreams != streams || streams == strings.Contains(advice, "compress: not needed") {
+		t.Errorf("%d trunk parts stream at %s, the report says %v:\n%s", mp.StreamedParts, human(r.RecommendedBudget), r.TrunkStreams, advice)
 	}
 }

@@ -27,7 +27,7 @@ func parseMode(s string) (decodeMode, error) {
 	case "full":
 		return decodeMode{full: true}, nil
 	}
-	return decodeMode{}, cli.Usagef("--mode must be full or incremental, not %q", s)
+	return decodeMode{}, cli.Usagef("--mode %q: want full or incremental", s)
 }
 
 // generateFull decodes greedily by full recompute: every token is the
@@ -74,7 +74,21 @@ func runGenerate(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 	maxBatch := fs.Int("max-batch", 0, "most token `rows` one pass over the weights carries, summed over the sessions in it (0 = max(sessions, 64) with --batch-file, else the prefill chunk)")
 	var cons cli.ConstraintFlags
 	cons.Register(fs)
+	cli.InputFiles(fs, "batch-file")
 	if err := cli.Parse(fs, args); err != nil {
+		return err
+	}
+	sampling := k3.SamplingOptions{Temperature: float32(*temperature), TopK: *topK, TopP: float32(*topP), MinP: float32(*minP), Seed: *seed}
+	if err := cli.FirstError(
+		cli.NotNegative("max-tokens", *maxTokens, "none: the prompt only"),
+		cli.NotNegative("sessions", *sessions, "all the prompts at once"),
+		cli.NotNegative("max-batch", *maxBatch, "the default"),
+		cli.NotNegative("spec", *spec, "off"),
+		checkSampling(sampling),
+	); err != nil {
+		return err
+	}
+	if _, err := mf.Options(); err != nil {
 		return err
 	}
 	if err := cons.Check(); err != nil {
@@ -93,18 +107,12 @@ func runGenerate(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 		if batch, err = readBatchFile(*batchFile); err != nil {
 			return err
 		}
-	} else if prompt, err = parseIDs(*ids); err != nil {
+	} else if prompt, err = parseIDsFlag("ids", *ids); err != nil {
 		return err
 	}
 	md, err := parseMode(*mode)
 	if err != nil {
 		return err
-	}
-	if *maxTokens < 0 {
-		return cli.Usagef("--max-tokens must not be negative")
-	}
-	if *sessions < 0 || *maxBatch < 0 || *spec < 0 {
-		return cli.Usagef("--sessions, --max-batch and --spec must not be negative")
 	}
 	if *spec > 0 && md.full {
 		return cli.Usagef("--spec needs --mode incremental")
@@ -112,8 +120,7 @@ func runGenerate(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 	if md.full && (*temperature != 0 || *batchFile != "" || cons.Set()) {
 		return cli.Usagef("--mode full decodes one prompt greedily: no --temperature, no --batch-file, no constraint")
 	}
-	opts := k3.GenerateOptions{MaxTokens: *maxTokens, Speculate: *spec, Sampling: k3.SamplingOptions{
-		Temperature: float32(*temperature), TopK: *topK, TopP: float32(*topP), MinP: float32(*minP), Seed: *seed}}
+	opts := k3.GenerateOptions{MaxTokens: *maxTokens, Speculate: *spec, Sampling: sampling}
 	ctx, cancel := cli.SignalContext()
 	defer cancel()
 	if batch != nil {
@@ -189,12 +196,15 @@ func runLogits(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
-	tokens, err := parseIDs(*ids)
+	tokens, err := parseIDsFlag("ids", *ids)
 	if err != nil {
 		return err
 	}
 	md, err := parseMode(*mode)
 	if err != nil {
+		return err
+	}
+	if _, err := mf.Options(); err != nil {
 		return err
 	}
 	ctx, cancel := cli.SignalContext()

@@ -23,3 +23,16 @@ func parseIDs(s string) ([]int, error) {
 	}
 	return ids, nil
 }
+
+// parseIDsFlag is parseIDs of the value of --name, with the flag named in
+// its error.
+func parseIDsFlag(name, s string) ([]int, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, cli.Usagef("--%s is required: token ids, comma separated", name)
+	}
+	ids, err := parseIDs(s)
+	if err != nil {
+		return nil, cli.Usagef("--%s %q: %v", name, s, err)
+	}
+	return ids, nil
+}

@@ -383,7 +383,7 @@ func parseK3(sub string, args []string) (k3Line, error) {
 			return k3Line{}, fmt.Errorf("k3 help %s: exit %d: %s", sub, code, errb.String())
 		}
 		known = make(map[string]bool)
-		for _, l := range strings.Split(errb.String(), "\n") {
+		for _, l := range strings.Split(out.String(), "\n") { // the usage is on stdout
 			if m := flagLine.FindStringSubmatch(l); m != nil {
 				known[m[1]] = m[2] == ""
 			}

@@ -4,11 +4,12 @@
 // Exit codes: 0 success; 1 runtime failure; 2 usage error; 3 bad
 // checkpoint or config; 4 an expert failed to load (output invalid);
 // 5 the RAM budget cannot hold the model; 6 I/O error; 7 internal error
-// (a bug: a panic, reported with its stack).
+// (a bug: a panic, reported with its stack); 130 interrupted (Ctrl-C).
 package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -43,7 +44,7 @@ func init() {
 		{"tokenize", "print the token ids of a text", runTokenize},
 		{"detokenize", "print the text of token ids", runDetokenize},
 		{"template", "render a conversation in K3's chat format, or parse a model's answer", runTemplate},
-		{"synth", "write a synthetic checkpoint (tiny, medium, quickstart or custom)", runSynth},
+		{"synth", "write a synthetic checkpoint (" + synthProfiles(", ", " or ") + ")", runSynth},
 		{"bench", "measure prefill and decode speed against the roofline, or batches of sessions (--batch)", bench.Run},
 		{"plan", "project bytes and s/token per budget and batch size, the prefill of long prompts cold and cached, and with --ranks a cluster's bytes per rank and gathers, from the memory planner (reads no weights)", plan.Run},
 		{"serve", "serve the model over HTTP: the OpenAI, Anthropic Messages and Ollama APIs, /health, /metrics, /tokenize", runServe},
@@ -81,9 +82,16 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			if err == nil {
 				return cli.ExitOK
 			}
+			// Help goes to stdout, as what was asked for: k3 help run | less.
+			var he *cli.HelpError
+			if errors.As(err, &he) {
+				io.WriteString(stdout, he.Usage)
+				return cli.ExitOK
+			}
 			if errors.Is(err, cli.ErrHelp) {
 				return cli.ExitOK
 			}
+			err = explain(c, err)
 			fmt.Fprintf(stderr, "k3 %s: %s\n", c.name, errorText(c.name, err))
 			return cli.ExitCode(err)
 		}
@@ -120,11 +128,32 @@ func (e *internalError) Error() string {
 // an engine goroutine, so that cli.ExitCode gives both exit code 7.
 func (e *internalError) Unwrap() error { return crash.ErrInternal }
 
+// explain tells an option the library refused (a *k3.OptionError, which
+// names a k3.Options field) with the flag of c that sets it: "--max-context
+// 100000000: ...", not "Options.MaxContext".
+func explain(c command, err error) error {
+	var oe *k3.OptionError
+	if !errors.As(err, &oe) {
+		return err
+	}
+	return cli.ForFlags(err, flagsOf(c))
+}
+
+// flagsOf returns c's flag set, as "k3 c --help" defines it (nil if c has
+// none).
+func flagsOf(c command) *flag.FlagSet {
+	var he *cli.HelpError
+	if errors.As(c.run([]string{"--help"}, strings.NewReader(""), io.Discard, io.Discard), &he) {
+		return he.Flags
+	}
+	return nil
+}
+
 // errorText is err's message without the prefixes that repeat what the
 // command line already says: the library marks its errors "k3: " (and some
 // "k3: <command>: "), which after "k3 <command>: " would read twice.
 func errorText(name string, err error) string {
-	msg := err.Error()
+	msg := cli.Text(err)
 	msg = strings.TrimPrefix(msg, "k3: ")
 	msg = strings.TrimPrefix(msg, name+": ")
 	return msg
@@ -136,5 +165,5 @@ func printHelp(w io.Writer) {
 		fmt.Fprintf(w, "\t%-10s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintf(w, "\t%-10s %s\n\t%-10s %s\n", "help", "show help for a command: k3 help <command>", "version", "print the version")
-	fmt.Fprintf(w, "\nExit codes: 0 ok, 1 failure, 2 usage, 3 bad checkpoint or config, 4 expert load failure, 5 RAM budget too small, 6 I/O error, 7 internal error (a bug).\n")
+	fmt.Fprintf(w, "\nExit codes: 0 ok, 1 failure, 2 usage, 3 bad checkpoint or config, 4 expert load failure, 5 RAM budget too small, 6 I/O error, 7 internal error (a bug), 130 interrupted (Ctrl-C).\n")
 }

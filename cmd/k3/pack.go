@@ -21,6 +21,7 @@ func runPack(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	force := fs.Bool("force", false, "replace an existing packed trunk in --out")
 	compress := fs.Bool("compress", false, "write the trunk compressed (BF16 exponents Huffman coded, blocks decoded in parallel)")
 	dryRun := fs.Bool("dry-run", false, "with --compress: measure the ratio on a sample and this machine's decode and disk rates, write nothing")
+	cli.InputDirs(fs, "model")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}

@@ -41,7 +41,8 @@ between turns, so a turn feeds only its own tokens. The model reasons first
 (--thinking=false turns that off; --effort low, high or max sets how much,
 max by default): its reasoning goes to stderr, dimmed on a terminal, apart
 from the answer on stdout (--hide-reasoning drops it). Ctrl-C stops a reply
-at the next token; a second Ctrl-C abandons it (the conversation restarts).
+at the next token; a second Ctrl-C before it stops abandons it (the
+conversation restarts).
 
 Sampling: temperature 1 with top-k, top-p and min-p off, seed 1: the
 defaults of examples/server (the OpenAI API's), so that the command and the
@@ -50,7 +51,8 @@ server answer alike; the same prompt and seed give the same text.
 produces the ids the conformance checks compare.)
 
 A continuation stops at [EOS], --stop, --max-tokens or the end of the
-context (--max-context, 4096 positions by default), and says which on
+context (--max-context; by default the largest the budget holds, said at
+start), and says which on
 stderr when it is the context. --json prints one object instead of the
 stream: {"text", "reasoning" (chats), "prompt_tokens", "generated_tokens",
 "stop_reason": "stop" | "max_tokens" | "context_full"}. In a chat, and on
@@ -71,9 +73,11 @@ constrained (a schema or an object is also stated in the prompt, as the
 server renders response_format). If --max-tokens runs out first the
 output is cut short ("max_tokens"), never repaired.
 
-In the interactive chat, Ctrl-C at the prompt says how to leave (a second
-one leaves); Ctrl-D on a terminal ends the chat, during a reply too (the
-reply stops at the next token).
+In the interactive chat, Ctrl-C at the prompt says how to leave, and a
+second one leaves with exit code 130 (after a reply a Ctrl-C stopped, one
+more does); Ctrl-D on a terminal ends the chat, during a reply too (the
+reply stops at the next token). Ctrl-C while loading, or during a
+prompt's continuation, exits 130 too.
 
 With no --model, k3 run uses the quickstart checkpoint: a tiny synthetic model
 with random weights (it writes gibberish), written once into the user's cache
@@ -95,8 +99,10 @@ type runOpts struct {
 	json                 bool
 	cons                 cli.ConstraintFlags
 	gen                  k3.GenerateOptions
-	show                 *display   // cleans chat text; set once the model is open
-	watch                *cli.Watch // shows the work on stderr; set once the model is open
+	show                 *display         // cleans chat text; set once the model is open
+	watch                *cli.Watch       // shows the work on stderr; set once the model is open
+	context              int              // positions per session; set once the model is open
+	sig                  <-chan os.Signal // the interactive chat's Ctrl-Cs (nil: a reply listens itself)
 }
 
 // defaultTemperature is k3 run's sampling temperature, the one
@@ -106,10 +112,13 @@ const defaultTemperature = 1
 func runRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := cli.NewFlags("run", runUsage, stderr)
 	var o runOpts
+	o.mf.AutoContext = true
 	o.mf.Register(fs)
 	fs.StringVar(&o.tokenizer, "tokenizer", "", "`directory` with tiktoken.model and tokenizer_config.json (default: the checkpoint directory)")
 	fs.StringVar(&o.prompt, "prompt", "", "prompt `text`")
 	fs.StringVar(&o.promptFile, "prompt-file", "", "read the prompt from `file` (verbatim)")
+	cli.InputDirs(fs, "tokenizer")
+	cli.InputFiles(fs, "prompt-file")
 	fs.BoolVar(&o.chat, "chat", false, "chat: one turn with --prompt, else an interactive chat on stdin")
 	fs.StringVar(&o.system, "system", "", "system message of a chat")
 	thinking := fs.Bool("thinking", true, "chat: let the model reason before it answers")
@@ -145,6 +154,9 @@ func runRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	s.Temperature, s.TopP, s.MinP = float32(*temperature), float32(*topP), float32(*minP)
 	s.RepetitionPenalty, s.PresencePenalty, s.FrequencyPenalty = float32(*repPen), float32(*presPen), float32(*freqPen)
 	if err := o.check(fs); err != nil {
+		return err
+	}
+	if _, err := o.options(true); err != nil {
 		return err
 	}
 	if err := o.cons.Check(); err != nil {
@@ -187,9 +199,13 @@ func runRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 
 	// A long load can be interrupted; replies handle Ctrl-C themselves.
 	ctx, cancel := cli.SignalContext()
-	m, err := o.open(ctx, stderr)
+	m, err := o.open(ctx, interactive, stderr)
+	interrupted := ctx.Err() != nil
 	cancel()
 	if err != nil {
+		if interrupted {
+			return errInterrupted
+		}
 		return err
 	}
 	defer m.Close()
@@ -225,35 +241,44 @@ func runRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 
 // check validates the flags before anything is loaded.
 func (o *runOpts) check(fs *flag.FlagSet) error {
-	s := o.gen.Sampling
-	finite := func(v float32) bool { return !math.IsNaN(float64(v)) && !math.IsInf(float64(v), 0) }
 	switch {
 	case o.prompt != "" && o.promptFile != "":
 		return cli.Usagef("give --prompt or --prompt-file, not both")
 	case synthFlagSet(fs, "prompt") && o.prompt == "":
 		return cli.Usagef("empty --prompt")
-	case o.gen.Speculate < 0:
-		return cli.Usagef("--spec must not be negative")
-	case o.gen.MaxTokens <= 0:
-		return cli.Usagef("--max-tokens must be positive")
-	case !finite(s.Temperature) || s.Temperature < 0:
-		return cli.Usagef("--temperature must be a number >= 0")
-	case s.TopK < 0:
-		return cli.Usagef("--top-k must not be negative")
-	case !(s.TopP >= 0 && s.TopP <= 1):
-		return cli.Usagef("--top-p must be in [0, 1]")
-	case !(s.MinP >= 0 && s.MinP <= 1):
-		return cli.Usagef("--min-p must be in [0, 1]")
-	case !finite(s.RepetitionPenalty) || s.RepetitionPenalty < 0:
-		return cli.Usagef("--repetition-penalty must be a number >= 0")
-	case !finite(s.PresencePenalty) || !finite(s.FrequencyPenalty):
-		return cli.Usagef("--presence-penalty and --frequency-penalty must be numbers")
 	case o.chat && o.ignoreEOS:
 		return cli.Usagef("--ignore-eos applies to a prompt's continuation, not to a chat")
 	case o.effort != chat.EffortLow && o.effort != chat.EffortHigh && o.effort != chat.EffortMax:
-		return cli.Usagef("--effort must be low, high or max")
+		return cli.Usagef("--effort %q: want low, high or max", o.effort)
 	case o.noThinking && synthFlagSet(fs, "effort"):
 		return cli.Usagef("--effort needs thinking (not with --thinking=false)")
+	}
+	return cli.FirstError(
+		cli.NotNegative("spec", o.gen.Speculate, "off"),
+		cli.Positive("max-tokens", o.gen.MaxTokens),
+		checkSampling(o.gen.Sampling),
+	)
+}
+
+// checkSampling validates the sampling flags of k3 run and k3 generate,
+// naming the flag and the value.
+func checkSampling(s k3.SamplingOptions) error {
+	finite := func(v float32) bool { return !math.IsNaN(float64(v)) && !math.IsInf(float64(v), 0) }
+	switch {
+	case !finite(s.Temperature) || s.Temperature < 0:
+		return cli.Usagef("--temperature %v: want a number >= 0 (0 = greedy)", s.Temperature)
+	case s.TopK < 0:
+		return cli.Usagef("--top-k %d: must not be negative (0 = all tokens)", s.TopK)
+	case !(s.TopP >= 0 && s.TopP <= 1):
+		return cli.Usagef("--top-p %v: want a number in [0, 1] (0 or 1 = off)", s.TopP)
+	case !(s.MinP >= 0 && s.MinP <= 1):
+		return cli.Usagef("--min-p %v: want a number in [0, 1] (0 = off)", s.MinP)
+	case !finite(s.RepetitionPenalty) || s.RepetitionPenalty < 0:
+		return cli.Usagef("--repetition-penalty %v: want a number >= 0 (0 or 1 = off)", s.RepetitionPenalty)
+	case !finite(s.PresencePenalty):
+		return cli.Usagef("--presence-penalty %v: want a finite number", s.PresencePenalty)
+	case !finite(s.FrequencyPenalty):
+		return cli.Usagef("--frequency-penalty %v: want a finite number", s.FrequencyPenalty)
 	}
 	return nil
 }
@@ -282,10 +307,34 @@ func (o *runOpts) constrain(m *k3.Model, isChat bool) error {
 	return err
 }
 
+// options are the library options of the flags: one session, or two for
+// an interactive chat (its /load reads into a new conversation before it
+// replaces the current one), checked as Open checks them.
+func (o *runOpts) options(interactive bool) (k3.Options, error) {
+	opts, err := o.mf.Options()
+	if err != nil {
+		return opts, err
+	}
+	opts.Speculate, opts.TokenizerDir, opts.Sessions = o.gen.Speculate, o.tokenizer, 1
+	if interactive {
+		opts.Sessions = 2
+	}
+	return opts, cli.ForFlags(opts.Validate(), o.mf.Flags())
+}
+
 // open loads the model: --model, or the quickstart checkpoint.
-func (o *runOpts) open(ctx context.Context, stderr io.Writer) (*k3.Model, error) {
+func (o *runOpts) open(ctx context.Context, interactive bool, stderr io.Writer) (*k3.Model, error) {
 	dir := o.mf.Dir
-	if dir == "" {
+	if dir != "" {
+		// Before any weight is read: a checkpoint without a tokenizer can
+		// only fail once loaded.
+		if err := cli.CheckCheckpoint(dir); err != nil {
+			return nil, err
+		}
+		if err := cli.CheckTokenizer(dir, o.tokenizer); err != nil {
+			return nil, err
+		}
+	} else {
 		d, err := testmodel.Cached(ctx, stderr)
 		if err != nil {
 			return nil, fmt.Errorf("preparing the quickstart checkpoint (give --model DIR instead): %w", err)
@@ -293,34 +342,37 @@ func (o *runOpts) open(ctx context.Context, stderr io.Writer) (*k3.Model, error)
 		fmt.Fprintf(stderr, "k3 run: no --model: using the quickstart checkpoint, a tiny model with random weights (%s)\n", d)
 		dir = d
 	}
-	budget, err := o.mf.Budget.Bytes()
+	opts, err := o.options(interactive)
 	if err != nil {
 		return nil, err
 	}
 	// Loading the real model takes seconds (7.5 s for medium): say so on a
 	// terminal, and take the line back once it is done.
+	loaded := func() {}
 	if isTerminal(stderr) {
 		fmt.Fprintf(stderr, "loading %s...", dir)
-		defer fmt.Fprint(stderr, "\r\x1b[K")
+		loaded = func() { fmt.Fprint(stderr, "\r\x1b[K") }
 	}
-	// Two sessions where the budget holds them: the chat's /load reads
-	// into a new conversation before it replaces the current one. At the
-	// floor (one session, the floor k3 doctor reports) /load says the
-	// budget is too small.
-	opts := k3.Options{Threads: o.mf.Threads, MaxContext: o.mf.MaxContext, Speculate: o.gen.Speculate,
-		RAMBudget: budget, TrunkDir: o.mf.Trunk, TokenizerDir: o.tokenizer, Sessions: 2}
+	// At the floor the budget may hold only one session: the chat's /load
+	// then says the budget is too small.
 	opts.RAMBudget = o.mf.Budget.AtLeastFloor(dir, opts)
 	m, err := k3.OpenContext(ctx, dir, opts)
-	if errors.Is(err, k3.ErrBudget) {
+	if errors.Is(err, k3.ErrBudget) && opts.Sessions > 1 {
 		opts.Sessions = 1
 		m, err = k3.OpenContext(ctx, dir, opts)
 	}
+	loaded()
 	if err != nil {
-		return nil, err
+		return nil, cli.ForFlags(err, o.mf.Flags())
 	}
 	if m.Tokenizer() == nil {
 		m.Close()
 		return nil, errNoTokenizer(dir)
+	}
+	o.context = m.MaxContext()
+	if o.mf.MaxContext == 0 && o.mf.Dir != "" {
+		// The default context depends on the budget: say what it is.
+		fmt.Fprintf(stderr, "k3 run: %s\n", cli.ContextNote(m, 0, opts.Sessions))
 	}
 	return m, nil
 }
@@ -469,16 +521,12 @@ func (d *display) text(id int, s string) string {
 	return strings.ToValidUTF8(s, "\uFFFD")
 }
 
-// maxContext is the capacity of a session.
-func (o *runOpts) maxContext() int {
-	if o.mf.MaxContext > 0 {
-		return o.mf.MaxContext
-	}
-	return 4096 // k3.Options' default
-}
+// maxContext is the capacity of a session (the model's, once open).
+func (o *runOpts) maxContext() int { return o.context }
 
-// errInterrupted ends a reply, a continuation or the chat at Ctrl-C.
-var errInterrupted = errors.New("interrupted")
+// errInterrupted ends a reply, a continuation or the chat at Ctrl-C: the
+// command exits 130.
+var errInterrupted = cli.ErrInterrupted
 
 // isTerminal reports whether r is a terminal.
 func isTerminal(r any) bool {

@@ -6,11 +6,8 @@ import (
 	"encoding/json"
 	"io"
 	"os"
-	"os/signal"
-	"runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/k3go/k3/internal/app/cli"
 	"github.com/k3go/k3/internal/testkit/testmodel"
@@ -83,47 +80,39 @@ func TestDisplay(t *testing.T) {
 }
 
 // TestChatIdleInterrupt: a Ctrl-C at the idle prompt says how to leave,
-// and a second one leaves with errInterrupted.
+// and a second one leaves with errInterrupted (exit code 130); after a
+// reply a Ctrl-C stopped, one more leaves. (TestChatCtrlC sends real
+// Ctrl-Cs through a terminal.)
 func TestChatIdleInterrupt(t *testing.T) {
-	if runtime.GOOS == "windows" {
-		t.Skip("a process cannot send itself Ctrl-C on Windows")
-	}
-	self, err := os.FindProcess(os.Getpid())
-	if err != nil {
-		t.Fatal(err)
-	}
-	// While the test holds SIGINT, a signal that arrives before next
-	// listens cannot kill the test binary.
-	hold := make(chan os.Signal, 16)
-	signal.Notify(hold, os.Interrupt)
-	defer signal.Stop(hold)
 	pr, pw := io.Pipe()
 	defer pw.Close()
 	in := readLines(pr)
 	defer in.stop()
 	var stderr bytes.Buffer
-	done := make(chan error, 1)
-	go func() {
-		_, _, err := in.next(&stderr)
-		done <- err
-	}()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	deadline := time.After(10 * time.Second)
+	sig := make(chan os.Signal, 2)
+	sig <- os.Interrupt
+	sig <- os.Interrupt
+	if _, _, err := in.next(sig, &stderr, false); err != errInterrupted || cli.ExitCode(err) != cli.ExitInterrupted {
+		t.Fatalf("next returned %v, want errInterrupted", err)
+	}
+	if !strings.Contains(stderr.String(), "Ctrl-C again") {
+		t.Errorf("no word on the first Ctrl-C: %q", stderr.String())
+	}
+	stderr.Reset()
+	sig <- os.Interrupt
+	if _, _, err := in.next(sig, &stderr, true); err != errInterrupted || strings.Contains(stderr.String(), "Ctrl-C again") {
+		t.Fatalf("after a stopped reply: %v, %q; want errInterrupted at once", err, stderr.String())
+	}
+	go pw.Write([]byte("hello\n"))
+	sig <- os.Interrupt
+	// One Ctrl-C, then a line: the line is read (the chat goes on).
 	for {
-		select {
-		case err := <-done:
-			if err != errInterrupted {
-				t.Fatalf("next returned %v, want errInterrupted", err)
-			}
-			if !strings.Contains(stderr.String(), "Ctrl-C again") {
-				t.Errorf("no word on the first Ctrl-C: %q", stderr.String())
-			}
-			return
-		case <-tick.C:
-			self.Signal(os.Interrupt)
-		case <-deadline:
-			t.Fatal("next did not return after repeated Ctrl-C")
+		line, ok, err := in.next(sig, &stderr, false)
+		if err != nil || !ok {
+			t.Fatalf("next: %q, %v, %v", line, ok, err)
+		}
+		if line == "hello" {
+			break
 		}
 	}
 }

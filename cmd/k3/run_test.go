@@ -145,9 +145,13 @@ func TestRunChat(t *testing.T) {
 		t.Errorf("//hello: exit %d, %q, want %q", code, out, want1)
 	}
 	// From a pipe, a failing command ends the chat with its exit code.
-	withStdin(t, "/load "+filepath.Join(t.TempDir(), "absent")+"\nhello\n")
-	if code, out, _ := runCmd(t, "run", "--model", dir, "--chat"); code != cli.ExitIO || out != "" {
-		t.Errorf("/load of a missing file: exit %d, %q", code, out)
+	// Its message names the chat's command and the file, never the
+	// library's function (LoadFile).
+	absent := filepath.Join(t.TempDir(), "absent")
+	withStdin(t, "/load "+absent+"\nhello\n")
+	if code, out, stderr := runCmd(t, "run", "--model", dir, "--chat"); code != cli.ExitIO || out != "" ||
+		!strings.Contains(stderr, "/load "+absent+": the file does not exist") || strings.Contains(stderr, "LoadFile") {
+		t.Errorf("/load of a missing file: exit %d, %q, %q", code, out, stderr)
 	}
 	withStdin(t, "/frobnicate\n")
 	if code, _, _ := runCmd(t, "run", "--model", dir, "--chat"); code != cli.ExitUsage {
@@ -261,7 +265,7 @@ func TestRunErrors(t *testing.T) {
 		{[]string{"--prompt", "a", "--budget", "lots"}, cli.ExitUsage},
 		{[]string{}, cli.ExitUsage},                                                  // empty prompt on stdin
 		{[]string{"--prompt", "one two three", "--max-context", "2"}, cli.ExitUsage}, // prompt longer than the context
-		{[]string{"--prompt-file", filepath.Join(noTok, "absent")}, cli.ExitIO},
+		{[]string{"--prompt-file", filepath.Join(noTok, "absent")}, cli.ExitUsage},
 		{[]string{"--model", noTok, "--prompt", "a"}, cli.ExitUsage}, // no tokenizer
 		{[]string{"--model", t.TempDir(), "--prompt", "a"}, cli.ExitCheckpoint},
 		{[]string{"--help"}, cli.ExitOK},

@@ -60,8 +60,10 @@ func runServe(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := cli.NewFlags("serve", serveUsage, stderr)
 	var o serveOpts
 	o.mf.PrefixByDefault = true
+	o.mf.AutoContext = true
 	o.mf.Register(fs)
 	fs.StringVar(&o.tokenizer, "tokenizer", "", "`directory` with tiktoken.model and tokenizer_config.json (default: the checkpoint directory)")
+	cli.InputDirs(fs, "tokenizer")
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "listen `address` (host:port)")
 	fs.StringVar(&o.name, "name", "", "model id in the API (default: the checkpoint directory's name)")
 	fs.IntVar(&o.maxBatch, "max-batch", 0, "most token rows one pass over the weights carries, all sequences together (0 = the planner's: sized to the budget)")
@@ -72,7 +74,7 @@ func runServe(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.logFormat, "log-format", "text", "access log `format` on stderr: text or json")
 	fs.IntVar(&o.spec, "spec", 0, "speculative decoding: verify up to `N` drafted tokens per pass (0 = off); the text is exactly that of plain decoding")
 	fs.DurationVar(&o.shutdown, "shutdown-timeout", 30*time.Second, "on SIGTERM, how long running requests may take to finish before they are cancelled")
-	fs.DurationVar(&o.request, "request-timeout", 10*time.Minute, "most time one request may take, queueing included")
+	fs.DurationVar(&o.request, "request-timeout", 0, "most time one request may take, queueing included (0 = no limit: a request runs while its client is connected; one reply at a small budget can take hours)")
 	fs.DurationVar(&o.body, "body-timeout", 30*time.Second, "most time to read a request body once its turn comes")
 	fs.StringVar(&o.maxBody, "max-body", "8MiB", "largest request body, e.g. 8MiB")
 	fs.BoolVar(&o.logBodies, "log-bodies", false, "log the body of every /v1/responses, /v1/messages and Ollama /api/ request (to see what a client sends)")
@@ -81,29 +83,41 @@ func runServe(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return err
 	}
 	maxBody, err := cli.ParseSize(o.maxBody)
-	switch {
-	case err != nil:
-		return cli.Usagef("--max-body: %v", err)
-	case maxBody <= 0:
-		return cli.Usagef("--max-body must be positive")
-	case o.mf.Dir == "":
-		return cli.Usagef("--model is required")
-	case o.sessions <= 0:
-		return cli.Usagef("--sessions must be positive")
-	case o.stored < 0:
-		return cli.Usagef("--stored-responses must not be negative")
-	case o.queue < 0:
-		return cli.Usagef("--queue must not be negative")
-	case o.maxBatch < 0:
-		return cli.Usagef("--max-batch must not be negative")
-	case o.spec < 0:
-		return cli.Usagef("--spec must not be negative")
-	case o.shutdown < 0 || o.request <= 0 || o.body <= 0:
-		return cli.Usagef("--shutdown-timeout must not be negative; --request-timeout and --body-timeout must be positive")
-	case o.logFormat != "text" && o.logFormat != "json":
-		return cli.Usagef("--log-format must be text or json")
+	if err != nil {
+		return cli.Usagef("--max-body %s: %v", o.maxBody, err)
 	}
-	if _, err := o.mf.Budget.Bytes(); err != nil {
+	if err := cli.FirstError(
+		cli.Positive("max-body", maxBody),
+		cli.Positive("sessions", o.sessions),
+		cli.NotNegative("stored-responses", o.stored, "none"),
+		cli.NotNegative("queue", o.queue, "4 × --sessions"),
+		cli.NotNegative("max-batch", o.maxBatch, "the planner's"),
+		cli.NotNegative("spec", o.spec, "off"),
+		cli.NotNegative("shutdown-timeout", o.shutdown, "cancel at once"),
+		cli.NotNegative("request-timeout", o.request, "no limit"),
+		cli.Positive("body-timeout", o.body),
+	); err != nil {
+		return err
+	}
+	if o.logFormat != "text" && o.logFormat != "json" {
+		return cli.Usagef("--log-format %q: want text or json", o.logFormat)
+	}
+	if _, _, err := net.SplitHostPort(o.addr); err != nil {
+		return cli.Usagef("--addr %q: want host:port, e.g. 127.0.0.1:8080", o.addr)
+	}
+	// Everything the flags say is checked before the port is taken: the
+	// options as the library checks them, the checkpoint directory and its
+	// tokenizer (a chat server without one would fail after the load).
+	edit := func(k *k3.Options) {
+		k.Sessions, k.MaxBatch, k.Speculate, k.TokenizerDir = o.sessions, o.maxBatch, o.spec, o.tokenizer
+	}
+	if err := o.mf.Check(edit); err != nil {
+		return err
+	}
+	if err := cli.CheckCheckpoint(o.mf.Dir); err != nil {
+		return err
+	}
+	if err := cli.CheckTokenizer(o.mf.Dir, o.tokenizer); err != nil {
 		return err
 	}
 	// A generation running longer than this logs its progress; lines
@@ -131,7 +145,7 @@ func runServe(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	defer stop()
 	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {
-		return fmt.Errorf("listening on %s: %w", o.addr, err)
+		return fmt.Errorf("--addr %s: %w", o.addr, err)
 	}
 	// The listener is up while the model loads: /health says 503 until
 	// the real handler takes over.
@@ -154,9 +168,7 @@ func runServe(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	go func() { errc <- hs.Serve(ln) }()
 	log.Info("listening", "addr", ln.Addr().String(), "model", o.mf.Dir)
 
-	m, err := o.mf.OpenWith(ctx, func(k *k3.Options) {
-		k.Sessions, k.MaxBatch, k.Speculate, k.TokenizerDir = o.sessions, o.maxBatch, o.spec, o.tokenizer
-	})
+	m, err := o.mf.OpenWith(ctx, edit)
 	if err != nil {
 		hs.Close()
 		if ctx.Err() != nil {
@@ -170,7 +182,7 @@ func runServe(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		hs.Close()
 		return cli.Usagef("%s has no tokenizer; give --tokenizer DIR", o.mf.Dir)
 	}
-	srv, err := server.New(m, server.Options{Name: o.name, MaxContext: o.mf.MaxContext, Sessions: o.sessions, Queue: o.queue,
+	srv, err := server.New(m, server.Options{Name: o.name, MaxContext: m.MaxContext(), Sessions: o.sessions, Queue: o.queue,
 		MaxBodyBytes: maxBody, BodyTimeout: o.body, RequestTimeout: o.request, APIKey: o.apiKey, CORSOrigin: o.cors,
 		Speculate: o.spec, Logger: log, LogBodies: o.logBodies, StoredResponses: storedResponses(o.stored), ProgressEvery: progressEvery})
 	if err != nil {
@@ -179,6 +191,7 @@ func runServe(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	}
 	ready := srv.Handler()
 	h.Store(&ready)
+	log.Info(cli.ContextNote(m, o.mf.MaxContext, o.sessions), "max_context", m.MaxContext(), "sessions", o.sessions)
 	fmt.Fprintf(stdout, "serving %s on http://%s/v1\n", o.name, ln.Addr())
 	if f, ok := stdout.(*os.File); ok {
 		f.Sync()

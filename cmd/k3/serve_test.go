@@ -18,8 +18,8 @@ import (
 )
 
 func TestServeHelpAndUsage(t *testing.T) {
-	if code, _, stderr := runCmd(t, "serve", "--help"); code != cli.ExitOK || !strings.Contains(stderr, "Usage: k3 serve --model DIR") {
-		t.Errorf("k3 serve --help: exit %d, %q", code, stderr)
+	if code, usage, _ := runCmd(t, "serve", "--help"); code != cli.ExitOK || !strings.Contains(usage, "Usage: k3 serve --model DIR") {
+		t.Errorf("k3 serve --help: exit %d, %q", code, usage)
 	}
 	for _, args := range [][]string{
 		{"serve"},

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/k3go/k3/internal/app/cli"
+	"github.com/k3go/k3/internal/app/synth"
 	"github.com/k3go/k3/model"
 )
 
@@ -163,6 +164,42 @@ func TestSynthParseSize(t *testing.T) {
 	for _, s := range []string{"", "GB", "-1GB", "0", "12XB", "1e400"} {
 		if _, err := synthParseSize(s); err == nil {
 			t.Errorf("%q accepted", s)
+		}
+	}
+}
+
+// TestSynthProfilesOneList: the help, the command list, the errors and the
+// README name the same profiles, those of package synth plus custom.
+func TestSynthProfilesOneList(t *testing.T) {
+	want := append(synth.ProfileNames(), "custom")
+	if len(want) < 5 {
+		t.Fatalf("profiles %v", want)
+	}
+	_, help, _ := runCmd(t, "help", "synth")
+	_, list, _ := runCmd(t, "help")
+	_, _, unknown := runCmd(t, "synth", "--profile", "huge", "--out", t.TempDir())
+	_, _, missing := runCmd(t, "synth", "--out", t.TempDir())
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for where, text := range map[string]string{
+		"k3 help synth's usage line": strings.Join(want, "|"),
+		"k3 help synth's --profile":  strings.Join(want[:len(want)-1], ", ") + " or custom",
+		"k3 help":                    "synthetic checkpoint (" + strings.Join(want[:len(want)-1], ", ") + " or custom)",
+		"an unknown profile's error": strings.Join(want[:len(want)-1], ", ") + " or custom",
+		"a missing profile's error":  strings.Join(want[:len(want)-1], ", ") + " or custom",
+		"README.md":                  "--profile " + strings.Join(want, `\|`),
+	} {
+		in := map[string]string{"k3 help synth's usage line": help, "k3 help synth's --profile": help, "k3 help": list,
+			"an unknown profile's error": unknown, "a missing profile's error": missing, "README.md": string(readme)}[where]
+		if !strings.Contains(in, text) {
+			t.Errorf("%s does not list the profiles as %q", where, text)
+		}
+	}
+	for _, name := range want[:len(want)-1] {
+		if !strings.Contains(help, "\n  "+name+" ") {
+			t.Errorf("k3 help synth does not describe %s", name)
 		}
 	}
 }

@@ -41,6 +41,7 @@ func runTemplate(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 	parseMode := fs.Bool("parse", false, "parse a model's answer instead of rendering")
 	idsFlag := fs.String("ids", "", "with --parse, the answer's token `ids`, comma separated")
 	thinking := fs.Bool("thinking", true, "with --parse, the answer starts in the think channel")
+	cli.InputFiles(fs, "input")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
@@ -70,6 +71,9 @@ func runTemplate(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 		}
 		ids, err := parseIDList(in)
 		if err != nil {
+			if idsSet {
+				return cli.Usagef("--ids %q: %v", *idsFlag, err)
+			}
 			return err
 		}
 		for k, id := range ids {

@@ -120,8 +120,8 @@ func TestTemplateErrors(t *testing.T) {
 		{"", []string{"template", "--tokenizer", tokDir, "--ids", "1"}, cli.ExitUsage, "--ids needs --parse"},
 		{"", []string{"template", "--parse", "--tokenizer", tokDir, "--ids", "1,x"}, cli.ExitUsage, "bad token id"},
 		{"", []string{"template", "--parse", "--tokenizer", tokDir, "--ids", "99999999"}, cli.ExitUsage, "not in the tokenizer"},
-		{"", []string{"template", "--input", "x"}, cli.ExitUsage, "--tokenizer"},
-		{"", []string{"template", "--tokenizer", tokDir, "--input", filepath.Join(t.TempDir(), "none")}, cli.ExitIO, "no such file"},
+		{"", []string{"template"}, cli.ExitUsage, "--tokenizer"},
+		{"", []string{"template", "--tokenizer", tokDir, "--input", filepath.Join(t.TempDir(), "none")}, cli.ExitUsage, "none: the file does not exist"},
 	} {
 		withStdin(t, c.stdin)
 		code, out, stderr := runCmd(t, c.args...)
@@ -130,7 +130,7 @@ func TestTemplateErrors(t *testing.T) {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit %d and one line with %q", c.args, code, out, stderr, c.code, c.msg)
 		}
 	}
-	if code, _, usage := runCmd(t, "help", "template"); code != 0 || !strings.Contains(usage, "--parse") {
+	if code, usage, _ := runCmd(t, "help", "template"); code != 0 || !strings.Contains(usage, "--parse") {
 		t.Errorf("help template: exit %d", code)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -37,11 +38,10 @@ newline added, so that detokenize(tokenize(x)) == x; with --json it is
 // tokenizerFlags are --tokenizer and --model.
 type tokenizerFlags struct{ dir, model string }
 
-func (t *tokenizerFlags) register(fs interface {
-	StringVar(*string, string, string, string)
-}) {
+func (t *tokenizerFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&t.dir, "tokenizer", "", "`directory` with tiktoken.model and tokenizer_config.json")
 	fs.StringVar(&t.model, "model", "", "checkpoint `directory` whose tokenizer to use when --tokenizer is not given")
+	cli.InputDirs(fs, "tokenizer", "model")
 }
 
 func (t *tokenizerFlags) load() (*tokenizer.Tokenizer, error) {
@@ -99,6 +99,7 @@ func runTokenize(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 	text := fs.String("text", "", "the `text` to tokenize")
 	asJSON := fs.Bool("json", false, `print {"ids":[...]}`)
 	noSpecial := fs.Bool("no-special", false, "treat added-token strings such as <|im_end|> as plain text")
+	cli.InputFiles(fs, "file")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
@@ -143,6 +144,7 @@ func runDetokenize(args []string, stdin io.Reader, stdout, stderr io.Writer) err
 	idsFlag := fs.String("ids", "", "token `ids`, comma separated")
 	file := fs.String("file", "", "read the ids from `F` (default: stdin)")
 	asJSON := fs.Bool("json", false, `print {"text":"..."}`)
+	cli.InputFiles(fs, "file")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
@@ -150,19 +152,25 @@ func runDetokenize(args []string, stdin io.Reader, stdout, stderr io.Writer) err
 	if idsSet && *file != "" {
 		return cli.Usagef("give --ids or --file, not both")
 	}
+	var ids []int
+	var err error
+	if idsSet {
+		if ids, err = parseIDList([]byte(*idsFlag)); err != nil {
+			return cli.Usagef("--ids %q: %v", *idsFlag, err)
+		}
+	}
 	tok, err := tf.load()
 	if err != nil {
 		return err
 	}
-	in := []byte(*idsFlag)
 	if !idsSet {
-		if in, err = readInput(*file, stdin); err != nil {
+		in, err := readInput(*file, stdin)
+		if err != nil {
 			return err
 		}
-	}
-	ids, err := parseIDList(in)
-	if err != nil {
-		return err
+		if ids, err = parseIDList(in); err != nil {
+			return err
+		}
 	}
 	text, err := tok.Decode(ids)
 	if err != nil {

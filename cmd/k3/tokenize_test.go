@@ -178,17 +178,17 @@ func TestTokenizeErrors(t *testing.T) {
 		args []string
 		code int
 	}{
-		{[]string{"tokenize", "--text", "x"}, cli.ExitUsage},                                         // no tokenizer
-		{[]string{"tokenize", "--tokenizer", dir, "--text", "x", "--file", "f"}, cli.ExitUsage},      // two inputs
-		{[]string{"tokenize", "--tokenizer", dir, "--bogus"}, cli.ExitUsage},                         // unknown flag
-		{[]string{"tokenize", "--tokenizer", dir, "extra"}, cli.ExitUsage},                           // argument
-		{[]string{"tokenize", "--tokenizer", t.TempDir(), "--text", "x"}, cli.ExitUsage},             // no files: say which flag
-		{[]string{"tokenize", "--tokenizer", bad, "--text", "x"}, cli.ExitCheckpoint},                // malformed files
-		{[]string{"tokenize", "--tokenizer", dir, "--file", filepath.Join(bad, "none")}, cli.ExitIO}, // no input file
-		{[]string{"detokenize", "--tokenizer", dir, "--ids", "1,x"}, cli.ExitUsage},                  // bad id
-		{[]string{"detokenize", "--tokenizer", dir, "--ids", "1,99999999"}, cli.ExitUsage},           // unknown id
-		{[]string{"detokenize", "--tokenizer", dir, "--ids", "1", "--file", "f"}, cli.ExitUsage},     // two inputs
-		{[]string{"detokenize", "--ids", "1"}, cli.ExitUsage},                                        // no tokenizer
+		{[]string{"tokenize", "--text", "x"}, cli.ExitUsage},                                            // no tokenizer
+		{[]string{"tokenize", "--tokenizer", dir, "--text", "x", "--file", "f"}, cli.ExitUsage},         // two inputs
+		{[]string{"tokenize", "--tokenizer", dir, "--bogus"}, cli.ExitUsage},                            // unknown flag
+		{[]string{"tokenize", "--tokenizer", dir, "extra"}, cli.ExitUsage},                              // argument
+		{[]string{"tokenize", "--tokenizer", t.TempDir(), "--text", "x"}, cli.ExitUsage},                // no files: say which flag
+		{[]string{"tokenize", "--tokenizer", bad, "--text", "x"}, cli.ExitCheckpoint},                   // malformed files
+		{[]string{"tokenize", "--tokenizer", dir, "--file", filepath.Join(bad, "none")}, cli.ExitUsage}, // no input file
+		{[]string{"detokenize", "--tokenizer", dir, "--ids", "1,x"}, cli.ExitUsage},                     // bad id
+		{[]string{"detokenize", "--tokenizer", dir, "--ids", "1,99999999"}, cli.ExitUsage},              // unknown id
+		{[]string{"detokenize", "--tokenizer", dir, "--ids", "1", "--file", "f"}, cli.ExitUsage},        // two inputs
+		{[]string{"detokenize", "--ids", "1"}, cli.ExitUsage},                                           // no tokenizer
 		{[]string{"tokenize", "--help"}, cli.ExitOK},
 		{[]string{"detokenize", "--help"}, cli.ExitOK},
 	} {

@@ -26,7 +26,15 @@ func runWorker(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	budget.Register(fs)
 	var cf cli.ClusterFlags
 	cf.RegisterWorker(fs)
+	cli.InputDirs(fs, "model")
 	if err := cli.Parse(fs, args); err != nil {
+		return err
+	}
+	if err := cli.FirstError(cli.NotNegative("threads", *threads, "GOMAXPROCS"), cli.NotNegative("rank", *rank, "learn it from rank 0"),
+		cli.NotNegative("ranks", *ranks, "learn it from rank 0")); err != nil {
+		return err
+	}
+	if _, err := budget.Bytes(); err != nil {
 		return err
 	}
 	switch {
@@ -34,15 +42,13 @@ func runWorker(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return cli.Usagef("--model is required")
 	case *listen == "":
 		return cli.Usagef("--listen HOST:PORT is required")
-	case *threads < 0:
-		return cli.Usagef("--threads must not be negative")
 	case (*rank == 0) != (*ranks == 0):
 		return cli.Usagef("--rank and --ranks go together")
 	case *ranks != 0 && (*ranks < 2 || *rank < 1 || *rank >= *ranks):
 		return cli.Usagef("--rank %d of --ranks %d: a worker is rank 1..N-1 of N >= 2", *rank, *ranks)
 	}
 	if _, _, err := net.SplitHostPort(*listen); err != nil {
-		return cli.Usagef("--listen: %v", err)
+		return cli.Usagef("--listen %q: %v", *listen, err)
 	}
 	b, err := budget.Bytes()
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 
 	"github.com/k3go/k3/internal/engine/planner"
 	"github.com/k3go/k3/internal/platform/rss"
@@ -98,8 +99,117 @@ func checkResidentFits(mem *planner.MemoryPlan, machine func() int64) error {
 	if limit <= 0 || mem.Total() <= limit {
 		return nil
 	}
-	return fmt.Errorf("%w: with no RAM budget every weight is resident: %s needed, the machine has %s; set Options.RAMBudget to stream the weights",
+	return fmt.Errorf("%w: with no RAM budget every weight is resident: %s needed, the machine has %s; a budget streams the weights",
 		planner.ErrBudget, planner.Human(mem.Total()), planner.Human(limit))
+}
+
+// OptionError is an option the engine refuses: k3.OptionError, which k3
+// converts it to (the field is named as in k3.Options).
+type OptionError struct {
+	Field  string
+	Value  any
+	Reason string
+	Err    error // ErrBadOptions or planner.ErrBudget
+}
+
+func (e *OptionError) Error() string {
+	return fmt.Sprintf("k3: Options.%s = %v: %s", e.Field, e.Value, e.Reason)
+}
+
+func (e *OptionError) Unwrap() error { return e.Err }
+
+// autoContext is the context AutoContext gives: the largest, at most
+// limit, that the budget holds for req's sessions (planner.MaxContext);
+// with no budget, the largest whose resident plan fits the machine's
+// memory (limit if the memory is unknown: the KV cache grows only as it
+// fills). Never less than the default context (DefaultMaxContext, or limit
+// if less): 0 when the budget cannot hold that, which is the budget's
+// floor, the one k3 doctor reports.
+func autoContext(w *planner.Weights, req planner.Request, limit int, machine func() int64) int {
+	var n int
+	if req.Budget > 0 {
+		n = planner.MaxContext(w, req, limit)
+	} else {
+		n = residentContext(w, req, limit, machine)
+	}
+	if n < min(DefaultMaxContext, limit) {
+		return 0
+	}
+	return n
+}
+
+// residentContext is the largest context, at most limit, whose plan with
+// everything resident fits the machine's memory; 0 if none does, limit if
+// the memory is unknown.
+func residentContext(w *planner.Weights, req planner.Request, limit int, machine func() int64) int {
+	if machine == nil {
+		machine = memoryLimit
+	}
+	mem := machine()
+	fits := func(n int) bool {
+		r := req
+		r.Budget, r.MaxContext = 0, n
+		mp, err := planner.Plan(w, r)
+		return err == nil && mp.Total() <= mem
+	}
+	switch {
+	case limit < 1:
+		return 0
+	case mem <= 0 || fits(limit):
+		return limit
+	case !fits(1):
+		return 0
+	}
+	lo, hi := 1, limit // fits(lo), !fits(hi)
+	for hi-lo > 1 {
+		if mid := lo + (hi-lo)/2; fits(mid) {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}
+
+// contextErr explains a plan that does not fit (err, planner.ErrBudget):
+// when the context asked for is longer than the default and the default
+// would fit, the context is the cause, and the error names
+// Options.MaxContext and the most positions that fit; else the budget is,
+// with the floor at the default context (the one k3 doctor reports; with
+// no budget, the machine's memory: the error names Options.RAMBudget).
+// Other errors pass through.
+func contextErr(w *planner.Weights, req planner.Request, err error, machine func() int64) error {
+	if !errors.Is(err, planner.ErrBudget) {
+		return fmt.Errorf("k3: %w", err)
+	}
+	_, perPos := model.StateBytes(w.Cfg)
+	sessions := max(req.Sessions, 1)
+	kv := fmt.Sprintf("its KV cache takes %s for %d session(s) (%s a position)",
+		planner.Human(int64(sessions)*perPos*int64(req.MaxContext)), sessions, planner.Human(perPos))
+	base := req
+	base.MaxContext = min(req.MaxContext, DefaultMaxContext)
+	if req.Budget > 0 {
+		if req.MaxContext > DefaultMaxContext {
+			if _, berr := planner.Plan(w, base); berr != nil {
+				err = berr // the floor at the default context does not fit either
+			} else {
+				n := planner.MaxContext(w, req, req.MaxContext-1)
+				return &OptionError{Field: "MaxContext", Value: req.MaxContext, Err: planner.ErrBudget,
+					Reason: fmt.Sprintf("the context does not fit the RAM budget: %s; beside the model, a budget of %s holds at most %d positions per session", kv, planner.Human(req.Budget), n)}
+			}
+		}
+		return fmt.Errorf("k3: %w", err)
+	}
+	if req.MaxContext > DefaultMaxContext && residentContext(w, base, base.MaxContext, machine) == base.MaxContext {
+		n := residentContext(w, req, req.MaxContext-1, machine)
+		return &OptionError{Field: "MaxContext", Value: req.MaxContext, Err: planner.ErrBudget,
+			Reason: fmt.Sprintf("the context does not fit this machine's memory: %s; with no RAM budget every weight is resident too, and the machine holds at most %d positions per session", kv, n)}
+	}
+	if mp, perr := planner.Plan(w, base); perr == nil && req.MaxContext > DefaultMaxContext {
+		err = checkResidentFits(mp, machine) // the weights' own total
+	}
+	return &OptionError{Field: "RAMBudget", Value: int64(0), Err: planner.ErrBudget,
+		Reason: strings.TrimPrefix(strings.TrimPrefix(err.Error(), planner.ErrBudget.Error()), ": ")}
 }
 
 // budgetRequest is the one place where Options become the memory planner's

@@ -66,11 +66,27 @@ type Options struct {
 	Prefix *PrefixOptions
 	// Cluster makes this engine rank 0 of a cluster (Cluster.Peers).
 	Cluster ClusterOptions
+	// AutoContext, with MaxContext zero, sizes the context to the largest
+	// the budget holds for Sessions sessions (ContextLimit at most).
+	AutoContext bool
 }
 
 // DefaultMaxContext is the context a session holds when Options.MaxContext
 // is zero.
 const DefaultMaxContext = 4096
+
+// DefaultContextLimit bounds AutoContext for a model whose config does not
+// give max_position_embeddings: the released model's.
+const DefaultContextLimit = 1 << 20
+
+// ContextLimit is the longest context AutoContext gives cfg's model: its
+// max_position_embeddings, or DefaultContextLimit.
+func ContextLimit(cfg *model.Config) int {
+	if cfg.MaxPositions > 0 {
+		return cfg.MaxPositions
+	}
+	return DefaultContextLimit
+}
 
 // Engine owns everything behind a k3.Model: the checkpoint, the direct-I/O
 // files and reader, the off-heap buffers, the worker pool, the memory
@@ -142,6 +158,7 @@ type Engine struct {
 
 // Open loads the checkpoint in dir with the config cfg (ReadConfig).
 func Open(ctx context.Context, dir string, cfg *model.Config, opts Options) (_ *Engine, err error) {
+	auto := opts.AutoContext && opts.MaxContext == 0
 	if opts.MaxContext == 0 {
 		opts.MaxContext = DefaultMaxContext
 	}
@@ -212,14 +229,24 @@ func Open(ctx context.Context, dir string, cfg *model.Config, opts Options) (_ *
 			return nil, err
 		}
 	}
-	if e.res, err = planner.NewResidency(lay.Weights(), budgetRequest(dir, opts)); err != nil {
-		return nil, fmt.Errorf("k3: %w", err)
+	w, req := lay.Weights(), budgetRequest(dir, opts)
+	if auto {
+		// 0: not even the default context fits; the plan says what the
+		// floor needs.
+		n := autoContext(w, req, ContextLimit(cfg), opts.MachineMemory)
+		if n == 0 {
+			n = min(DefaultMaxContext, ContextLimit(cfg))
+		}
+		opts.MaxContext, req.MaxContext, e.opts.MaxContext = n, n, n
+	}
+	if e.res, err = planner.NewResidency(w, req); err != nil {
+		return nil, contextErr(w, req, err, nil)
 	}
 	e.mem = e.res.Plans[0]
 	e.moveCtx, e.moveCancel = moveContext()
 	if opts.RAMBudget == 0 {
 		if err := checkResidentFits(e.mem, opts.MachineMemory); err != nil {
-			return nil, fmt.Errorf("k3: %w", err)
+			return nil, contextErr(w, req, err, opts.MachineMemory)
 		}
 	}
 	// From here on the Go heap (and its garbage) must fit beside the
@@ -518,6 +545,10 @@ func (e *Engine) Memory() *planner.MemoryPlan { return e.mem }
 
 // CheckpointDir returns the checkpoint's directory.
 func (e *Engine) CheckpointDir() string { return e.ck.Dir }
+
+// MaxContext is the positions each sequence holds: Options.MaxContext, or
+// what AutoContext chose.
+func (e *Engine) MaxContext() int { return e.opts.MaxContext }
 
 // Fingerprint returns the checkpoint's content fingerprint (computed at
 // Open).

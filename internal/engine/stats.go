@@ -13,6 +13,7 @@ type Stats struct {
 	BudgetBytes, PlannedBytes                  int64
 	PinnedLayers, StreamedParts                int
 	BytesRead, TrunkBytesRead, ExpertBytesRead int64
+	EmbedBytesRead                             int64
 	TrunkDecodedBytes                          int64
 	TrunkDecodeTime                            time.Duration
 	CacheHits, CacheMisses                     int64
@@ -53,7 +54,7 @@ func (e *Engine) Stats() Stats {
 		s.ExpertBytesRead, s.CacheHits, s.CacheMisses = xs.BytesRead, xs.Hits, xs.Misses
 		wait += xs.Wait
 	}
-	s.Passes, s.Rows = ms.Passes, ms.Rows
+	s.Passes, s.Rows, s.EmbedBytesRead = ms.Passes, ms.Rows, ms.EmbedBytes
 	s.ExpertUnion, s.MoELayerPasses = ms.ExpertUnion, ms.MoELayerPasses
 	s.SpecPasses, s.SpecRows, s.SpecAccepted = e.specPasses.Load(), e.specRows.Load(), e.specAccepted.Load()
 	s.ForwardTime, s.WaitTime = ms.ForwardTime, wait

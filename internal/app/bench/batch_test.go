@@ -57,7 +57,7 @@ func TestBenchBatch(t *testing.T) {
 		t.Errorf("table: exit %d (%s):\n%s", code, stderr, out)
 	}
 	// Without --batch, the single-run bench is unchanged.
-	code, out, stderr = runCmd(t, "bench", "--model", dir, "--probe", "0", "--tokens", "2", "--prompt-len", "4", "--json")
+	code, out, stderr = runCmd(t, "bench", "--model", dir, "--probe-size", "0", "--tokens", "2", "--prompt-len", "4", "--json")
 	if code != 0 || !strings.Contains(out, `"decode_vs_bound"`) || strings.Contains(out, `"batches"`) {
 		t.Errorf("single bench: exit %d (%s):\n%s", code, stderr, out)
 	}

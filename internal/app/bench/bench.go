@@ -34,7 +34,8 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	tokens := fs.Int("tokens", 8, "tokens to decode")
 	promptLen := fs.Int("prompt-len", 16, "prompt tokens to prefill")
 	cold := fs.Bool("cold", false, "start from a cold page cache (drops the checkpoint's cached pages where the OS allows)")
-	probeBytes := fs.String("probe", "2GiB", "bytes read with O_DIRECT to measure the device bandwidth: random 16 MiB reads of the checkpoint, or of a temporary file this size written beside it when its files are smaller (0 skips it, and the I/O roofline is left out)")
+	probeBytes := fs.String("probe-size", "2GiB", "bytes read with O_DIRECT to measure the device bandwidth: random 16 MiB reads of the checkpoint, or of a temporary file this `size` written beside it when its files are smaller (0 skips it, and the I/O roofline is left out)")
+	cli.Alias(fs, "probe", "probe-size") // its name before k3 doctor's --probe-size was taken for both
 	seed := fs.Uint64("seed", 1, "seed of the random prompt")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	batchSizes := fs.String("batch", "", "batch `sizes`, e.g. 1,4,8,16: decode that many sessions at once for each and print a table of aggregate speed, bytes per token and passes (skips the device probe and roofline)")
@@ -48,10 +49,30 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
+	if err := cli.FirstError(cli.Positive("tokens", *tokens), cli.Positive("prompt-len", *promptLen),
+		cli.Positive("rounds", *rounds), cli.NotNegative("max-batch", *maxBatch, "the default")); err != nil {
+		return err
+	}
+	one := mf
+	one.Trunk = "" // --trunk may be a list; Parse checked each directory
+	if err := one.Check(nil); err != nil {
+		return err
+	}
+	pb, err := cli.ParseSize(*probeBytes)
+	if err != nil || (pb > 0 && pb < 1<<20) {
+		return cli.Usagef("--probe-size %q: want 0 (no probe) or a size of at least 1MiB", *probeBytes)
+	}
+	if *drafter != "ngram" && *drafter != "ceiling" {
+		return cli.Usagef("--drafter %q: want ngram or ceiling", *drafter)
+	}
+	comp, ok := map[string]k3.Compression{"on": k3.CompressionOn, "off": k3.CompressionOff, "auto": k3.CompressionAuto}[*compression]
+	if !ok {
+		return cli.Usagef("--compression %q: want on, off or auto", *compression)
+	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err != nil {
-			return err
+			return fmt.Errorf("--cpuprofile: %w", err)
 		}
 		defer f.Close()
 		if err := pprof.StartCPUProfile(f); err != nil {
@@ -59,19 +80,10 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	if mf.Dir == "" {
-		return cli.Usagef("--model is required")
-	}
-	if *tokens < 1 || *promptLen < 1 {
-		return cli.Usagef("--tokens and --prompt-len must be at least 1")
-	}
 	if *specKs != "" {
 		ks, err := cli.ParseBatchSizes(*specKs)
 		if err != nil {
-			return cli.Usagef("--spec: want positive draft lengths, e.g. 1,2,4,8")
-		}
-		if *drafter != "ngram" && *drafter != "ceiling" {
-			return cli.Usagef("--drafter must be ngram or ceiling, not %q", *drafter)
+			return cli.Usagef("--spec %q: want positive draft lengths, e.g. 1,2,4,8", *specKs)
 		}
 		if *batchSizes != "" {
 			return cli.Usagef("give --spec or --batch, not both")
@@ -83,9 +95,6 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		if *maxBatch < 0 {
-			return cli.Usagef("--max-batch must not be negative")
-		}
 		if *cold {
 			fmt.Fprintln(stderr, "bench: --cold applies before the first batch only")
 		}
@@ -95,19 +104,11 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if *check || *maxBatch != 0 {
 		return cli.Usagef("--check and --max-batch apply to --batch only")
 	}
-	pb, err := cli.ParseSize(*probeBytes)
-	if err != nil {
-		return cli.Usagef("--probe: %v", err)
-	}
 	ctx, cancel := cli.SignalContext()
 	defer cancel()
 	budget, err := mf.Budget.Bytes()
 	if err != nil {
 		return err
-	}
-	comp, ok := map[string]k3.Compression{"on": k3.CompressionOn, "off": k3.CompressionOff, "auto": k3.CompressionAuto}[*compression]
-	if !ok {
-		return cli.Usagef("--compression must be on, off or auto, not %q", *compression)
 	}
 	// --trunk A,B benches each packed trunk in turn in this process (the
 	// device probe once), then compares them: an uncompressed and a

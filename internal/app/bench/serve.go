@@ -77,31 +77,43 @@ func RunServe(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	userTokens := fs.Int("user-tokens", 60, "with --agent: tokens of each turn's new message")
 	replyTokens := fs.Int("reply-tokens", 120, "with --agent: tokens of each reply the trace resends")
 	uncachedTurns := fs.String("uncached-turns", "", "with --agent: the `turns` (comma separated, 1-based) also measured without the prefix cache (default: all); an uncached turn prefills its whole prompt, so on a slow model a few of them bound the run's time")
+	cli.InputDirs(fs, "tokenizer")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
-	if *agent {
-		if *turns < 2 || *header < 1 || *userTokens < 1 || *replyTokens < 0 || *tokens < 1 {
-			return cli.Usagef("--agent needs --turns of at least 2 and positive --header, --user-tokens and --tokens")
-		}
-		if *headerTail < 0 || *headerTail > *header {
-			return cli.Usagef("--header-tail must be between 0 and --header")
-		}
-		only, err := parseTurns(*uncachedTurns, *turns)
-		if err != nil {
-			return err
-		}
-		return runAgent(&mf, agentFlags{uncached: only, turns: *turns, header: *header, tail: *headerTail, tokenizer: *tokDir, user: *userTokens, reply: *replyTokens, tokens: *tokens, seed: *seed, json: *asJSON}, stdout, stderr)
+	if err := cli.FirstError(cli.Positive("tokens", *tokens), cli.Positive("prompt-len", *promptLen),
+		cli.Positive("requests", *requests), cli.NotNegative("max-batch", *maxBatch, "the prefill chunk"),
+		cli.NotNegative("header-tail", *headerTail, "none"), cli.NotNegative("reply-tokens", *replyTokens, "none")); err != nil {
+		return err
+	}
+	if *turns < 2 {
+		return cli.Usagef("--turns %d: --agent needs at least 2", *turns)
+	}
+	if err := cli.FirstError(cli.Positive("header", *header), cli.Positive("user-tokens", *userTokens)); err != nil {
+		return err
+	}
+	if *headerTail > *header {
+		return cli.Usagef("--header-tail %d: at most --header (%d)", *headerTail, *header)
+	}
+	only, err := parseTurns(*uncachedTurns, *turns)
+	if err != nil {
+		return err
 	}
 	levels, err := cli.ParseBatchSizes(*clients)
 	if err != nil {
-		return cli.Usagef("--clients: bad client counts %q (want positive counts, e.g. 1,8)", *clients)
+		return cli.Usagef("--clients %q: want positive client counts, e.g. 1,8", *clients)
 	}
-	switch {
-	case *tokens < 1 || *promptLen < 1 || *requests < 1:
-		return cli.Usagef("--tokens, --prompt-len and --requests must be positive")
-	case *maxBatch < 0:
-		return cli.Usagef("--max-batch must not be negative")
+	if err := mf.Check(nil); err != nil {
+		return err
+	}
+	if err := cli.CheckCheckpoint(mf.Dir); err != nil {
+		return err
+	}
+	if err := cli.CheckTokenizer(mf.Dir, *tokDir); err != nil {
+		return err
+	}
+	if *agent {
+		return runAgent(&mf, agentFlags{uncached: only, turns: *turns, header: *header, tail: *headerTail, tokenizer: *tokDir, user: *userTokens, reply: *replyTokens, tokens: *tokens, seed: *seed, json: *asJSON}, stdout, stderr)
 	}
 	most := 0
 	for _, c := range levels {
@@ -122,7 +134,7 @@ func RunServe(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if m.Tokenizer() == nil {
 		return cli.Usagef("%s has no tokenizer; give --tokenizer DIR", mf.Dir)
 	}
-	srv, err := server.New(m, server.Options{Name: "bench", MaxContext: mf.MaxContext, Sessions: most, Queue: most * *requests})
+	srv, err := server.New(m, server.Options{Name: "bench", MaxContext: m.MaxContext(), Sessions: most, Queue: most * *requests})
 	if err != nil {
 		return err
 	}

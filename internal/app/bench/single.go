@@ -40,9 +40,16 @@ type benchResult struct {
 	DecodeTokens         int     `json:"decode_tokens"`
 	DecodeSPerToken      float64 `json:"decode_s_per_token"`
 	DecodeTokensPerS     float64 `json:"decode_tokens_per_s"`
+	// What a decoded token read, in parts that add up: the streamed
+	// trunk, the routed experts the cache missed, the embedding rows (when
+	// the table is not resident), and the rest, the direct reads'
+	// alignment padding (and re-reads).
 	BytesReadPerToken    int64   `json:"bytes_read_per_token"`
 	TrunkBytesPerToken   int64   `json:"trunk_bytes_per_token"`
 	ExpertBytesPerTok    int64   `json:"expert_bytes_per_token"`
+	EmbedBytesPerToken   int64   `json:"embed_bytes_per_token"`
+	ReloadBytesPerToken  int64   `json:"reload_bytes_per_token,omitempty"` // trunk parts pinned again after a plan move
+	PaddingBytesPerToken int64   `json:"padding_bytes_per_token"`
 	ReadGBps             float64 `json:"read_gbps"`
 	DeviceGBps           float64 `json:"device_gbps,omitempty"`
 	// DeviceNote says how the device was measured, or why it was not
@@ -58,13 +65,20 @@ type benchResult struct {
 	// trunk parts again (in the bytes read, not in the trunk's).
 	PlanMoves     int64 `json:"plan_moves"`
 	ReloadedBytes int64 `json:"reloaded_bytes"`
-	PeakRSSBytes  int64 `json:"peak_rss_bytes"`
+	// PeakRSSBytes is the process's measured peak resident set (its
+	// high-water mark, VmHWM on Linux) over the whole run.
+	PeakRSSBytes int64 `json:"peak_rss_bytes"`
 	// Cluster is a run over a cluster's (--peers): its gathers per decoded
 	// token, their bytes and time (absent in one process).
 	Cluster *cli.ClusterJSON `json:"cluster,omitempty"`
-	// FloorBytes is the smallest budget for these options, as k3 doctor
-	// and the error refusing a smaller budget report it.
-	FloorBytes int64 `json:"floor_bytes"`
+	// PlannedBytes is what the memory plan reserves at this budget, and
+	// FloorBytes the smallest budget for these options, as k3 doctor and
+	// the error refusing a smaller budget report it: both are upper bounds
+	// (a full context's KV cache, a full pass's scratch, the threads'
+	// stacks, the collector's headroom, the whole executable), so a short
+	// run's peak is below them.
+	PlannedBytes int64 `json:"planned_bytes"`
+	FloorBytes   int64 `json:"floor_bytes"`
 	// A compressed packed trunk: the bytes decoded per token, the decode
 	// core time per token (summed over blocks) and the rate per core.
 	TrunkDecodedPerToken int64   `json:"trunk_decoded_bytes_per_token,omitempty"`
@@ -100,11 +114,13 @@ func benchOne(ctx context.Context, mf *cli.ModelFlags, trunk string, budget int6
 		Kernels: tensor.Implementation() + "/" + quant.Implementation(), Trunk: trunk, DeviceGBps: run.device}
 	// The options every model command opens with (the same floor as k3
 	// doctor's), with room for the prompt and the decoded tokens.
-	opts, err := mf.Options()
+	one := *mf
+	one.Trunk = trunk // of a --trunk A,B list
+	opts, err := one.Options()
 	if err != nil {
 		return nil, err
 	}
-	opts.RAMBudget, opts.TrunkDir, opts.TrunkCompression = budget, trunk, run.compression
+	opts.RAMBudget, opts.TrunkCompression = budget, run.compression
 	if need := *promptLen + *tokens + 1; max(opts.MaxContext, 4096) < need {
 		opts.MaxContext = need
 	}
@@ -144,7 +160,7 @@ func benchOne(ctx context.Context, mf *cli.ModelFlags, trunk string, budget int6
 	}
 	switch {
 	case pb <= 0:
-		r.DeviceNote = "not measured (--probe 0)"
+		r.DeviceNote = "not measured (--probe-size 0)"
 	case run.device > 0:
 		// Measured in this process already (the first of several trunks).
 	default:
@@ -224,6 +240,9 @@ func benchOne(ctx context.Context, mf *cli.ModelFlags, trunk string, budget int6
 	r.BytesReadPerToken = int64(float64(d.BytesRead) / steps)
 	r.TrunkBytesPerToken = int64(float64(d.TrunkBytesRead) / steps)
 	r.ExpertBytesPerTok = int64(float64(d.ExpertBytesRead) / steps)
+	r.EmbedBytesPerToken = int64(float64(d.EmbedBytesRead) / steps)
+	r.ReloadBytesPerToken = int64(float64(d.ReloadedBytes) / steps)
+	r.PaddingBytesPerToken = r.BytesReadPerToken - r.TrunkBytesPerToken - r.ExpertBytesPerTok - r.EmbedBytesPerToken - r.ReloadBytesPerToken
 	r.ReadGBps = d.ReadGBps()
 	r.IOWaitSPerToken = d.WaitTime.Seconds() / steps
 	r.MeasuredCompute = d.ComputeTime.Seconds() / steps
@@ -232,7 +251,7 @@ func benchOne(ctx context.Context, mf *cli.ModelFlags, trunk string, budget int6
 		r.CacheHitRate = float64(d.CacheHits) / float64(req)
 	}
 	end := m.Stats()
-	r.PeakRSSBytes = end.PeakRSSBytes
+	r.PeakRSSBytes, r.PlannedBytes = end.PeakRSSBytes, end.PlannedBytes
 	if cs := m.Cluster(); cs.Ranks > 1 {
 		cs.Rounds -= cs1.Rounds
 		cs.BytesSent -= cs1.BytesSent
@@ -288,8 +307,13 @@ func printBench(w io.Writer, r *benchResult) {
 	if r.DeviceNote != "" {
 		device += " (" + r.DeviceNote + ")"
 	}
-	fmt.Fprintf(w, "read per token  %8s (trunk %s, experts %s) at %.2f GB/s; %s\n",
-		human(r.BytesReadPerToken), human(r.TrunkBytesPerToken), human(r.ExpertBytesPerTok), r.ReadGBps, device)
+	reload := ""
+	if r.ReloadBytesPerToken > 0 {
+		reload = ", trunk parts pinned again after a plan move " + human(r.ReloadBytesPerToken)
+	}
+	fmt.Fprintf(w, "read per token  %8s (trunk %s, experts %s, embedding rows %s%s, alignment of direct reads %s) at %.2f GB/s; %s\n",
+		human(r.BytesReadPerToken), human(r.TrunkBytesPerToken), human(r.ExpertBytesPerTok), human(r.EmbedBytesPerToken),
+		reload, human(r.PaddingBytesPerToken), r.ReadGBps, device)
 	if r.TrunkDecodedPerToken > 0 {
 		fmt.Fprintf(w, "trunk decode    %8s decoded per token, %.3f core-s per token, %.2f GB/s per core\n",
 			human(r.TrunkDecodedPerToken), r.DecodeCoreSPerToken, r.DecodeGBpsPerCore)
@@ -302,7 +326,8 @@ func printBench(w io.Writer, r *benchResult) {
 	if r.PlanMoves > 0 {
 		fmt.Fprintf(w, "memory plan     %d moves (wider passes for the prompt, back for decoding), %s read to pin trunk parts again\n", r.PlanMoves, human(r.ReloadedBytes))
 	}
-	fmt.Fprintf(w, "peak RSS        %8s (floor %s)\n", human(r.PeakRSSBytes), human(r.FloorBytes))
+	fmt.Fprintf(w, "peak RSS        %8s measured (the process's high-water mark); the plan reserves %s and the floor is %s, upper bounds: they count a full context's KV cache, a full pass's scratch, 32 threads' stacks, the collector's headroom and the whole executable, which a short run does not all touch\n",
+		human(r.PeakRSSBytes), human(r.PlannedBytes), human(r.FloorBytes))
 	ioBound := "I/O unmeasured (no device bandwidth; the bound is compute only)"
 	if r.DeviceGBps > 0 {
 		ioBound = fmt.Sprintf("I/O %.3f s/token (bytes ÷ device)", r.RooflineSPerToken)

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"regexp"
 	"syscall"
 
 	"github.com/k3go/k3"
@@ -28,7 +29,13 @@ const (
 	ExitBudget     = 5 // the RAM budget cannot hold the model
 	ExitIO         = 6 // a missing or unreadable file, an I/O error
 	ExitInternal   = 7 // a recovered panic: never reported as a usage error (the runtime's 2)
+	// ExitInterrupted: Ctrl-C (SIGINT) ended the command, as a shell
+	// reports a process SIGINT killed (128 + 2).
+	ExitInterrupted = 130
 )
+
+// ErrInterrupted ends a command at Ctrl-C; it exits ExitInterrupted.
+var ErrInterrupted = errors.New("interrupted")
 
 // ErrHelp reports that --help was asked for and the usage printed: the
 // command exits 0.
@@ -44,8 +51,34 @@ func Usagef(format string, args ...any) error {
 	return &UsageError{fmt.Sprintf(format, args...)}
 }
 
+// libraryCall matches the library's "k3: Function: " or "k3: Type.Method: "
+// marks, which name its API for a program's logs.
+var libraryCall = regexp.MustCompile(`(^|: )k3: ([A-Z][A-Za-z]*\.)?[A-Z][A-Za-z]*: `)
+
+// Text is err's message for a user of the command: the library's marks
+// that name its functions ("k3: LoadFile: ") are dropped; the rest, which
+// says what went wrong and with what, stays.
+func Text(err error) string {
+	return libraryCall.ReplaceAllString(err.Error(), "$1")
+}
+
+// Tagged returns an error with the formatted message that wraps sentinel
+// (for errors.Is and the exit code) without repeating its text.
+func Tagged(sentinel error, format string, args ...any) error {
+	return &tagged{msg: fmt.Sprintf(format, args...), err: sentinel}
+}
+
+type tagged struct {
+	msg string
+	err error
+}
+
+func (e *tagged) Error() string { return e.msg }
+func (e *tagged) Unwrap() error { return e.err }
+
 // ExitCode is the exit code for err, which a subcommand returned: nil and
-// ErrHelp exit 0, a recovered panic (anything wrapping crash.ErrInternal) exits 7, a usage
+// ErrHelp exit 0, a recovered panic (anything wrapping crash.ErrInternal) exits 7, Ctrl-C
+// (ErrInterrupted) 130, a usage
 // error or options the library refuses 2, and the library's sentinel
 // errors and I/O errors their own codes; anything else exits 1.
 func ExitCode(err error) int {
@@ -55,6 +88,8 @@ func ExitCode(err error) int {
 		return ExitOK
 	case errors.Is(err, crash.ErrInternal):
 		return ExitInternal
+	case errors.Is(err, ErrInterrupted):
+		return ExitInterrupted
 	case errors.As(err, &ue), errors.Is(err, k3.ErrBadOptions), errors.Is(err, k3.ErrTokenOutOfRange), errors.Is(err, k3.ErrContextFull):
 		return ExitUsage
 	case errors.Is(err, k3.ErrExpertLoad):

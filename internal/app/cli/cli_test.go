@@ -7,6 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -79,21 +81,33 @@ func TestParse(t *testing.T) {
 	newSet := func(stderr *bytes.Buffer) *flag.FlagSet {
 		fs := NewFlags("frob", "--n N", stderr)
 		fs.Int("n", 1, "how many")
+		fs.Bool("b", false, "whether")
 		return fs
 	}
 	var stderr bytes.Buffer
-	if err := Parse(newSet(&stderr), []string{"--help"}); !errors.Is(err, ErrHelp) || ExitCode(err) != ExitOK {
-		t.Errorf("--help: %v", err)
+	err := Parse(newSet(&stderr), []string{"--help"})
+	var he *HelpError
+	if !errors.As(err, &he) || !errors.Is(err, ErrHelp) || ExitCode(err) != ExitOK {
+		t.Fatalf("--help: %v, want a *HelpError that is ErrHelp", err)
 	}
-	if out := stderr.String(); !strings.HasPrefix(out, "Usage: k3 frob --n N\n\nFlags:\n") || !strings.Contains(out, "how many") {
-		t.Errorf("--help printed %q", out)
+	if out := he.Usage; !strings.HasPrefix(out, "Usage: k3 frob --n N\n\nFlags:\n") || !strings.Contains(out, "how many") {
+		t.Errorf("--help's usage is %q", out)
+	}
+	if he.Flags == nil || he.Flags.Lookup("n") == nil {
+		t.Errorf("--help's flag set has no --n")
+	}
+	if stderr.Len() != 0 {
+		t.Errorf("--help printed %q on stderr; the command prints the usage on stdout", stderr.String())
 	}
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"--bogus"}, "flag provided but not defined: -bogus (k3 help frob lists the flags)"},
-		{[]string{"--n", "x"}, "k3 help frob lists the flags"},
+		{[]string{"--bogus"}, "unknown flag --bogus (k3 help frob lists the flags)"},
+		{[]string{"--n", "x"}, `--n "x": not a valid value (k3 help frob lists the flags)`},
+		{[]string{"--n", "99999999999999999999999"}, `--n "99999999999999999999999": out of range`},
+		{[]string{"--n"}, "--n needs a value"},
+		{[]string{"--b=maybe"}, "--b=maybe: want true or false"},
 		{[]string{"--n", "2", "extra"}, `unexpected argument "extra"`},
 	} {
 		stderr.Reset()
@@ -109,6 +123,95 @@ func TestParse(t *testing.T) {
 	fs := newSet(&stderr)
 	if err := Parse(fs, []string{"--n", "3"}); err != nil || fs.Lookup("n").Value.String() != "3" {
 		t.Errorf("--n 3: %v", err)
+	}
+}
+
+// TestAlias: an alias sets the same value and is missing from the usage;
+// the usage shows each flag's default, not what was parsed before --help.
+func TestAlias(t *testing.T) {
+	fs := NewFlags("frob", "", &bytes.Buffer{})
+	size := fs.String("probe-size", "1GiB", "probe `size`")
+	Alias(fs, "probe", "probe-size")
+	if err := Parse(fs, []string{"--probe", "2MiB"}); err != nil || *size != "2MiB" {
+		t.Fatalf("--probe 2MiB: %v, --probe-size is %q", err, *size)
+	}
+	err := Parse(fs, []string{"--help"})
+	var he *HelpError
+	if !errors.As(err, &he) {
+		t.Fatalf("--help: %v", err)
+	}
+	if !strings.Contains(he.Usage, "-probe-size size") || strings.Contains(he.Usage, "-probe ") || strings.Contains(he.Usage, "the same as") {
+		t.Errorf("the usage lists the alias, or not the flag:\n%s", he.Usage)
+	}
+	if !strings.Contains(he.Usage, `(default "1GiB")`) {
+		t.Errorf("the usage does not show the default 1GiB:\n%s", he.Usage)
+	}
+}
+
+// TestInputPaths: a file or directory flag marked as an input is checked
+// by Parse: missing, or of the other kind, it is a usage error naming the
+// flag and the path; an empty value (the default) is not checked.
+func TestInputPaths(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "f")
+	os.WriteFile(file, nil, 0o644)
+	missing := filepath.Join(dir, "missing")
+	parse := func(args ...string) error {
+		fs := NewFlags("frob", "", &bytes.Buffer{})
+		fs.String("in", "", "input `file`")
+		fs.String("model", "", "`directory`")
+		fs.String("out", "", "output `file`")
+		InputFiles(fs, "in")
+		InputDirs(fs, "model")
+		if !IsInputPath(fs, "in") || !IsInputPath(fs, "model") || IsInputPath(fs, "out") {
+			t.Fatal("IsInputPath is wrong")
+		}
+		return Parse(fs, args)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--in", missing}, "--in " + missing + ": the file does not exist"},
+		{[]string{"--model", missing}, "--model " + missing + ": the directory does not exist"},
+		{[]string{"--model", file}, "--model " + file + ": not a directory"},
+		{[]string{"--in", dir}, "--in " + dir + ": a directory, not a file"},
+	} {
+		if err := parse(c.args...); ExitCode(err) != ExitUsage || err.Error() != c.want {
+			t.Errorf("%v: %v, want a usage error %q", c.args, err, c.want)
+		}
+	}
+	for _, args := range [][]string{nil, {"--in", file, "--model", dir, "--out", missing}} {
+		if err := parse(args...); err != nil {
+			t.Errorf("%v: %v", args, err)
+		}
+	}
+}
+
+// TestForFlags: the library's *k3.OptionError, told with the flag that
+// sets the field; a field without a flag in the set stays as it was.
+func TestForFlags(t *testing.T) {
+	fs := NewFlags("frob", "", &bytes.Buffer{})
+	var mf ModelFlags
+	mf.Register(fs)
+	for _, c := range []struct {
+		err  error
+		want string
+		code int
+	}{
+		{&k3.OptionError{Field: "Threads", Value: -1, Reason: "must not be negative", Err: k3.ErrBadOptions}, "--threads -1: must not be negative", ExitUsage},
+		{fmt.Errorf("opening: %w", &k3.OptionError{Field: "MaxContext", Value: 100000000, Reason: "too long", Err: k3.ErrBudget}), "--max-context 100000000: too long", ExitBudget},
+		{&k3.OptionError{Field: "RAMBudget", Value: int64(0), Reason: "too big for the machine", Err: k3.ErrBudget}, "no --budget: too big for the machine", ExitBudget},
+		{&k3.OptionError{Field: "TrunkDir", Value: "/x", Reason: "the directory does not exist", Err: k3.ErrBadOptions}, "--trunk /x: the directory does not exist", ExitUsage},
+	} {
+		err := ForFlags(c.err, fs)
+		if err.Error() != c.want || ExitCode(err) != c.code {
+			t.Errorf("%v: %q (exit %d), want %q (exit %d)", c.err, err, ExitCode(err), c.want, c.code)
+		}
+	}
+	oe := &k3.OptionError{Field: "Sessions", Value: -1, Reason: "x", Err: k3.ErrBadOptions}
+	if err := ForFlags(oe, fs); err != error(oe) {
+		t.Errorf("Sessions, which no flag of the set sets: %v", err)
 	}
 }
 
@@ -145,6 +248,7 @@ func TestExitCode(t *testing.T) {
 		{wrap(&fs.PathError{Op: "open", Path: "x", Err: syscall.EACCES}), ExitIO},
 		{wrap(syscall.EIO), ExitIO},
 		{wrap(crash.ErrInternal), ExitInternal},
+		{wrap(ErrInterrupted), ExitInterrupted},
 		// A panic whose value is a usage error is still a bug, not a usage error.
 		{fmt.Errorf("%w: %w", crash.ErrInternal, Usagef("x")), ExitInternal},
 	} {
@@ -165,5 +269,22 @@ func TestOpenWithChecksFlags(t *testing.T) {
 	m := ModelFlags{Dir: t.TempDir()}
 	if _, err := m.Open(context.Background()); ExitCode(err) != ExitCheckpoint {
 		t.Errorf("an empty directory: %v, want a bad checkpoint", err)
+	}
+}
+
+// TestText: the library's marks naming its functions are dropped from a
+// message for the command's user; the rest stays.
+func TestText(t *testing.T) {
+	for in, want := range map[string]string{
+		"k3: LoadFile: open x: no such file or directory":         "open x: no such file or directory",
+		"k3: Model.Step: invalid options: called twice":           "invalid options: called twice",
+		"loading: k3: Generate: invalid options: MaxTokens -1":    "loading: invalid options: MaxTokens -1",
+		"k3: checkpoint directory /x does not exist":              "k3: checkpoint directory /x does not exist",
+		"k3: bad model config: missing keys: hidden_size":         "k3: bad model config: missing keys: hidden_size",
+		"k3: RAM budget too small: the floor needs 5.46 GB (...)": "k3: RAM budget too small: the floor needs 5.46 GB (...)",
+	} {
+		if got := Text(errors.New(in)); got != want {
+			t.Errorf("Text(%q) = %q, want %q", in, got, want)
+		}
 	}
 }

@@ -45,6 +45,25 @@ func (c *ClusterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.CertKey, "cluster-cert-key", "", "the TLS certificate's private key `file` (PEM)")
 	fs.StringVar(&c.CA, "cluster-ca", "", "CA certificate `file` (PEM) that signs the other ranks' certificates: mutual TLS (a worker then requires rank 0's certificate)")
 	fs.DurationVar(&c.Timeout, "peer-timeout", 0, "how long a rank may take to answer a handshake or a round before the requests in flight fail naming it (0 = 30s)")
+	InputFiles(fs, "cluster-key-file", "cluster-cert", "cluster-cert-key", "cluster-ca")
+}
+
+// check refuses negative timeouts and, for rank 0, link flags without
+// --peers (they would be ignored), naming the flag and the value.
+func (c *ClusterFlags) check() error {
+	if err := FirstError(NotNegative("peer-timeout", c.Timeout, "30s"), NotNegative("peer-load-timeout", c.LoadTimeout, "30m")); err != nil {
+		return err
+	}
+	if !c.withPeers || strings.TrimSpace(c.Peers) != "" {
+		return nil
+	}
+	for name, set := range map[string]bool{"cluster-key": c.Key != "", "cluster-key-file": c.KeyFile != "", "cluster-cert": c.Cert != "",
+		"cluster-cert-key": c.CertKey != "", "cluster-ca": c.CA != "", "peer-timeout": c.Timeout != 0, "peer-load-timeout": c.LoadTimeout != 0} {
+		if set {
+			return Usagef("--%s applies with --peers (a cluster) only", name)
+		}
+	}
+	return nil
 }
 
 // peers returns the --peers addresses.
@@ -56,7 +75,7 @@ func (c *ClusterFlags) peers() ([]string, error) {
 	for _, p := range strings.Split(c.Peers, ",") {
 		p = strings.TrimSpace(p)
 		if p == "" || !strings.Contains(p, ":") {
-			return nil, Usagef("--peers: %q is not HOST:PORT", p)
+			return nil, Usagef("--peers %q: %q is not HOST:PORT", c.Peers, p)
 		}
 		out = append(out, p)
 	}
@@ -87,12 +106,12 @@ func (c *ClusterFlags) tls() (*tls.Config, error) {
 
 // Options returns rank 0's cluster options, nil without --peers.
 func (c *ClusterFlags) Options() (*k3.ClusterOptions, error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
 	peers, err := c.peers()
 	if err != nil || peers == nil {
 		return nil, err
-	}
-	if c.Timeout < 0 || c.LoadTimeout < 0 {
-		return nil, Usagef("--peer-timeout and --peer-load-timeout must not be negative")
 	}
 	key, err := c.key()
 	if err != nil {
@@ -107,8 +126,8 @@ func (c *ClusterFlags) Options() (*k3.ClusterOptions, error) {
 
 // WorkerOptions fills a worker's link options.
 func (c *ClusterFlags) WorkerOptions(o *k3.WorkerOptions) error {
-	if c.Timeout < 0 {
-		return Usagef("--peer-timeout must not be negative")
+	if err := c.check(); err != nil {
+		return err
 	}
 	key, err := c.key()
 	if err != nil {

@@ -46,6 +46,7 @@ type ConstraintFlags struct {
 // Register defines the flags on fs.
 func (c *ConstraintFlags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.SchemaFile, "json-schema", "", "constrain the output to a JSON value valid under the JSON Schema in `file`; strict: a keyword that cannot be enforced is an error (see --schema-lenient)")
+	InputFiles(fs, "json-schema")
 	fs.BoolVar(&c.Lenient, "schema-lenient", false, "with --json-schema: enforce the schema as far as possible and leave out the keywords that cannot be enforced (the API's \"strict\": false)")
 	fs.BoolVar(&c.Object, "json-object", false, "constrain the output to one JSON object (the API's response_format json_object; --json is unrelated: it prints the command's result as JSON)")
 	fs.Func("regex", "constrain the output to text the regular expression `pattern` (Go's regexp/syntax) matches as a whole", func(s string) error {

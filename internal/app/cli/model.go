@@ -2,16 +2,22 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/k3go/k3"
+	"github.com/k3go/k3/internal/engine"
+	"github.com/k3go/k3/internal/engine/planner"
 	"github.com/k3go/k3/internal/platform/sysinfo"
+	"github.com/k3go/k3/tokenizer"
 )
 
 // ModelFlags are the flags every subcommand that loads a model shares:
@@ -31,10 +37,19 @@ type ModelFlags struct {
 	// unless --no-prefix-cache (k3 serve, k3 batch); otherwise it is off
 	// unless --prefix-cache.
 	PrefixByDefault bool
+	// AutoContext, set before Register, makes --max-context default to
+	// the largest context the budget holds for the command's sessions
+	// (k3.Options.AutoContext; k3 run, serve, batch): conversations and
+	// agents need long contexts. Otherwise it defaults to 4096.
+	AutoContext bool
+
+	fs *flag.FlagSet // where the flags are defined, to name them in errors
 }
 
-// Register defines the flags on fs.
+// Register defines the flags on fs (made by NewFlags): --model and --trunk
+// must name directories that exist.
 func (m *ModelFlags) Register(fs *flag.FlagSet) {
+	m.fs = fs
 	m.Budget.Register(fs)
 	m.Cluster.RegisterPeers(fs)
 	m.Prefix.register(fs, m.PrefixByDefault)
@@ -42,9 +57,17 @@ func (m *ModelFlags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&m.Trunk, "trunk", "", "packed trunk `directory` written by k3 pack (default: read the trunk from the shards)")
 	fs.StringVar(&m.Dir, "model", "", "checkpoint `directory` (config.json and *.safetensors)")
 	fs.IntVar(&m.Threads, "threads", 0, "kernel threads (0 = GOMAXPROCS)")
-	fs.IntVar(&m.MaxContext, "max-context", 0, "positions per session (0 = 4096)")
+	ctx := "positions per session (0 = 4096, or the model's max_position_embeddings if less)"
+	if m.AutoContext {
+		ctx = "positions per session (0 = the largest the budget holds for the sessions, at most the model's max_position_embeddings; printed at start)"
+	}
+	fs.IntVar(&m.MaxContext, "max-context", 0, ctx)
 	fs.IntVar(&m.PrefillChunk, "prefill-chunk", 0, "most prompt `tokens` of one session per pass over the weights (0 = as many as the pass holds: the planner sizes passes to the budget)")
+	InputDirs(fs, "model", "trunk")
 }
+
+// Flags is the flag set Register defined the flags on (nil before).
+func (m *ModelFlags) Flags() *flag.FlagSet { return m.fs }
 
 // PrefixFlags are the prefix cache's flags.
 type PrefixFlags struct {
@@ -68,12 +91,14 @@ func (p *PrefixFlags) register(fs *flag.FlagSet, byDefault bool) {
 	fs.IntVar(&p.BlockTokens, "prefix-cache-block", 0, "the prefix cache's block of `tokens` (default 256)")
 }
 
-// Options returns the prefix cache's options, nil when it is off.
+// Options returns the prefix cache's options, nil when it is off (its
+// flags are checked either way).
 func (p *PrefixFlags) Options() (*k3.PrefixCacheOptions, error) {
-	if p.off || !(p.on || p.byDefault) {
-		return nil, nil
+	o, err := p.Settings()
+	if err != nil || p.off || !(p.on || p.byDefault) {
+		return nil, err
 	}
-	return p.Settings()
+	return o, nil
 }
 
 // Settings returns the prefix cache's options from the size, directory
@@ -90,15 +115,15 @@ func (p *PrefixFlags) Settings() (*k3.PrefixCacheOptions, error) {
 		}
 		n, err := ParseSize(f.v)
 		if err != nil {
-			return nil, Usagef("%s: %v", f.name, err)
+			return nil, Usagef("%s %q: %v", f.name, f.v, err)
 		}
 		*f.dst = n
 		if n == 0 {
 			*f.dst = -1 // none
 		}
 	}
-	if p.BlockTokens < 0 {
-		return nil, Usagef("--prefix-cache-block must not be negative")
+	if err := NotNegative("prefix-cache-block", p.BlockTokens, "256"); err != nil {
+		return nil, err
 	}
 	return o, nil
 }
@@ -110,7 +135,7 @@ func (m *ModelFlags) Open(ctx context.Context) (*k3.Model, error) {
 
 // OpenWith opens the model with the flags' options, changed by edit when
 // it is not nil (sessions, rows per pass). Without --model it is a usage
-// error.
+// error; an option the library refuses is told with its flag.
 func (m *ModelFlags) OpenWith(ctx context.Context, edit func(*k3.Options)) (*k3.Model, error) {
 	if m.Dir == "" {
 		return nil, Usagef("--model is required")
@@ -121,20 +146,23 @@ func (m *ModelFlags) OpenWith(ctx context.Context, edit func(*k3.Options)) (*k3.
 	}
 	if edit != nil {
 		edit(&opts)
+		if err := opts.Validate(); err != nil {
+			return nil, ForFlags(err, m.fs)
+		}
 	}
 	opts.RAMBudget = m.Budget.AtLeastFloor(m.Dir, opts)
-	return k3.OpenContext(ctx, m.Dir, opts)
+	mo, err := k3.OpenContext(ctx, m.Dir, opts)
+	return mo, ForFlags(err, m.fs)
 }
 
 // Options returns the library options the flags give (the budget, the
-// threads, the context, the trunk, the prefill chunk, the prefix cache).
+// threads, the context, the trunk, the prefill chunk, the prefix cache),
+// checked as the library checks them (k3.Options.Validate) before anything
+// is read: a bad value is a usage error naming its flag.
 func (m *ModelFlags) Options() (k3.Options, error) {
 	budget, err := m.Budget.Bytes()
 	if err != nil {
 		return k3.Options{}, err
-	}
-	if m.PrefillChunk < 0 {
-		return k3.Options{}, Usagef("--prefill-chunk must not be negative")
 	}
 	if _, err := m.Progress.Mode(); err != nil {
 		return k3.Options{}, err
@@ -147,8 +175,78 @@ func (m *ModelFlags) Options() (k3.Options, error) {
 	if err != nil {
 		return k3.Options{}, err
 	}
-	return k3.Options{Threads: m.Threads, MaxContext: m.MaxContext, RAMBudget: budget, TrunkDir: m.Trunk,
-		PrefillChunk: m.PrefillChunk, PrefixCache: prefix, Cluster: cluster}, nil
+	opts := k3.Options{Threads: m.Threads, MaxContext: m.MaxContext, RAMBudget: budget, TrunkDir: m.Trunk,
+		PrefillChunk: m.PrefillChunk, PrefixCache: prefix, Cluster: cluster, AutoContext: m.AutoContext && m.MaxContext == 0}
+	if err := opts.Validate(); err != nil {
+		return k3.Options{}, ForFlags(err, m.fs)
+	}
+	return opts, nil
+}
+
+// Check validates the flags without opening anything, as OpenWith with
+// the same edit would: --model given, and the options as the library
+// checks them (k3.Options.Validate), bad ones told with their flags. A
+// command that does something before it opens the model (listen, probe)
+// checks first.
+func (m *ModelFlags) Check(edit func(*k3.Options)) error {
+	if m.Dir == "" {
+		return Usagef("--model is required")
+	}
+	opts, err := m.Options()
+	if err != nil {
+		return err
+	}
+	if edit != nil {
+		edit(&opts)
+		return ForFlags(opts.Validate(), m.fs)
+	}
+	return nil
+}
+
+// CheckCheckpoint refuses a --model directory without config.json (as
+// the library would, ErrBadConfig), before a command does anything else.
+func CheckCheckpoint(dir string) error {
+	if _, err := os.Stat(filepath.Join(dir, "config.json")); errors.Is(err, fs.ErrNotExist) {
+		return Tagged(k3.ErrBadConfig, "--model %s: no config.json in it: not a checkpoint directory (config.json and *.safetensors)", dir)
+	}
+	return nil
+}
+
+// ContextNote says how long each session's context is, for the start of a
+// command: chosen by the budget (--max-context not given), or given.
+func ContextNote(m *k3.Model, given, sessions int) string {
+	n := m.MaxContext()
+	if given > 0 {
+		return fmt.Sprintf("context %d positions per session (--max-context)", n)
+	}
+	budget := "the machine's memory (no --budget)"
+	if b := m.Stats().BudgetBytes; b > 0 {
+		budget = "the " + planner.Human(b) + " budget"
+	}
+	limit, from := m.Config().MaxPositions, "max_position_embeddings"
+	if limit == 0 {
+		limit, from = engine.DefaultContextLimit, "k3's limit: config.json gives no max_position_embeddings"
+	}
+	if n >= limit {
+		return fmt.Sprintf("context %d positions per session: the model's limit (%s), which %s holds for %d session(s) (--max-context sets it)", n, from, budget, max(sessions, 1))
+	}
+	return fmt.Sprintf("context %d positions per session: the most %s holds for %d session(s) (--max-context sets it)", n, budget, max(sessions, 1))
+}
+
+// CheckTokenizer refuses, before any weight is read, a command that needs
+// a tokenizer (text in or out) without one: tokDir (--tokenizer) or else
+// the checkpoint directory dir must hold tiktoken.model.
+func CheckTokenizer(dir, tokDir string) error {
+	if tokDir != "" {
+		if _, err := os.Stat(filepath.Join(tokDir, tokenizer.ModelFile)); err != nil {
+			return Usagef("--tokenizer %s: no %s in it", tokDir, tokenizer.ModelFile)
+		}
+		return nil
+	}
+	if _, err := os.Stat(filepath.Join(dir, tokenizer.ModelFile)); err != nil {
+		return Usagef("--model %s has no tokenizer (%s and %s); give --tokenizer DIR", dir, tokenizer.ModelFile, tokenizer.ConfigFile)
+	}
+	return nil
 }
 
 // A Preset is a named RAM budget (--preset).
@@ -245,7 +343,11 @@ func (b *BudgetFlags) Bytes() (int64, error) {
 				return p.Bytes, nil
 			}
 		}
-		return 0, Usagef("unknown preset %q", b.Preset)
+		names := make([]string, len(presets))
+		for i, p := range presets {
+			names[i] = p.Name
+		}
+		return 0, Usagef("--preset %q: unknown (want %s)", b.Preset, strings.Join(names, ", "))
 	}
 	if b.Budget == "" {
 		return 0, nil
@@ -262,10 +364,10 @@ func (b *BudgetFlags) Bytes() (int64, error) {
 	}
 	n, err := ParseSize(b.Budget)
 	if err != nil {
-		return 0, Usagef("--budget: %v", err)
+		return 0, Usagef("--budget %q: %v", b.Budget, err)
 	}
 	if n == 0 {
-		return 0, Usagef("--budget must be positive (use --preset max for no limit)")
+		return 0, Usagef("--budget %q: must be positive (--preset max for no limit)", b.Budget)
 	}
 	return n, nil
 }

@@ -14,6 +14,7 @@ type StatsJSON struct {
 	PlannedBytes    int64   `json:"planned_bytes"`
 	BytesRead       int64   `json:"bytes_read"`
 	TrunkBytesRead  int64   `json:"trunk_bytes_read"`
+	EmbedBytesRead  int64   `json:"embed_bytes_read"`
 	ExpertBytesRead int64   `json:"expert_bytes_read"`
 	CacheHits       int64   `json:"cache_hits"`
 	CacheMisses     int64   `json:"cache_misses"`
@@ -76,7 +77,7 @@ func (j *ClusterJSON) String() string {
 func NewStatsJSON(s k3.Stats) *StatsJSON {
 	return &StatsJSON{
 		BudgetBytes: s.BudgetBytes, PlannedBytes: s.PlannedBytes, BytesRead: s.BytesRead,
-		TrunkBytesRead: s.TrunkBytesRead, ExpertBytesRead: s.ExpertBytesRead,
+		TrunkBytesRead: s.TrunkBytesRead, ExpertBytesRead: s.ExpertBytesRead, EmbedBytesRead: s.EmbedBytesRead,
 		CacheHits: s.CacheHits, CacheMisses: s.CacheMisses, PinnedLayers: s.PinnedLayers, StreamedParts: s.StreamedParts,
 		PeakRSSBytes: s.PeakRSSBytes, IOSeconds: s.IOTime.Seconds(), ComputeSeconds: s.ComputeTime.Seconds(),
 		WaitSeconds: s.WaitTime.Seconds(), ForwardSeconds: s.ForwardTime.Seconds(), ReadGBps: s.ReadGBps(),
@@ -94,9 +95,10 @@ func FormatStats(s k3.Stats) string {
 		budget = fmt.Sprintf("%.2f GB", gb(s.BudgetBytes))
 	}
 	return fmt.Sprintf("budget %s (planned %.2f GB), %d layers pinned, %d parts streamed\n"+
-		"read %.3f GB (trunk %.3f, experts %.3f) at %.2f GB/s; cache %d hits, %d misses\n"+
+		"read %.3f GB (trunk %.3f, experts %.3f, embedding rows %.3f, trunk pinned again after plan moves %.3f, alignment of direct reads %.3f) at %.2f GB/s; cache %d hits, %d misses\n"+
 		"forward %.3f s: compute %.3f s, waiting for weights %.3f s; I/O busy %.3f s; peak RSS %.2f GB",
 		budget, gb(s.PlannedBytes), s.PinnedLayers, s.StreamedParts,
-		gb(s.BytesRead), gb(s.TrunkBytesRead), gb(s.ExpertBytesRead), s.ReadGBps(), s.CacheHits, s.CacheMisses,
+		gb(s.BytesRead), gb(s.TrunkBytesRead), gb(s.ExpertBytesRead), gb(s.EmbedBytesRead), gb(s.ReloadedBytes),
+		gb(s.BytesRead-s.TrunkBytesRead-s.ExpertBytesRead-s.EmbedBytesRead-s.ReloadedBytes), s.ReadGBps(), s.CacheHits, s.CacheMisses,
 		s.ForwardTime.Seconds(), s.ComputeTime.Seconds(), s.WaitTime.Seconds(), s.IOTime.Seconds(), gb(s.PeakRSSBytes))
 }

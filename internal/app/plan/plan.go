@@ -135,6 +135,8 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	var pf cli.ProgressFlag
 	pf.Register(fs)
+	cli.InputDirs(fs, "model")
+	cli.InputFiles(fs, "trace")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}

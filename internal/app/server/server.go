@@ -30,7 +30,7 @@
 // request gets 429 with Retry-After before its body is read. At most
 // Decoders request bodies are read, decoded and tokenized at once, each at
 // most MaxBodyBytes and read within BodyTimeout, so memory stays bounded
-// however many clients connect. RequestTimeout bounds every request.
+// however many clients connect. RequestTimeout, if set, bounds every request.
 package server
 
 import (
@@ -78,7 +78,8 @@ type Options struct {
 	// be decoded comes; 0 means 30 s.
 	BodyTimeout time.Duration
 	// RequestTimeout bounds a whole request, queueing and generation
-	// included; 0 means 10 minutes.
+	// included; 0 means no limit: a request runs as long as its client
+	// stays connected (one reply at a small budget may take hours).
 	RequestTimeout time.Duration
 	// APIKey, if set, must come as "Authorization: Bearer KEY" on every
 	// request but GET /health and CORS preflights.
@@ -106,6 +107,14 @@ type Options struct {
 	StoredBytes     int64
 }
 
+// requestContext is ctx bounded by Options.RequestTimeout, if there is one.
+func (s *Server) requestContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if s.opts.RequestTimeout <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeoutCause(ctx, s.opts.RequestTimeout, errDeadline)
+}
+
 func (o *Options) defaults() error {
 	if o.Name == "" {
 		o.Name = "k3"
@@ -128,9 +137,6 @@ func (o *Options) defaults() error {
 	}
 	if o.BodyTimeout == 0 {
 		o.BodyTimeout = 30 * time.Second
-	}
-	if o.RequestTimeout == 0 {
-		o.RequestTimeout = 10 * time.Minute
 	}
 	if o.StoredResponses == 0 {
 		o.StoredResponses = 256
@@ -477,7 +483,7 @@ func (s *Server) admitted(w http.ResponseWriter, r *http.Request, body func(r *h
 		return
 	}
 	defer s.lim.leave()
-	ctx, cancel := context.WithTimeoutCause(r.Context(), s.opts.RequestTimeout, errDeadline)
+	ctx, cancel := s.requestContext(r.Context())
 	defer cancel()
 	r = r.WithContext(ctx)
 	if err := s.lim.startDecode(ctx); err != nil {

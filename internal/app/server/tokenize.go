@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"net/http"
 	"unicode/utf8"
 
@@ -34,7 +33,7 @@ type detokenizeRequest struct {
 // withDecode runs f under a decode place and the body deadline, like a
 // generation request's body (tokenizing is as heavy as decoding).
 func (s *Server) withDecode(w http.ResponseWriter, r *http.Request, f func()) {
-	ctx, cancel := context.WithTimeoutCause(r.Context(), s.opts.RequestTimeout, errDeadline)
+	ctx, cancel := s.requestContext(r.Context())
 	defer cancel()
 	if err := s.lim.startDecode(ctx); err != nil {
 		writeAPIError(w, s.serverError(err))

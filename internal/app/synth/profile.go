@@ -18,6 +18,7 @@ package synth
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/k3go/k3/model"
 	"github.com/k3go/k3/quant"
@@ -97,22 +98,61 @@ func Quickstart() Profile {
 	return p
 }
 
-// ByName returns the preset "tiny", "medium", "quickstart" or "full"
-// ("released" is Full under its first name).
+// presets are the named profiles, in the order k3 synth lists them, with
+// what each one is; ByName finds them (and "released", another name of
+// full). The command's help, its errors and the README list these.
+var presets = []struct {
+	name, about string
+	new         func() Profile
+}{
+	{"tiny", "oracle-sized, about 4 MB", Tiny},
+	{"medium", "real K3 widths, 4 layers, 64 experts, 32,768 vocabulary, about 10 GB, 17,547,264 bytes per expert", Medium},
+	{"quickstart", "tiny with a 512-token vocabulary and a generated tokenizer", Quickstart},
+	{"full", "the released Kimi K3's shape: 93 layers, 896 experts, 163,840 vocabulary, 96 shards, 1.56 TB; " +
+		"use --sparse: headers and holes, in seconds (\"released\" is the same)", Full},
+}
+
+// ProfileNames returns the names of the preset profiles, in the order
+// ProfileHelp describes them.
+func ProfileNames() []string {
+	names := make([]string, len(presets))
+	for i, p := range presets {
+		names[i] = p.name
+	}
+	return names
+}
+
+// ProfileHelp describes every preset profile, one per line (wrapped at
+// 80 columns): its name and what it is, each line starting with indent.
+func ProfileHelp(indent string) string {
+	var b strings.Builder
+	for _, p := range presets {
+		line := fmt.Sprintf("%s%-11s", indent, p.name)
+		cont := strings.Repeat(" ", len(line))
+		for _, w := range strings.Fields(p.about) {
+			if len(line)+1+len(w) > 80 && strings.TrimSpace(line) != "" && len(line) > len(cont) {
+				b.WriteString(line + "\n")
+				line = cont
+			}
+			line += " " + w
+		}
+		b.WriteString(line + "\n")
+	}
+	return b.String()
+}
+
+// ByName returns the preset profile called name (ProfileNames; "released"
+// is Full under its first name).
 func ByName(name string) (Profile, error) {
-	switch name {
-	case "tiny":
-		return Tiny(), nil
-	case "medium":
-		return Medium(), nil
-	case "quickstart":
-		return Quickstart(), nil
-	case "full":
-		return Full(), nil
-	case "released":
+	if name == "released" {
 		return Released(), nil
 	}
-	return Profile{}, fmt.Errorf("synth: unknown profile %q (want tiny, medium, quickstart or full)", name)
+	for _, p := range presets {
+		if p.name == name {
+			return p.new(), nil
+		}
+	}
+	return Profile{}, fmt.Errorf("synth: unknown profile %q (want %s)", name, strings.Join(ProfileNames(), ", "))
 }
 
 // MLALayers returns the one-based full_attn_layers of an n-layer model laid
