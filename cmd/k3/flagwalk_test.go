@@ -25,6 +25,7 @@ var (
 		"presence-penalty": true, "frequency-penalty": true, "seed": true, "stop-bias": true, "close-bias": true,
 		"header-tail": true, "reply-tokens": true, "rank": true, "ranks": true,
 		"request-timeout": true, "shutdown-timeout": true, "peer-timeout": true, "peer-load-timeout": true,
+		"net-latency":         true,
 		"generate/max-tokens": true, "generate/sessions": true,
 	}
 	// negativeOK are the numeric flags a negative value is valid for.
@@ -42,6 +43,7 @@ var (
 		"ids": {"-1", "x", ""}, "detokenize/ids": {"-1", "x"}, "template/ids": {"-1", "x"},
 		"regex": {"a(", ""}, "stop": {""}, "prompt": {""},
 		"peers": {"no-port", "a:1,,b:2"}, "listen": {"no-port"}, "cluster-key": {"short"},
+		"progress": {"bogus", ""}, "plan/ranks": {"0", "x", "-1", "1,,2"},
 	}
 	// anyString are string flags any value of which is valid (text, names,
 	// and paths the command creates).

@@ -25,6 +25,9 @@ func (p *ProgressFlag) Register(fs *flag.FlagSet) {
 // Mode returns the flag's mode; a bad value is a usage error.
 func (p *ProgressFlag) Mode() (progress.Mode, error) {
 	m, err := progress.ParseMode(p.mode)
+	if p.mode == "" {
+		err = fmt.Errorf("want auto, lines or off, not an empty value")
+	}
 	if err != nil {
 		return m, Usagef("--progress: %v", err)
 	}
