@@ -86,6 +86,15 @@ func (q *Seq) Propose(seq []int, max int, x *draft.Index, d Drafter, sh *Shared)
 	// slice).
 	if len(q.open) == 0 {
 		q.buf = q.buf[:0]
+	} else if len(q.buf) > 64*MaxDraft {
+		// Move the open drafts' tokens to the front.
+		n := 0
+		for i := range q.open {
+			p := &q.open[i]
+			n += copy(q.buf[n:], q.buf[p.off:p.off+p.n])
+			p.off = n - p.n
+		}
+		q.buf = q.buf[:n]
 	}
 	q.open = append(q.open, proposal{at: len(seq), ev: ev, off: len(q.buf), n: len(q.out)})
 	q.buf = append(q.buf, q.out...)
