@@ -12,6 +12,7 @@ import (
 	"github.com/k3go/k3/chat"
 	"github.com/k3go/k3/grammar"
 	"github.com/k3go/k3/internal/engine"
+	"github.com/k3go/k3/internal/engine/specpolicy"
 	"github.com/k3go/k3/iox"
 	"github.com/k3go/k3/tokenizer"
 )
@@ -69,11 +70,15 @@ type Options struct {
 	// memory, never results.
 	MaxBatch int
 	// Speculate is the most drafted tokens a generation may verify per
-	// pass (GenerateOptions.Speculate); under a RAM budget it reserves, per
-	// session, a copy of the KDA state and room to record the pass's rows,
-	// so that rejected drafts roll back without reading weights. Without a
-	// budget any GenerateOptions.Speculate works (the memory is allocated
-	// on first use).
+	// pass (GenerateOptions.Speculate), or SpeculateAuto. Under a RAM
+	// budget it reserves rollback buffers (a copy of a session's KDA state
+	// and room to record a pass's rows, so that rejected drafts roll back
+	// without reading weights) and the drafter's tables: with a number, a
+	// buffer per session; with SpeculateAuto, buffers for one session in
+	// four (at least one) of AutoDraft rows, lent pass by pass to the
+	// sequences whose drafts are likeliest. Without a budget any
+	// GenerateOptions.Speculate works (the memory is allocated on first
+	// use). Zero: no speculation, nothing reserved.
 	Speculate int
 	// IOQueueDepth is the number of reads kept in flight; zero means 8.
 	IOQueueDepth int
@@ -97,6 +102,9 @@ type Options struct {
 	// machineMemory, set by tests only, replaces the machine's memory
 	// limit that a model without a budget must fit.
 	machineMemory func() int64
+	// specCost, set by tests only, replaces SpeculateAuto's measured pass
+	// costs (which depend on the machine) with a fixed model.
+	specCost *specpolicy.Cost
 }
 
 // engineOptions resolves opts for the engine.
@@ -105,7 +113,7 @@ func (opts Options) engineOptions(tok *tokenizer.Tokenizer) engine.Options {
 		RAMBudget: opts.RAMBudget, Threads: opts.Threads, MaxContext: opts.MaxContext, PrefillChunk: opts.PrefillChunk,
 		Sessions: opts.Sessions, MaxBatch: opts.MaxBatch, Speculate: opts.Speculate, IOQueueDepth: opts.IOQueueDepth,
 		TokenizerDir: opts.TokenizerDir, TrunkDir: opts.TrunkDir, TrunkCompression: engine.Compression(opts.TrunkCompression),
-		Logger: opts.Logger, Tokenizer: tok, WrapSource: opts.wrapSource, MachineMemory: opts.machineMemory,
+		Logger: opts.Logger, Tokenizer: tok, WrapSource: opts.wrapSource, MachineMemory: opts.machineMemory, SpecCost: opts.specCost,
 		Prefix: opts.PrefixCache.engineOptions(), Cluster: opts.Cluster.engineOptions(),
 	}
 }
@@ -141,7 +149,7 @@ func Open(dir string, opts Options) (*Model, error) {
 // comes first, as everywhere in k3, and Open is the short form without it
 // (the net.Dial / net.DialContext idiom).
 func OpenContext(ctx context.Context, dir string, opts Options) (*Model, error) {
-	if opts.RAMBudget < 0 || opts.Threads < 0 || opts.MaxContext < 0 || opts.PrefillChunk < 0 || opts.Sessions < 0 || opts.MaxBatch < 0 || opts.Speculate < 0 || opts.IOQueueDepth < 0 {
+	if opts.RAMBudget < 0 || opts.Threads < 0 || opts.MaxContext < 0 || opts.PrefillChunk < 0 || opts.Sessions < 0 || opts.MaxBatch < 0 || (opts.Speculate < 0 && opts.Speculate != SpeculateAuto) || opts.IOQueueDepth < 0 {
 		return nil, fmt.Errorf("k3: %w: negative value in %+v", ErrBadOptions, opts)
 	}
 	if opts.MaxContext == 0 {

@@ -280,3 +280,36 @@ func TestAutoRows(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanCountsSpeculation checks that speculation's rollback buffers (one
+// per slot: a copy of the KDA state and the record of its rows) and the
+// drafter's tables are counted on the heap and in the floor, and that the
+// slots default to one per session.
+func TestPlanCountsSpeculation(t *testing.T) {
+	w := oracleWeights(t, "tiny-mxfp4")
+	fixed, _ := model.StateBytes(w.Cfg)
+	base := Request{Sessions: 4, MaxContext: 64}
+	plain, err := Plan(w, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ slots, want int }{{0, 4}, {1, 1}, {9, 4}} {
+		r := base
+		r.Speculate, r.SpecSlots, r.Drafter = 8, c.slots, 1<<20
+		mp, err := Plan(w, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec := int64(c.want) * (fixed + model.SpecRecordBytes(w.Cfg, 9))
+		if mp.SpecSlots != c.want || mp.SpecRows != 9 || mp.Spec != spec || mp.Drafter != 1<<20 {
+			t.Fatalf("slots %d: %d slots of %d rows, %d bytes (want %d), drafter %d", c.slots, mp.SpecSlots, mp.SpecRows, mp.Spec, spec, mp.Drafter)
+		}
+		if d := mp.Heap() - plain.Heap(); d < spec+1<<20 {
+			t.Fatalf("slots %d: the heap grew by %d, less than the %d speculation holds", c.slots, d, spec+1<<20)
+		}
+		r.Budget, base.Budget = 0, 0
+		if f, f0 := Floor(w, r), Floor(w, base); f-f0 < spec+1<<20 {
+			t.Fatalf("slots %d: the floor grew by %d, less than %d", c.slots, f-f0, spec+1<<20)
+		}
+	}
+}
