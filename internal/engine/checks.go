@@ -123,7 +123,7 @@ func budgetRequest(dir string, opts Options) planner.Request {
 		Tokenizer:  tokenizerBytes(dir, opts.TokenizerDir),
 		Ranks:      len(opts.Cluster.Peers) + 1,
 	}
-	req.Speculate, req.SpecSlots, req.Drafter = specRequest(opts)
+	req.Speculate, req.SpecSlots, req.Drafter, req.SpecAuto = specRequest(opts)
 	if o := opts.Prefix; o != nil {
 		req.PrefixRAM, req.PrefixRAMAuto = max(o.RAMBytes, 0), o.RAMBytes == 0
 	}

@@ -14,6 +14,9 @@ const SpeculateAuto = -1
 // under SpeculateAuto: the rows its rollback buffer records.
 const AutoDraft = 8
 
+// MaxSpeculate is the most drafted tokens a step verifies.
+const MaxSpeculate = specpolicy.MaxDraft
+
 // SharedIndexTokens is the capacity of the process's index of recent
 // outputs (draft.Index): a million tokens, 12 MiB, a few hundred agent
 // turns.
@@ -34,18 +37,20 @@ const IndexLead = 16
 func autoSpecSlots(sessions int) int { return max(1, sessions/4) }
 
 // specRequest resolves Options.Speculate for the planner: the most drafts
-// per pass, the rollback buffers, and the drafter's tables (a matcher per
-// session over MaxContext tokens, the shared index).
-func specRequest(opts Options) (maxDraft, slots int, drafter int64) {
+// per pass, the rollback buffers, the drafter's tables (a matcher per
+// session over MaxContext tokens, the shared index), and whether they are
+// optional (SpeculateAuto: a budget too small for them plans without, and
+// auto then decodes plainly).
+func specRequest(opts Options) (maxDraft, slots int, drafter int64, auto bool) {
 	sessions := max(opts.Sessions, 1)
 	switch {
 	case opts.Speculate == SpeculateAuto:
-		maxDraft, slots = AutoDraft, autoSpecSlots(sessions)
+		maxDraft, slots, auto = AutoDraft, autoSpecSlots(sessions), true
 	case opts.Speculate > 0:
 		maxDraft, slots = opts.Speculate, sessions
 	default:
-		return 0, 0, 0
+		return 0, 0, 0, false
 	}
 	drafter = int64(sessions)*specpolicy.Bytes(opts.MaxContext) + draft.IndexBytes(SharedIndexTokens)
-	return maxDraft, slots, drafter
+	return maxDraft, slots, drafter, auto
 }

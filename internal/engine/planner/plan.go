@@ -62,6 +62,9 @@ type Request struct {
 	// sequences may speculate in one pass (zero: every session), each with
 	// a rollback buffer: a copy of its KDA state and a record of its rows.
 	Speculate, SpecSlots int
+	// SpecAuto makes speculation optional: a budget too small for it gets
+	// a plan without it (and Floor is the floor without it).
+	SpecAuto bool
 	// Drafter is the heap the drafter's tables take (every session's
 	// matcher over its tokens and the process's index of recent outputs),
 	// counted with speculation.
@@ -308,6 +311,15 @@ const (
 // (DecodeRows, see MinAutoRows) while the floor is that of a pass of
 // MinAutoRows.
 func Plan(w *Weights, req Request) (*MemoryPlan, error) {
+	mp, err := plan(w, req)
+	if err != nil && req.SpecAuto && req.Speculate > 0 && errors.Is(err, ErrBudget) {
+		req.Speculate, req.SpecSlots, req.Drafter = 0, 0, 0
+		return plan(w, req)
+	}
+	return mp, err
+}
+
+func plan(w *Weights, req Request) (*MemoryPlan, error) {
 	req = req.resolved()
 	limit := req.rowLimit()
 	switch {
@@ -589,6 +601,9 @@ func SizesOf(w *Weights) Sizes {
 // pinned, every expert cached).
 func Floor(w *Weights, req Request) int64 {
 	req = req.resolved()
+	if req.SpecAuto {
+		req.Speculate, req.SpecSlots, req.Drafter = 0, 0, 0
+	}
 	if req.MaxBatch > 0 {
 		return floorRows(w, req, min(req.MaxBatch, req.rowLimit()))
 	}

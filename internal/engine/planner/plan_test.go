@@ -313,3 +313,35 @@ func TestPlanCountsSpeculation(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanSpecAutoIsOptional: with SpecAuto, a budget that cannot hold
+// speculation gets a plan without it, and the floor is the plain one.
+func TestPlanSpecAutoIsOptional(t *testing.T) {
+	w := oracleWeights(t, "tiny-mxfp4")
+	plain := Request{Sessions: 1, MaxContext: 64}
+	auto := plain
+	auto.Speculate, auto.SpecSlots, auto.Drafter, auto.SpecAuto = 8, 1, 12<<20, true
+	fixed := auto
+	fixed.SpecAuto = false
+	f0 := Floor(w, plain)
+	if f := Floor(w, auto); f != f0 {
+		t.Fatalf("auto floor %d, plain %d", f, f0)
+	}
+	ff := Floor(w, fixed)
+	if ff <= f0 {
+		t.Fatalf("a fixed draft length's floor %d is not above the plain %d", ff, f0)
+	}
+	auto.Budget = f0
+	mp, err := Plan(w, auto)
+	if err != nil || mp.SpecSlots != 0 || mp.Spec != 0 {
+		t.Fatalf("auto at the plain floor: %v, %d slots", err, mp.SpecSlots)
+	}
+	auto.Budget = ff
+	if mp, err := Plan(w, auto); err != nil || mp.SpecSlots != 1 {
+		t.Fatalf("auto with room: %v, %+v", err, mp)
+	}
+	fixed.Budget = f0
+	if _, err := Plan(w, fixed); err == nil {
+		t.Fatal("a fixed draft length fits below its floor")
+	}
+}
