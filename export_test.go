@@ -1,6 +1,9 @@
 package k3
 
-import "github.com/k3go/k3/internal/engine/specpolicy"
+import (
+	"github.com/k3go/k3/internal/engine"
+	"github.com/k3go/k3/internal/engine/specpolicy"
+)
 
 // FullRecompute returns opts with the full-recompute oracle on: every token
 // re-runs a fresh forward over the whole sequence, which must give exactly
@@ -10,17 +13,18 @@ func FullRecompute(opts GenerateOptions) GenerateOptions {
 	return opts
 }
 
-// WithStreamingSpecCost returns opts with SpeculateAuto's pass costs fixed
-// to those of a streamed trunk (a row adds a tenth of a pass), whatever
-// this machine measures: the policy's choices become deterministic.
-func WithStreamingSpecCost(opts Options) Options {
-	opts.specCost = &specpolicy.Cost{CPUFixed: 1, CPURow: 0.1}
-	return opts
-}
+// StreamingSpecCost is a pass model of a streamed trunk (a row adds a
+// tenth of a pass), ResidentSpecCost one where every row costs as much as
+// a pass (no draft pays).
+var (
+	StreamingSpecCost = &specpolicy.Cost{CPUFixed: 1, CPURow: 0.1}
+	ResidentSpecCost  = &specpolicy.Cost{CPURow: 1}
+)
 
-// WithResidentSpecCost fixes SpeculateAuto's pass costs to those of a
-// model whose every row costs as much as a pass: no draft pays.
-func WithResidentSpecCost(opts Options) Options {
-	opts.specCost = &specpolicy.Cost{CPURow: 1}
-	return opts
+// FixSpecCost makes the models opened until the test ends take c as
+// SpeculateAuto's pass costs instead of measuring them, so that auto's
+// choices are the same on every machine.
+func FixSpecCost(t interface{ Cleanup(func()) }, c *specpolicy.Cost) {
+	engine.SpecCostForTests.Store(c)
+	t.Cleanup(func() { engine.SpecCostForTests.Store(nil) })
 }

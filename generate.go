@@ -90,6 +90,10 @@ const SpeculateAuto = engine.SpeculateAuto
 // AutoDraft is the most drafted tokens SpeculateAuto verifies in a pass.
 const AutoDraft = engine.AutoDraft
 
+// MaxSpeculate is the most drafted tokens any step verifies: a larger
+// GenerateOptions.Speculate drafts this many.
+const MaxSpeculate = engine.MaxSpeculate
+
 // MaxTopLogprobs bounds GenerateOptions.TopLogprobs.
 const MaxTopLogprobs = 20
 

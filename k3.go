@@ -12,7 +12,6 @@ import (
 	"github.com/k3go/k3/chat"
 	"github.com/k3go/k3/grammar"
 	"github.com/k3go/k3/internal/engine"
-	"github.com/k3go/k3/internal/engine/specpolicy"
 	"github.com/k3go/k3/iox"
 	"github.com/k3go/k3/tokenizer"
 )
@@ -102,9 +101,6 @@ type Options struct {
 	// machineMemory, set by tests only, replaces the machine's memory
 	// limit that a model without a budget must fit.
 	machineMemory func() int64
-	// specCost, set by tests only, replaces SpeculateAuto's measured pass
-	// costs (which depend on the machine) with a fixed model.
-	specCost *specpolicy.Cost
 }
 
 // engineOptions resolves opts for the engine.
@@ -113,7 +109,7 @@ func (opts Options) engineOptions(tok *tokenizer.Tokenizer) engine.Options {
 		RAMBudget: opts.RAMBudget, Threads: opts.Threads, MaxContext: opts.MaxContext, PrefillChunk: opts.PrefillChunk,
 		Sessions: opts.Sessions, MaxBatch: opts.MaxBatch, Speculate: opts.Speculate, IOQueueDepth: opts.IOQueueDepth,
 		TokenizerDir: opts.TokenizerDir, TrunkDir: opts.TrunkDir, TrunkCompression: engine.Compression(opts.TrunkCompression),
-		Logger: opts.Logger, Tokenizer: tok, WrapSource: opts.wrapSource, MachineMemory: opts.machineMemory, SpecCost: opts.specCost,
+		Logger: opts.Logger, Tokenizer: tok, WrapSource: opts.wrapSource, MachineMemory: opts.machineMemory,
 		Prefix: opts.PrefixCache.engineOptions(), Cluster: opts.Cluster.engineOptions(),
 	}
 }

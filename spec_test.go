@@ -65,7 +65,8 @@ func TestSpeculationExact(t *testing.T) {
 	for _, budget := range []int64{0, 60e6} {
 		// Auto's choices under a fixed cost of a streamed trunk: drafts
 		// pay, so it verifies the likely ones.
-		m, exp := openOracle(t, "tiny-mxfp4", k3.WithStreamingSpecCost(k3.Options{RAMBudget: budget, MaxContext: 128, Sessions: 2, Speculate: 8}))
+		k3.FixSpecCost(t, k3.StreamingSpecCost)
+		m, exp := openOracle(t, "tiny-mxfp4", k3.Options{RAMBudget: budget, MaxContext: 128, Sessions: 2, Speculate: 8})
 		V := m.Config().Vocab
 		prompt := exp.PromptIDs
 		for _, sampling := range []k3.SamplingOptions{{}, {Temperature: 0.9, TopK: 40, Seed: 7}} {
@@ -178,7 +179,8 @@ func TestSpeculationOracleGates(t *testing.T) {
 // verifies no draft, however right, and decodes exactly; where the budget
 // reserved nothing for speculation, auto decodes plainly.
 func TestSpeculationAutoAbstains(t *testing.T) {
-	m, exp := openOracle(t, "tiny-mxfp4", k3.WithResidentSpecCost(k3.Options{MaxContext: 64}))
+	k3.FixSpecCost(t, k3.ResidentSpecCost)
+	m, exp := openOracle(t, "tiny-mxfp4", k3.Options{MaxContext: 64})
 	want := exp.FullIDs[len(exp.PromptIDs):]
 	d := &scriptDrafter{prompt: exp.PromptIDs, cont: want, mode: "right", vocab: m.Config().Vocab}
 	before := m.Stats()

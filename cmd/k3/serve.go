@@ -46,7 +46,7 @@ type serveOpts struct {
 	sessions, queue int
 	apiKey, cors    string
 	logFormat       string
-	spec            int
+	spec            cli.SpecFlag
 	shutdown        time.Duration
 	request         time.Duration
 	body            time.Duration
@@ -69,7 +69,7 @@ func runServe(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.apiKey, "api-key", "", "require \"Authorization: Bearer `KEY`\" (or \"x-api-key: KEY\") on every request but /health (default: none)")
 	fs.StringVar(&o.cors, "cors", "", "allow browser requests from `ORIGIN` (\"*\" for any; default: no CORS headers)")
 	fs.StringVar(&o.logFormat, "log-format", "text", "access log `format` on stderr: text or json")
-	fs.IntVar(&o.spec, "spec", 0, "speculative decoding: verify up to `N` drafted tokens per pass (0 = off); the text is exactly that of plain decoding")
+	o.spec.Register(fs, k3.SpeculateAuto)
 	fs.DurationVar(&o.shutdown, "shutdown-timeout", 30*time.Second, "on SIGTERM, how long running requests may take to finish before they are cancelled")
 	fs.DurationVar(&o.request, "request-timeout", 10*time.Minute, "most time one request may take, queueing included")
 	fs.DurationVar(&o.body, "body-timeout", 30*time.Second, "most time to read a request body once its turn comes")
@@ -95,8 +95,6 @@ func runServe(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return cli.Usagef("--queue must not be negative")
 	case o.maxBatch < 0:
 		return cli.Usagef("--max-batch must not be negative")
-	case o.spec < 0:
-		return cli.Usagef("--spec must not be negative")
 	case o.shutdown < 0 || o.request <= 0 || o.body <= 0:
 		return cli.Usagef("--shutdown-timeout must not be negative; --request-timeout and --body-timeout must be positive")
 	case o.logFormat != "text" && o.logFormat != "json":
@@ -143,7 +141,7 @@ func runServe(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	log.Info("listening", "addr", ln.Addr().String(), "model", o.mf.Dir)
 
 	m, err := o.mf.OpenWith(ctx, func(k *k3.Options) {
-		k.Sessions, k.MaxBatch, k.Speculate, k.TokenizerDir = o.sessions, o.maxBatch, o.spec, o.tokenizer
+		k.Sessions, k.MaxBatch, k.Speculate, k.TokenizerDir = o.sessions, o.maxBatch, o.spec.N, o.tokenizer
 	})
 	if err != nil {
 		hs.Close()
@@ -160,7 +158,7 @@ func runServe(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	}
 	srv, err := server.New(m, server.Options{Name: o.name, MaxContext: o.mf.MaxContext, Sessions: o.sessions, Queue: o.queue,
 		MaxBodyBytes: maxBody, BodyTimeout: o.body, RequestTimeout: o.request, APIKey: o.apiKey, CORSOrigin: o.cors,
-		Speculate: o.spec, Logger: log, LogBodies: o.logBodies, StoredResponses: storedResponses(o.stored)})
+		Speculate: o.spec.N, Logger: log, LogBodies: o.logBodies, StoredResponses: storedResponses(o.stored)})
 	if err != nil {
 		hs.Close()
 		return err

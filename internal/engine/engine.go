@@ -68,9 +68,6 @@ type Options struct {
 	Prefix *PrefixOptions
 	// Cluster makes this engine rank 0 of a cluster (Cluster.Peers).
 	Cluster ClusterOptions
-	// SpecCost, if set, replaces speculation's measured pass costs (tests:
-	// deterministic choices).
-	SpecCost *specpolicy.Cost
 }
 
 // DefaultMaxContext is the context a session holds when Options.MaxContext

@@ -69,6 +69,11 @@ func (p *specPool) available() int {
 	return len(p.free) + p.limit - p.made
 }
 
+// SpecCostForTests, if set, replaces the measured pass costs of every
+// engine opened afterwards with a fixed model, so that a test's
+// SpeculateAuto choices do not depend on the machine. Tests only.
+var SpecCostForTests atomic.Pointer[specpolicy.Cost]
+
 // passCounters are the engine's cumulative counters a pass moves, for the
 // calibration.
 type passCounters struct {
@@ -217,7 +222,9 @@ func (e *Engine) newPassSpec() *passSpec {
 	ps := &passSpec{pool: newSpecPool(limit),
 		cal: specpolicy.NewCalibration(float64(e.mem.TrunkBytesPerPass), expertFull, c.Experts, c.TopK, hit)}
 	ps.counters = e.passCounters
-	ps.fixed = e.opts.SpecCost
+	if c := SpecCostForTests.Load(); c != nil {
+		ps.fixed = c
+	}
 	return ps
 }
 
