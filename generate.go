@@ -85,14 +85,21 @@ type GenerateOptions struct {
 // pass whatever its rows). Where rows cost more than they return (every
 // weight resident, large batches) it verifies nothing. As
 // Options.Speculate it reserves the memory for it.
-const SpeculateAuto = engine.SpeculateAuto
+const SpeculateAuto = -1
 
 // AutoDraft is the most drafted tokens SpeculateAuto verifies in a pass.
-const AutoDraft = engine.AutoDraft
+const AutoDraft = 8
 
 // MaxSpeculate is the most drafted tokens any step verifies: a larger
 // GenerateOptions.Speculate drafts this many.
-const MaxSpeculate = engine.MaxSpeculate
+const MaxSpeculate = 16
+
+// The engine uses the same values.
+var (
+	_ = [1]struct{}{}[SpeculateAuto-engine.SpeculateAuto]
+	_ = [1]struct{}{}[AutoDraft-engine.AutoDraft]
+	_ = [1]struct{}{}[MaxSpeculate-engine.MaxSpeculate]
+)
 
 // MaxTopLogprobs bounds GenerateOptions.TopLogprobs.
 const MaxTopLogprobs = 20
