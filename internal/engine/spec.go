@@ -131,6 +131,7 @@ func (s *Seq) speculate(ctx context.Context, sp *speculator, pick func([]float32
 		}
 		break
 	}
+	s.sq.Verified(granted, accepted)
 	if buf == nil {
 		// Nothing was drafted: a plain step (forward kept the pending
 		// token, and emit set the new one).

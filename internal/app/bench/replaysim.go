@@ -123,6 +123,9 @@ func simulate(trs []transcript, batch, spec int, cost specpolicy.Cost, maxSpec i
 				right++
 			}
 			acc := min(right, end-s.pos-1)
+			if spec != 0 {
+				s.q.Verified(k, acc)
+			}
 			rows += k
 			if k > 0 {
 				specSeqs++

@@ -57,8 +57,15 @@ func Bucket(n int) int {
 // whose earlier drafts were all right, and A those of them that were right
 // too. A/N is the conditional chance q(j) that the j-th draft is right
 // given that the ones before it were.
+//
+// Pred and Real follow the estimates themselves: over the drafts that were
+// verified, Pred sums their estimated survivals (the tokens expected of
+// them) and Real the tokens they gave. The drafts a policy verifies are
+// those with the highest estimates, which are biased upwards (a winner's
+// curse); Real/Pred measures that bias, and Correction applies it.
 type Counts struct {
-	N, A [draft.NumSources][NumBuckets][MaxDraft]float32
+	N, A       [draft.NumSources][NumBuckets][MaxDraft]float32
+	Pred, Real float32
 }
 
 // Observe records one draft of proposed tokens of which the first right
@@ -88,6 +95,8 @@ func (c *Counts) Add(d *Counts) {
 			}
 		}
 	}
+	c.Pred += d.Pred
+	c.Real += d.Real
 }
 
 // Scale multiplies every count by f (a decay: older observations weigh
@@ -101,6 +110,35 @@ func (c *Counts) Scale(f float32) {
 			}
 		}
 	}
+	c.Pred *= f
+	c.Real *= f
+}
+
+// Verified records that drafts with the estimated survivals surv were
+// verified and accepted of them were accepted.
+func (c *Counts) Verified(surv []float64, accepted int) {
+	for _, s := range surv {
+		c.Pred += float32(s)
+	}
+	c.Real += float32(accepted)
+}
+
+// correctionWeight is how many expected tokens of evidence the correction
+// needs to move away from 1: a few passes' worth.
+const correctionWeight = 32
+
+// Correction returns the factor that turns the estimates of the drafts
+// chosen into what they gave, from one or two records (nil skipped):
+// (Real + w) / (Pred + w), 1 without evidence.
+func Correction(a, b *Counts) float64 {
+	pred, real := float64(correctionWeight), float64(correctionWeight)
+	for _, c := range []*Counts{a, b} {
+		if c != nil {
+			pred += float64(c.Pred)
+			real += float64(c.Real)
+		}
+	}
+	return real / pred
 }
 
 // Total returns the observations of the first draft position, summed: how

@@ -24,6 +24,7 @@ type Seq struct {
 	buf  []int      // their tokens, in a ring of proposals
 	out  []int
 	surv []float64
+	raw  []float64 // surv before the correction
 
 	// Proposed and Right count the drafted tokens evaluated and those
 	// that were right (verified or not).
@@ -102,8 +103,27 @@ func (q *Seq) Propose(seq []int, max int, x *draft.Index, d Drafter, sh *Shared)
 	if q.merged {
 		prior = &q.prior
 	}
-	q.surv = Survival(&q.own, prior, ev, len(q.out), q.surv)
+	q.raw = Survival(&q.own, prior, ev, len(q.out), q.raw[:0])
+	// The estimates of chosen drafts are biased upwards; scale them by
+	// what the verified ones gave against what was expected of them.
+	k := Correction(&q.own, prior)
+	q.surv = q.surv[:0]
+	for _, v := range q.raw {
+		q.surv = append(q.surv, min(1, k*v))
+	}
 	return q.out, q.surv
+}
+
+// Verified records that the first n drafts of the last proposal were
+// verified and accepted of them accepted, against their estimates before
+// the correction.
+func (q *Seq) Verified(n, accepted int) {
+	n = min(n, len(q.raw))
+	if n <= 0 {
+		return
+	}
+	q.own.Verified(q.raw[:n], accepted)
+	q.delta.Verified(q.raw[:n], accepted)
 }
 
 // judge settles the open drafts whose fate seq decides: a draft made at

@@ -283,3 +283,28 @@ func TestCalibrationFits(t *testing.T) {
 		t.Errorf("one width: %+v", c)
 	}
 }
+
+// TestCorrection: drafts estimated right 90% of the time that are right
+// 60% of the time pull the correction to 2/3; without evidence it is 1.
+func TestCorrection(t *testing.T) {
+	if k := Correction(nil, &Counts{}); k != 1 {
+		t.Fatalf("no evidence: %v", k)
+	}
+	var c Counts
+	for range 1000 {
+		c.Verified([]float64{0.9}, 0)
+		c.Verified([]float64{0.9, 0.9}, 2)
+		c.Verified([]float64{0.9, 0.9}, 1)
+	}
+	if k := Correction(&c, nil); math.Abs(k-0.6/0.9) > 0.01 {
+		t.Fatalf("correction %v, want %v", k, 0.6/0.9)
+	}
+	var sh Shared
+	d := c
+	sh.Merge(&d)
+	var prior Counts
+	sh.Snapshot(&prior)
+	if k := Correction(nil, &prior); math.Abs(k-0.6/0.9) > 0.01 {
+		t.Fatalf("through the server's record: %v", k)
+	}
+}
