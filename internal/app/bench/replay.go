@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -373,24 +372,37 @@ func replayModel(mf *cli.ModelFlags, rep *replayReport, trs []transcript, rr rep
 	for _, tr := range trs {
 		maxContext = max(maxContext, tr.turns[len(tr.turns)-1][1])
 	}
-	// The prompts of a transcript's turns share their prefixes: the disk
-	// tier keeps them at any budget (its RAM tier is a share of the budget
-	// above the floor, none at the floor). --prefix-cache-dir keeps them
-	// for the next run (entries are the same at every budget).
-	cacheDir := mf.Prefix.Dir
-	if cacheDir == "" {
-		d, err := os.MkdirTemp("", "k3-replay-prefix-")
-		if err != nil {
-			return err
+	// The prompts of a transcript's turns share their prefixes: the
+	// prefix cache restores them. Its RAM tier only (--prefix-cache-ram,
+	// default 1 GiB, inside the budget): a save is a copy made before the
+	// turn's first token, while the disk tier's write-behind would run
+	// during the timed decode of one run and not the other.
+	ram := int64(1 << 30)
+	if mf.Prefix.RAM != "" {
+		n, err := cli.ParseSize(mf.Prefix.RAM)
+		if err != nil || n <= 0 {
+			return cli.Usagef("--prefix-cache-ram: want a positive size for --replay")
 		}
-		defer os.RemoveAll(d)
-		cacheDir = d
+		ram = n
 	}
-	m, err := mf.OpenWith(ctx, func(o *k3.Options) {
+	edit := func(o *k3.Options) {
 		o.Speculate, o.Sessions = rr.spec, 1
 		o.MaxContext = max(o.MaxContext, maxContext+k3.MaxSpeculate+2)
-		o.PrefixCache = &k3.PrefixCacheOptions{Dir: cacheDir, DiskBytes: 16 << 30}
-	})
+		o.PrefixCache = &k3.PrefixCacheOptions{RAMBytes: ram, DiskBytes: -1}
+	}
+	// The floors: plain, and with speculation's buffers (auto decodes
+	// plainly below that).
+	if opts, err := mf.Options(); err == nil {
+		edit(&opts)
+		plain, spec := opts, opts
+		plain.Speculate, spec.Speculate = 0, max(rr.spec, k3.AutoDraft)
+		a, err1 := k3.Inspect(mf.Dir, plain)
+		b, err2 := k3.Inspect(mf.Dir, spec)
+		if err1 == nil && err2 == nil {
+			fmt.Fprintf(stderr, "bench: floor %s, with speculation's buffers %s (budget %s)\n", planner.Human(a.FloorBytes), planner.Human(b.FloorBytes), budgetName(opts.RAMBudget))
+		}
+	}
+	m, err := mf.OpenWith(ctx, edit)
 	if err != nil {
 		return err
 	}
