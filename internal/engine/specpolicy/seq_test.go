@@ -91,3 +91,29 @@ func TestSeqLongRun(t *testing.T) {
 		t.Fatalf("the open drafts' buffer grew to %d tokens", cap(q.buf))
 	}
 }
+
+// BenchmarkPropose measures one decoding step's drafting: judging the open
+// drafts, the longest match in a sequence of 32k tokens of text-like
+// repetition and in a full shared index, the survivals (go test
+// ./internal/engine/specpolicy -bench Propose).
+func BenchmarkPropose(b *testing.B) {
+	seq := make([]int, 0, 1<<15+b.N+16)
+	for i := 0; len(seq) < 1<<15+b.N+1; i++ {
+		// Lines of a few hundred distinct words, some repeated.
+		for w := 0; w < 12; w++ {
+			seq = append(seq, (i*7+w*w)%400+(i%5)*w)
+		}
+	}
+	x := draft.NewIndex(1 << 20)
+	for i := 0; i+64 <= 1<<15; i += 64 {
+		x.Add(nil, seq[i:i+64])
+	}
+	var q Seq
+	var sh Shared
+	q.Propose(seq[:1<<15], 8, x, nil, &sh)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		q.Propose(seq[:1<<15+i+1], 8, x, nil, &sh)
+	}
+}
