@@ -43,9 +43,10 @@ func (s *replayStats) finish() {
 }
 
 // simulate replays trs without a model, as the engine would decode them:
-// batch sequences at once (each takes the next transcript when it ends
-// one, so the batch stays full; the run ends once as many tokens as the
-// transcripts hold were emitted), every pass costed by cost. spec is 0
+// batch sequences at once, each taking the next transcript when it ends
+// one (every transcript once: a server with batch sessions and these
+// conversations to serve; the batch thins out at the end), every pass
+// costed by cost. spec is 0
 // (plain), a fixed draft length, or k3.SpeculateAuto; a drafted token is
 // accepted exactly when it is the transcript's next token. The drafter
 // and the policy are the engine's own (internal/engine/specpolicy), with
@@ -53,16 +54,11 @@ func (s *replayStats) finish() {
 // index and acceptance record (as one server).
 func simulate(trs []transcript, batch, spec int, cost specpolicy.Cost, maxSpec int) replayStats {
 	var st replayStats
-	total := int64(0)
-	for _, tr := range trs {
-		for _, t := range tr.turns {
-			total += int64(t[1] - t[0] - 1)
-		}
-	}
-	if total <= 0 || batch <= 0 {
+	if batch <= 0 {
 		return st
 	}
 	type slot struct {
+		active        bool
 		tr, turn, pos int
 		q             *specpolicy.Seq
 		drafts        []int
@@ -78,7 +74,11 @@ func simulate(trs []transcript, batch, spec int, cost specpolicy.Cost, maxSpec i
 	start := func(s *slot, first bool) {
 		for {
 			if first {
-				s.tr, s.turn = next%len(trs), 0
+				if next == len(trs) {
+					s.active = false
+					return
+				}
+				s.tr, s.turn, s.active = next, 0, true
 				next++
 				first = false
 			} else if s.turn++; s.turn >= len(trs[s.tr].turns) {
@@ -102,19 +102,29 @@ func simulate(trs []transcript, batch, spec int, cost specpolicy.Cost, maxSpec i
 	}
 	offers := make([]specpolicy.Offer, batch)
 	var ks []int
-	for st.Tokens < total {
+	for {
+		active := 0
 		for i := range slots {
 			s := &slots[i]
 			s.drafts, s.surv = nil, nil
-			if spec != 0 {
+			if s.active {
+				active++
+			}
+			if spec != 0 && s.active {
 				s.drafts, s.surv = s.q.Propose(trs[s.tr].ids[:s.pos], maxDraft, x, nil, &sh)
 			}
 			offers[i] = specpolicy.Offer{Survival: s.surv, Force: spec > 0}
 		}
-		ks = ch.Choose(ks[:0], specpolicy.Pass{Rows: batch, Tokens: float64(batch), MaxRows: 1 << 20, MaxSpec: maxSpec}, offers, &cost)
-		rows, specSeqs := batch, 0
+		if active == 0 {
+			break
+		}
+		ks = ch.Choose(ks[:0], specpolicy.Pass{Rows: active, Tokens: float64(active), MaxRows: 1 << 20, MaxSpec: maxSpec}, offers, &cost)
+		rows, specSeqs := active, 0
 		for i := range slots {
 			s := &slots[i]
+			if !s.active {
+				continue
+			}
 			tr := &trs[s.tr]
 			end := tr.turns[s.turn][1]
 			k := ks[i]
@@ -142,7 +152,7 @@ func simulate(trs []transcript, batch, spec int, cost specpolicy.Cost, maxSpec i
 			}
 		}
 		st.Passes++
-		st.SeqPasses += int64(batch)
+		st.SeqPasses += int64(active)
 		st.Rows += int64(rows)
 		st.Seconds += cost.Seconds(rows, specSeqs)
 		st.Bytes += int64(cost.Bytes(rows))
