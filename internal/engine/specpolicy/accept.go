@@ -58,15 +58,24 @@ func Bucket(n int) int {
 // too. A/N is the conditional chance q(j) that the j-th draft is right
 // given that the ones before it were.
 //
-// Pred and Real follow the estimates themselves: over the drafts that were
-// verified, Pred sums their estimated survivals (the tokens expected of
-// them) and Real the tokens they gave. The drafts a policy verifies are
-// those with the highest estimates, which are biased upwards (a winner's
-// curse); Real/Pred measures that bias, and Correction applies it.
+// Pred and Real follow the estimates themselves: over the drafted tokens
+// that were verified, by bin of their estimated survival (tenths), Pred
+// sums the estimates (the tokens expected of them) and Real the tokens
+// they gave. The drafts a policy verifies are those with the highest
+// estimates, which are biased upwards (a winner's curse), the more so the
+// higher the bar a regime sets (a row that costs nearly a token of the
+// pass is verified only at 0.9 and above); Real/Pred in each bin measures
+// that bias, and Corrected applies it.
 type Counts struct {
 	N, A       [draft.NumSources][NumBuckets][MaxDraft]float32
-	Pred, Real float32
+	Pred, Real [CorrectionBins]float32
 }
+
+// CorrectionBins is how many bins of estimated survival the correction
+// keeps.
+const CorrectionBins = 10
+
+func correctionBin(s float64) int { return min(max(int(s*CorrectionBins), 0), CorrectionBins-1) }
 
 // Observe records one draft of proposed tokens of which the first right
 // ones were right (the next, if any, was wrong). Positions after the first
@@ -95,8 +104,10 @@ func (c *Counts) Add(d *Counts) {
 			}
 		}
 	}
-	c.Pred += d.Pred
-	c.Real += d.Real
+	for i := range c.Pred {
+		c.Pred[i] += d.Pred[i]
+		c.Real[i] += d.Real[i]
+	}
 }
 
 // Scale multiplies every count by f (a decay: older observations weigh
@@ -110,35 +121,42 @@ func (c *Counts) Scale(f float32) {
 			}
 		}
 	}
-	c.Pred *= f
-	c.Real *= f
-}
-
-// Verified records that drafts with the estimated survivals surv were
-// verified and accepted of them were accepted.
-func (c *Counts) Verified(surv []float64, accepted int) {
-	for _, s := range surv {
-		c.Pred += float32(s)
+	for i := range c.Pred {
+		c.Pred[i] *= f
+		c.Real[i] *= f
 	}
-	c.Real += float32(accepted)
 }
 
-// correctionWeight is how many expected tokens of evidence the correction
-// needs to move away from 1: a few passes' worth.
+// Verified records that drafted tokens with the estimated survivals surv
+// were verified and that the first accepted of them were accepted.
+func (c *Counts) Verified(surv []float64, accepted int) {
+	for j, s := range surv {
+		b := correctionBin(s)
+		c.Pred[b] += float32(s)
+		if j < accepted {
+			c.Real[b]++
+		}
+	}
+}
+
+// correctionWeight is how many expected tokens of evidence a bin's
+// correction needs to move halfway from 1: a few passes' worth.
 const correctionWeight = 32
 
-// Correction returns the factor that turns the estimates of the drafts
-// chosen into what they gave, from one or two records (nil skipped):
-// (Real + w) / (Pred + w), 1 without evidence.
-func Correction(a, b *Counts) float64 {
+// Corrected returns estimate s scaled by what the verified drafted tokens
+// estimated like it gave against what was expected of them, from one or
+// two records (nil skipped): s · (Real + w) / (Pred + w) in its bin, at
+// most 1.
+func Corrected(s float64, a, b *Counts) float64 {
+	bin := correctionBin(s)
 	pred, real := float64(correctionWeight), float64(correctionWeight)
 	for _, c := range []*Counts{a, b} {
 		if c != nil {
-			pred += float64(c.Pred)
-			real += float64(c.Real)
+			pred += float64(c.Pred[bin])
+			real += float64(c.Real[bin])
 		}
 	}
-	return real / pred
+	return min(1, s*real/pred)
 }
 
 // Total returns the observations of the first draft position, summed: how

@@ -105,11 +105,16 @@ func (q *Seq) Propose(seq []int, max int, x *draft.Index, d Drafter, sh *Shared)
 	}
 	q.raw = Survival(&q.own, prior, ev, len(q.out), q.raw[:0])
 	// The estimates of chosen drafts are biased upwards; scale them by
-	// what the verified ones gave against what was expected of them.
-	k := Correction(&q.own, prior)
+	// what the verified ones estimated alike gave against what was
+	// expected of them. A survival stays non-increasing: a later draft's
+	// is at most an earlier one's.
 	q.surv = q.surv[:0]
-	for _, v := range q.raw {
-		q.surv = append(q.surv, min(1, k*v))
+	for j, v := range q.raw {
+		c := Corrected(v, &q.own, prior)
+		if j > 0 {
+			c = min(c, q.surv[j-1])
+		}
+		q.surv = append(q.surv, c)
 	}
 	return q.out, q.surv
 }

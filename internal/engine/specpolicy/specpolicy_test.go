@@ -284,11 +284,12 @@ func TestCalibrationFits(t *testing.T) {
 	}
 }
 
-// TestCorrection: drafts estimated right 90% of the time that are right
-// 60% of the time pull the correction to 2/3; without evidence it is 1.
+// TestCorrection: drafted tokens estimated right 90% of the time that are
+// right 60% of the time pull the estimates of that bin to 60%, and leave
+// the other bins alone; without evidence nothing changes.
 func TestCorrection(t *testing.T) {
-	if k := Correction(nil, &Counts{}); k != 1 {
-		t.Fatalf("no evidence: %v", k)
+	if s := Corrected(0.7, nil, &Counts{}); s != 0.7 {
+		t.Fatalf("no evidence: %v", s)
 	}
 	var c Counts
 	for range 1000 {
@@ -296,15 +297,18 @@ func TestCorrection(t *testing.T) {
 		c.Verified([]float64{0.9, 0.9}, 2)
 		c.Verified([]float64{0.9, 0.9}, 1)
 	}
-	if k := Correction(&c, nil); math.Abs(k-0.6/0.9) > 0.01 {
-		t.Fatalf("correction %v, want %v", k, 0.6/0.9)
+	if s := Corrected(0.9, &c, nil); math.Abs(s-0.6) > 0.01 {
+		t.Fatalf("corrected %v, want 0.6", s)
+	}
+	if s := Corrected(0.5, &c, nil); s != 0.5 {
+		t.Fatalf("another bin moved: %v", s)
 	}
 	var sh Shared
 	d := c
 	sh.Merge(&d)
 	var prior Counts
 	sh.Snapshot(&prior)
-	if k := Correction(nil, &prior); math.Abs(k-0.6/0.9) > 0.01 {
-		t.Fatalf("through the server's record: %v", k)
+	if s := Corrected(0.9, nil, &prior); math.Abs(s-0.6) > 0.01 {
+		t.Fatalf("through the server's record: %v", s)
 	}
 }
