@@ -35,6 +35,13 @@ type MemoryPlan struct {
 	// caches.
 	Sessions            int
 	StateBytes, KVBytes int64
+	// Speculative decoding (Options.Speculate): SpecSlots sequences may
+	// speculate in one pass, each with a rollback buffer (a copy of its
+	// recurrent state and a record of SpecRows rows; SpecBytes in all),
+	// and DrafterBytes hold the drafter's tables (every session's index
+	// of its tokens, the process's index of recent outputs).
+	SpecSlots, SpecRows     int
+	SpecBytes, DrafterBytes int64
 	// Rows is the most token rows one pass carries; ScratchBytes one
 	// pass's scratch for them. Under a budget this is the resting plan,
 	// whose passes are sized for decoding: while prompts wait, the engine
@@ -75,6 +82,7 @@ func newMemoryPlan(mp *planner.MemoryPlan) *MemoryPlan {
 		Budget: mp.Budget, TotalBytes: mp.Total(), OffHeapBytes: mp.OffHeap(), HeapBytes: mp.Heap(), HeapLimitBytes: mp.HeapLimit(),
 		LMHeadBytes: mp.LMHead, EmbedBytes: mp.Embed, VectorBytes: mp.Vectors, EmbedResident: mp.EmbedResident,
 		Sessions: mp.Sessions, StateBytes: mp.State, KVBytes: mp.KV, Rows: mp.Rows, ScratchBytes: mp.Scratch + planner.BufferBytes(mp.ScratchArena),
+		SpecSlots: mp.SpecSlots, SpecRows: mp.SpecRows, SpecBytes: mp.Spec, DrafterBytes: mp.Drafter,
 		IndexBytes: mp.Index, TokenizerBytes: mp.Tokenizer, SessionVocabBytes: mp.SessionVocab, RuntimeBytes: mp.Runtime, ExecutableBytes: mp.Executable,
 		PinnedLayers: mp.PinnedLayers, PinnedBytes: mp.PinnedBytes, RingSlots: mp.RingSlots, RingSlotBytes: mp.RingSlotBytes,
 		TrunkBytesPerPass: mp.TrunkBytesPerPass,

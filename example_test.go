@@ -315,3 +315,41 @@ func ExampleWithProgress() {
 	// fed 16 of 20 tokens
 	// fed 20 of 20 tokens
 }
+
+func ExampleSpeculateAuto() {
+	// Options.Speculate reserves what speculation needs inside a budget;
+	// without one nothing is reserved up front.
+	m, err := k3.Open(checkpoint(), k3.Options{Speculate: k3.SpeculateAuto})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer m.Close()
+	ctx := context.Background()
+
+	// Text that repeats itself gives the drafter something to propose.
+	prompt := m.Tokenizer().Encode(strings.Repeat("one two three four ", 8))
+	opts := k3.GenerateOptions{MaxTokens: 24, Sampling: k3.SamplingOptions{Temperature: 0.8, Seed: 5}}
+	var plain, spec []int
+	for tok, err := range m.Generate(ctx, prompt, opts) {
+		if err != nil {
+			log.Fatal(err)
+		}
+		plain = append(plain, tok.ID)
+	}
+	// With SpeculateAuto the engine verifies, pass by pass, the drafts
+	// worth their rows (perhaps none: on this tiny model a row costs
+	// about what a pass does); the tokens are the same either way.
+	opts.Speculate = k3.SpeculateAuto
+	s := m.NewSession()
+	defer s.Close()
+	for tok, err := range s.Generate(ctx, prompt, opts) {
+		if err != nil {
+			log.Fatal(err)
+		}
+		spec = append(spec, tok.ID)
+	}
+	drafted, accepted := s.Speculation()
+	fmt.Println(slices.Equal(plain, spec), accepted <= drafted)
+	// Output:
+	// true true
+}

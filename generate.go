@@ -25,18 +25,26 @@ type GenerateOptions struct {
 	// the start of a stop string is held back until it is clear. Needs the
 	// model's tokenizer.
 	StopStrings []string
-	// Speculate is the most drafted tokens one step verifies (speculative
-	// decoding): the pending token and up to Speculate drafts are rows of
-	// one pass, so the weights are read once for all of them, and the
-	// tokens are picked row by row with this generation's sampler while
-	// they equal the drafts. The tokens are exactly those of plain
-	// decoding, greedy or sampled; only the speed changes. The draft length
-	// adapts to how many drafts are accepted and drops to none while
-	// drafts keep failing. Zero decodes one token per pass. Under a RAM
-	// budget it may not exceed Options.Speculate.
+	// Speculate turns on speculative decoding: the pending token and
+	// drafted tokens are rows of one pass, so the weights are read once for
+	// all of them, and the tokens are picked row by row with this
+	// generation's sampler while they equal the drafts. The tokens are
+	// exactly those of plain decoding, greedy or sampled, alone or in a
+	// batch, constrained or not; only the speed changes. SpeculateAuto
+	// verifies, pass by pass, the drafts that make the pass yield the most
+	// tokens per second (none where rows cost more than they return; see
+	// SpeculateAuto); a number N verifies up to N drafts whenever the
+	// drafter has any, whatever they cost (for tests and benchmarks). Zero
+	// decodes one token per pass. Under a RAM budget it needs
+	// Options.Speculate: a number may not exceed it, and SpeculateAuto
+	// decodes plainly without it.
 	Speculate int
-	// Drafter proposes the drafts; nil means an NGramDrafter (prompt
-	// lookup over the sequence so far).
+	// Drafter proposes the drafts; nil means the built-in drafter: the
+	// longest earlier match of the sequence's end, in the sequence itself
+	// or in the model's recent outputs (every session's), and the tokens
+	// that followed it there, with the match's length as the evidence
+	// SpeculateAuto weighs. A Drafter of the caller's gives no evidence:
+	// SpeculateAuto then learns its acceptance by draft position alone.
 	Drafter Drafter
 	// Logprobs fills every Token's Logprob: the log-probability of the
 	// token under the model's own distribution (log-softmax of the logits
@@ -67,6 +75,32 @@ type GenerateOptions struct {
 	fullRecompute bool
 }
 
+// SpeculateAuto, as GenerateOptions.Speculate, lets the engine choose
+// before every pass how many drafted tokens the generation verifies, zero
+// included, to make the most tokens per second: each drafted token's
+// chance of being accepted (learned from how this generation's drafts and
+// the model's earlier ones fared, by how long the match behind the draft
+// is) against what its row adds to the pass (the experts it routes to
+// beyond the pass's other rows, its compute; the trunk is read once per
+// pass whatever its rows). Where rows cost more than they return (every
+// weight resident, large batches) it verifies nothing. As
+// Options.Speculate it reserves the memory for it.
+const SpeculateAuto = -1
+
+// AutoDraft is the most drafted tokens SpeculateAuto verifies in a pass.
+const AutoDraft = 8
+
+// MaxSpeculate is the most drafted tokens any step verifies: a larger
+// GenerateOptions.Speculate drafts this many.
+const MaxSpeculate = 16
+
+// The engine uses the same values.
+var (
+	_ = [1]struct{}{}[SpeculateAuto-engine.SpeculateAuto]
+	_ = [1]struct{}{}[AutoDraft-engine.AutoDraft]
+	_ = [1]struct{}{}[MaxSpeculate-engine.MaxSpeculate]
+)
+
 // MaxTopLogprobs bounds GenerateOptions.TopLogprobs.
 const MaxTopLogprobs = 20
 
@@ -84,6 +118,16 @@ type TokenLogprob struct {
 // A Drafter proposes tokens that may follow a sequence, for speculative
 // decoding (GenerateOptions.Speculate). A draft decides only the speed:
 // every drafted token is checked against the model.
+//
+// A small draft model plugs in here: its Draft runs the draft model over
+// seq (keeping its own state between calls: seq only grows by the tokens
+// accepted, so a drafter can feed just the new ones, and restart when
+// seq is not a continuation of the last one) and appends its greedy
+// continuation. Draft is called on the generation's goroutine before
+// every decoding step, so it should take a small fraction of a pass.
+// With SpeculateAuto the engine learns how often the drafter's tokens are
+// accepted at each draft position, from every draft (verified or not:
+// the tokens that follow tell), and verifies the ones worth their rows.
 type Drafter interface {
 	// Draft appends to dst up to max tokens that may follow seq (the
 	// sequence so far, generated tokens included) and returns it. It must
@@ -94,7 +138,9 @@ type Drafter interface {
 // NGramDrafter drafts by prompt lookup: it finds the latest earlier place
 // where the sequence's last n tokens occurred (n from MaxN down to 1) and
 // proposes what followed them there. It suits text that repeats its
-// context: code edits, quotations, structured output.
+// context: code edits, quotations, structured output. (The built-in
+// drafter, GenerateOptions.Drafter nil, finds the longest match instead,
+// and looks in the model's recent outputs too.)
 type NGramDrafter struct {
 	// MaxN is the longest suffix matched; zero means 3.
 	MaxN int

@@ -82,11 +82,15 @@ type Options struct {
 	// memory, never results.
 	MaxBatch int
 	// Speculate is the most drafted tokens a generation may verify per
-	// pass (GenerateOptions.Speculate); under a RAM budget it reserves, per
-	// session, a copy of the KDA state and room to record the pass's rows,
-	// so that rejected drafts roll back without reading weights. Without a
-	// budget any GenerateOptions.Speculate works (the memory is allocated
-	// on first use).
+	// pass (GenerateOptions.Speculate), or SpeculateAuto. Under a RAM
+	// budget it reserves rollback buffers (a copy of a session's KDA state
+	// and room to record a pass's rows, so that rejected drafts roll back
+	// without reading weights) and the drafter's tables: with a number, a
+	// buffer per session; with SpeculateAuto, buffers for one session in
+	// four (at least one) of AutoDraft rows, lent pass by pass to the
+	// sequences whose drafts are likeliest. Without a budget any
+	// GenerateOptions.Speculate works (the memory is allocated on first
+	// use). Zero: no speculation, nothing reserved.
 	Speculate int
 	// IOQueueDepth is the number of reads kept in flight; zero means 8.
 	IOQueueDepth int

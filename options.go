@@ -78,6 +78,7 @@ func (opts Options) Validate() error {
 	}
 	for _, f := range ints {
 		switch {
+		case f.field == "Speculate" && f.v == SpeculateAuto:
 		case f.v < 0:
 			return bad(f.field, f.v, fmt.Sprintf("must not be negative (0 means %s)", f.zero))
 		case f.v > f.limit:

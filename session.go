@@ -151,3 +151,9 @@ func sameDir(a, b string) bool {
 	sb, err2 := os.Stat(b)
 	return err1 == nil && err2 == nil && os.SameFile(sa, sb)
 }
+
+// Speculation returns how many drafted tokens the session's speculative
+// steps verified (GenerateOptions.Speculate) and how many of them were
+// accepted, since the session was created: each accepted draft is a token
+// that cost no pass of its own.
+func (s *Session) Speculation() (drafted, accepted int64) { return s.s.SpecCounts() }

@@ -39,6 +39,33 @@ type specRecord struct {
 	job  replayJob
 }
 
+// SpecBuffer is the room one speculative pass needs: a copy of a State's
+// KDA state and conv histories, and the record of the pass's rows. A State
+// holds one from BeginSpeculationIn until Rollback or EndSpeculation (or
+// Reset, Extend) and then lets it go, so that a few buffers serve many
+// states, one pass at a time. Its memory is allocated on first use, for
+// the config and rows of that use, and kept.
+type SpecBuffer struct {
+	rec specRecord
+}
+
+// BeginSpeculationIn is BeginSpeculation with b's memory instead of the
+// state's own; the state gives b back when the speculation ends.
+func (s *State) BeginSpeculationIn(b *SpecBuffer, rows int) {
+	s.spec, s.lent = &b.rec, true
+	s.BeginSpeculation(rows)
+}
+
+// endSpec ends a speculation and lets a lent buffer go.
+func (s *State) endSpec() {
+	if s.spec != nil {
+		s.spec.active = false
+	}
+	if s.lent {
+		s.spec, s.lent = nil, false
+	}
+}
+
 // BeginSpeculation prepares the state for a pass of up to rows rows of
 // which only a prefix may be kept: it copies the KDA state and conv
 // histories and makes room to record the pass's recurrence inputs. The next
@@ -50,8 +77,11 @@ func (s *State) BeginSpeculation(rows int) {
 	c := s.cfg
 	sp := s.spec
 	if sp == nil {
-		sp = &specRecord{snap: make([]kdaState, c.Layers), rec: make([][]float32, c.Layers), out: make([]float32, c.KDAHeads*c.KDAHeadDim)}
+		sp = &specRecord{}
 		s.spec = sp
+	}
+	if len(sp.snap) != c.Layers {
+		sp.snap, sp.rec, sp.out = make([]kdaState, c.Layers), make([][]float32, c.Layers), make([]float32, c.KDAHeads*c.KDAHeadDim)
 	}
 	P, Hk := c.KDAWidth(), c.KDAHeads
 	for l := range s.kda {
@@ -73,11 +103,7 @@ func (s *State) BeginSpeculation(rows int) {
 }
 
 // EndSpeculation keeps every row of the speculative pass.
-func (s *State) EndSpeculation() {
-	if s.spec != nil {
-		s.spec.active = false
-	}
-}
+func (s *State) EndSpeculation() { s.endSpec() }
 
 // record stores the recurrence inputs of rows [lo, lo+n) of the pass, which
 // are this state's rows from position p0 on, for KDA layer l.
@@ -112,6 +138,7 @@ func (m *Model) Rollback(s *State, keep int) error {
 	if keep < 0 || keep > done {
 		return fmt.Errorf("model: Rollback keeps %d of the %d rows of the pass", keep, done)
 	}
+	defer s.endSpec()
 	sp.active = false
 	if keep == done {
 		return nil

@@ -21,6 +21,7 @@ type State struct {
 	cap int
 
 	spec *specRecord // speculation bookkeeping, nil until first used
+	lent bool        // spec is a SpecBuffer's, given back when the speculation ends
 }
 
 type kdaState struct {
@@ -81,9 +82,7 @@ func (s *State) Reset() {
 		m.lat, m.kr = m.lat[:0], m.kr[:0]
 	}
 	s.pos = 0
-	if s.spec != nil {
-		s.spec.active = false
-	}
+	s.endSpec()
 }
 
 // reserve makes room in every MLA cache for n more positions.
@@ -173,9 +172,7 @@ func (s *State) Extend(n int) ([][]float32, error) {
 		m := &s.mla[l]
 		m.lat, m.kr = m.lat[:need*ckv], m.kr[:need*r]
 	}
-	if s.spec != nil {
-		s.spec.active = false
-	}
+	s.endSpec()
 	from := s.pos
 	s.pos = need
 	return s.Cached(from, need), nil

@@ -37,6 +37,8 @@ type batchHandlerOptions struct {
 	Queue int
 	// RequestTimeout bounds one request, waiting included (--request-timeout).
 	RequestTimeout time.Duration
+	// Speculate is every generation's GenerateOptions.Speculate (--spec).
+	Speculate int
 }
 
 // newBatchHandler builds the OpenAI-compatible handler k3 batch sends its
@@ -44,7 +46,7 @@ type batchHandlerOptions struct {
 // batch result's body is exactly what the server would have answered.
 func newBatchHandler(m *k3.Model, o batchHandlerOptions) (http.Handler, error) {
 	s, err := server.New(m, server.Options{Name: o.Name, MaxContext: o.MaxContext, Sessions: o.Parallel,
-		Queue: o.Queue, RequestTimeout: o.RequestTimeout})
+		Queue: o.Queue, RequestTimeout: o.RequestTimeout, Speculate: o.Speculate})
 	if err != nil {
 		return nil, err
 	}
@@ -59,6 +61,7 @@ type batchConfig struct {
 	sessions, concurrency int
 	maxBatch              int
 	every, timeout        time.Duration
+	spec                  cli.SpecFlag
 }
 
 // parseBatch reads k3 batch's flags and fills in the defaults that depend
@@ -69,6 +72,7 @@ func parseBatch(args []string, stderr io.Writer) (*batchConfig, error) {
 	c.mf.PrefixByDefault = true
 	c.mf.AutoContext = true
 	c.mf.Register(fs)
+	c.spec.Register(fs, k3.SpeculateAuto)
 	fs.StringVar(&c.input, "input", "", "requests `file`: one OpenAI Batch API request per line, {\"custom_id\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\" or \"/v1/completions\",\"body\"}")
 	fs.StringVar(&c.output, "output", "", "results `file`, one line per request; rerun with the same file to resume: the custom_ids already in it are skipped")
 	shard := fs.String("shard", "0/1", "take the input lines whose 0-based index is i mod N (`i/N`), so N machines split one job")
@@ -127,7 +131,7 @@ func runBatch(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	m, err := c.mf.OpenWith(ctx, func(o *k3.Options) { o.Sessions, o.MaxBatch = c.sessions, c.maxBatch })
+	m, err := c.mf.OpenWith(ctx, func(o *k3.Options) { o.Sessions, o.MaxBatch, o.Speculate = c.sessions, c.maxBatch, c.spec.N })
 	if err != nil {
 		return err
 	}
@@ -136,7 +140,7 @@ func runBatch(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "k3 batch: %s\n", cli.ContextNote(m, 0, c.sessions))
 	}
 	h, err := newBatchHandler(m, batchHandlerOptions{Name: c.name, MaxContext: m.MaxContext(), Parallel: c.sessions,
-		Queue: max(c.concurrency-c.sessions, 0), RequestTimeout: c.timeout})
+		Queue: max(c.concurrency-c.sessions, 0), RequestTimeout: c.timeout, Speculate: c.spec.N})
 	if err != nil {
 		return err
 	}

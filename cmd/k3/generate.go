@@ -66,7 +66,9 @@ func runGenerate(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 	minP := fs.Float64("min-p", 0, "drop tokens below this fraction of the best (0 = off)")
 	seed := fs.Uint64("seed", 1, "sampling seed")
 	mode := fs.String("mode", "incremental", "decoding `mode`: incremental (carried state) or full (re-forward per token)")
-	spec := fs.Int("spec", 0, "speculative decoding: verify up to `N` drafted tokens (prompt lookup) per pass over the weights; the ids are exactly those of plain decoding (0 = off)")
+	var specFlag cli.SpecFlag
+	specFlag.Register(fs, 0)
+	spec := &specFlag.N
 	asJSON := fs.Bool("json", false, "print one JSON object (with a constraint, the generated text too); to constrain the output to JSON, see --json-object and --json-schema")
 	stats := fs.Bool("stats", false, "print I/O, cache, time and memory statistics (a \"stats\" object with --json)")
 	batchFile := fs.String("batch-file", "", "decode many prompts together in shared passes: one comma-separated prompt of ids per `file` line (blank lines and # comments skipped); without --max-context each session holds the longest prompt plus --max-tokens")
@@ -114,7 +116,7 @@ func runGenerate(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	if *spec > 0 && md.full {
+	if *spec != 0 && md.full {
 		return cli.Usagef("--spec needs --mode incremental")
 	}
 	if md.full && (*temperature != 0 || *batchFile != "" || cons.Set()) {

@@ -128,7 +128,8 @@ func runRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs.BoolVar(&o.ignoreEOS, "ignore-eos", false, "do not stop a prompt's continuation at [EOS]")
 	fs.BoolVar(&o.stats, "stats", false, "print token counts, speed and engine statistics on stderr")
 	fs.IntVar(&o.gen.MaxTokens, "max-tokens", 256, "most tokens to generate per reply")
-	fs.IntVar(&o.gen.Speculate, "spec", 0, "speculative decoding: verify up to `N` drafted tokens (prompt lookup) per pass over the weights; the text is exactly that of plain decoding (0 = off)")
+	var spec cli.SpecFlag
+	spec.Register(fs, k3.SpeculateAuto)
 	temperature := fs.Float64("temperature", defaultTemperature, "sampling temperature (0 = greedy)")
 	fs.BoolVar(&o.json, "json", false, "print one JSON object (text, token counts, stop reason) instead of streaming; not for the interactive chat (to constrain the text to JSON, see --json-object and --json-schema)")
 	o.cons.Register(fs)
@@ -150,6 +151,7 @@ func runRun(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return err
 	}
 	o.noThinking = !*thinking
+	o.gen.Speculate = spec.N
 	s := &o.gen.Sampling
 	s.Temperature, s.TopP, s.MinP = float32(*temperature), float32(*topP), float32(*minP)
 	s.RepetitionPenalty, s.PresencePenalty, s.FrequencyPenalty = float32(*repPen), float32(*presPen), float32(*freqPen)

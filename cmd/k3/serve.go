@@ -47,7 +47,7 @@ type serveOpts struct {
 	sessions, queue int
 	apiKey, cors    string
 	logFormat       string
-	spec            int
+	spec            cli.SpecFlag
 	shutdown        time.Duration
 	request         time.Duration
 	body            time.Duration
@@ -72,7 +72,7 @@ func runServe(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.apiKey, "api-key", "", "require \"Authorization: Bearer `KEY`\" (or \"x-api-key: KEY\") on every request but /health (default: none)")
 	fs.StringVar(&o.cors, "cors", "", "allow browser requests from `ORIGIN` (\"*\" for any; default: no CORS headers)")
 	fs.StringVar(&o.logFormat, "log-format", "text", "access log `format` on stderr: text or json")
-	fs.IntVar(&o.spec, "spec", 0, "speculative decoding: verify up to `N` drafted tokens per pass (0 = off); the text is exactly that of plain decoding")
+	o.spec.Register(fs, k3.SpeculateAuto)
 	fs.DurationVar(&o.shutdown, "shutdown-timeout", 30*time.Second, "on SIGTERM, how long running requests may take to finish before they are cancelled")
 	fs.DurationVar(&o.request, "request-timeout", 0, "most time one request may take, queueing included (0 = no limit: a request runs while its client is connected; one reply at a small budget can take hours)")
 	fs.DurationVar(&o.body, "body-timeout", 30*time.Second, "most time to read a request body once its turn comes")
@@ -92,7 +92,6 @@ func runServe(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		cli.NotNegative("stored-responses", o.stored, "none"),
 		cli.NotNegative("queue", o.queue, "4 × --sessions"),
 		cli.NotNegative("max-batch", o.maxBatch, "the planner's"),
-		cli.NotNegative("spec", o.spec, "off"),
 		cli.NotNegative("shutdown-timeout", o.shutdown, "cancel at once"),
 		cli.NotNegative("request-timeout", o.request, "no limit"),
 		cli.Positive("body-timeout", o.body),
@@ -109,7 +108,7 @@ func runServe(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	// options as the library checks them, the checkpoint directory and its
 	// tokenizer (a chat server without one would fail after the load).
 	edit := func(k *k3.Options) {
-		k.Sessions, k.MaxBatch, k.Speculate, k.TokenizerDir = o.sessions, o.maxBatch, o.spec, o.tokenizer
+		k.Sessions, k.MaxBatch, k.Speculate, k.TokenizerDir = o.sessions, o.maxBatch, o.spec.N, o.tokenizer
 	}
 	if err := o.mf.Check(edit); err != nil {
 		return err
@@ -184,7 +183,7 @@ func runServe(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	}
 	srv, err := server.New(m, server.Options{Name: o.name, MaxContext: m.MaxContext(), Sessions: o.sessions, Queue: o.queue,
 		MaxBodyBytes: maxBody, BodyTimeout: o.body, RequestTimeout: o.request, APIKey: o.apiKey, CORSOrigin: o.cors,
-		Speculate: o.spec, Logger: log, LogBodies: o.logBodies, StoredResponses: storedResponses(o.stored), ProgressEvery: progressEvery})
+		Speculate: o.spec.N, Logger: log, LogBodies: o.logBodies, StoredResponses: storedResponses(o.stored), ProgressEvery: progressEvery})
 	if err != nil {
 		hs.Close()
 		return err

@@ -42,6 +42,8 @@ type request struct {
 
 	queued bool      // in the queue (under batcher.mu)
 	doneAt time.Time // when its last step finished (under batcher.mu)
+
+	spec specStep // a decoding step that offers drafts (specpass.go)
 }
 
 // batcher coalesces the steps of every session of a Model into shared
@@ -72,6 +74,9 @@ type batcher struct {
 	last   time.Duration  // the last pass's wall time
 
 	observe atomic.Pointer[func(rows int, d time.Duration)] // Engine.ObservePasses
+
+	spec     *passSpec // speculative decoding's policy (specpass.go); nil: off
+	passRows int       // the most rows of the pass being built
 }
 
 // passRoom gives the batcher the scratch and the most rows of its next
@@ -173,7 +178,7 @@ func (b *batcher) expected(now time.Time) int {
 func (b *batcher) work(now time.Time) planner.Work {
 	var w planner.Work
 	for _, r := range b.queue {
-		switch left := len(r.tokens) - r.fed; {
+		switch left := b.left(r); {
 		case left == 1:
 			w.DecodeRows++
 		case left > 1:
@@ -269,9 +274,10 @@ func (b *batcher) loop() {
 		b.sc = sc
 		b.reqs = b.reqs[:0]
 		for _, r := range b.queue {
-			b.reqs = append(b.reqs, sched.Request{Left: len(r.tokens) - r.fed})
+			b.reqs = append(b.reqs, sched.Request{Left: b.left(r)})
 		}
 		b.takes = sched.Next(b.takes[:0], b.reqs, rows, b.chunk, b.start)
+		b.passRows = rows
 		b.start++
 		b.inPass = b.inPass[:0]
 		for _, t := range b.takes {
@@ -279,6 +285,7 @@ func (b *batcher) loop() {
 		}
 		b.mu.Unlock()
 
+		b.grantDrafts()
 		b.run()
 	}
 }
@@ -310,6 +317,13 @@ func (b *batcher) run() {
 	}
 	// A non-finite value fails only the sequences whose rows held it.
 	isPartial := err != nil && isPartialError(err)
+	if err == nil {
+		rows := 0
+		for _, t := range b.takes {
+			rows += t.Rows
+		}
+		b.passDone(rows, b.last)
+	}
 	if err == nil || isPartial {
 		rows := 0
 		for _, t := range b.takes {

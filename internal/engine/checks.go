@@ -227,12 +227,13 @@ func budgetRequest(dir string, opts Options) planner.Request {
 	}
 	req := planner.Request{
 		Budget: opts.RAMBudget, Sessions: opts.Sessions, MaxContext: opts.MaxContext,
-		Chunk: opts.PrefillChunk, MaxBatch: opts.MaxBatch, Speculate: opts.Speculate,
+		Chunk: opts.PrefillChunk, MaxBatch: opts.MaxBatch,
 		Threads: threads, IOQueueDepth: opts.IOQueueDepth,
 		Executable: rss.ExecutableBytes(),
 		Tokenizer:  tokenizerBytes(dir, opts.TokenizerDir),
 		Ranks:      len(opts.Cluster.Peers) + 1,
 	}
+	req.Speculate, req.SpecSlots, req.Drafter, req.SpecAuto = specRequest(opts)
 	if o := opts.Prefix; o != nil {
 		req.PrefixRAM, req.PrefixRAMAuto = max(o.RAMBytes, 0), o.RAMBytes == 0
 	}

@@ -25,7 +25,9 @@ import (
 
 	"github.com/k3go/k3/expert"
 	"github.com/k3go/k3/internal/engine/cluster"
+	"github.com/k3go/k3/internal/engine/draft"
 	"github.com/k3go/k3/internal/engine/planner"
+	"github.com/k3go/k3/internal/engine/specpolicy"
 	"github.com/k3go/k3/internal/engine/trunk"
 	"github.com/k3go/k3/internal/platform/par"
 	"github.com/k3go/k3/internal/platform/rss"
@@ -150,8 +152,15 @@ type Engine struct {
 	defMu sync.Mutex
 	def   *Seq // the default sequence (k3.Model.Step)
 
-	// Speculative decoding: passes, their rows, accepted drafts.
+	// Speculative decoding: passes, their rows, accepted drafts; the most
+	// drafts per step the budget reserved rollback buffers for (-1: no
+	// budget, no bound), the process's index of recent outputs, and the
+	// acceptance record every sequence's drafts add to.
 	specPasses, specRows, specAccepted atomic.Int64
+	specMax                            int
+	index                              *draft.Index
+	indexOnce                          sync.Once
+	specShared                         specpolicy.Shared
 	// Constrained generations, and the tokens masked and the time it took.
 	constrained, maskTokens, maskNanos atomic.Int64
 }
@@ -273,6 +282,9 @@ func Open(ctx context.Context, dir string, cfg *model.Config, opts Options) (_ *
 		room = fixedRoom{e.sc}
 	}
 	e.b = newBatcher(log, e.m, room, opts.PrefillChunk)
+	// Before any step reaches the batcher (its goroutine reads it only
+	// for a queued step).
+	e.b.spec = e.newPassSpec()
 	log.Info("k3: model loaded", "dir", dir, "layers", cfg.Layers, "experts", cfg.Experts, "vocab", cfg.Vocab)
 	return e, nil
 }

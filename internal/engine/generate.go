@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/k3go/k3/grammar"
+	"github.com/k3go/k3/internal/engine/specpolicy"
 	"github.com/k3go/k3/model"
 	"github.com/k3go/k3/tokenizer"
 )
@@ -18,8 +19,8 @@ type GenOptions struct {
 	Sampling    Sampling
 	StopTokens  []int
 	StopStrings []string
-	Speculate   int
-	Drafter     Drafter // nil: prompt lookup (NGramDraft with n up to 3)
+	Speculate   int     // drafts per step: a number, SpeculateAuto, or 0 (none)
+	Drafter     Drafter // nil: the built-in one (draft.Propose over the sequence and the recent outputs)
 	Logprobs    bool
 	TopLogprobs int
 	// Constraint, if not nil, restricts every token to those its grammar
@@ -56,9 +57,7 @@ type Token struct {
 
 // A Drafter proposes tokens that may follow a sequence, for speculative
 // decoding (k3.Drafter has the same method, so a k3.Drafter is one).
-type Drafter interface {
-	Draft(seq []int, max int, dst []int) []int
-}
+type Drafter = specpolicy.Drafter
 
 // NGramDraft drafts by prompt lookup: it finds the latest earlier place
 // where the sequence's last n tokens occurred (n from maxN down to 1) and
@@ -78,11 +77,6 @@ func NGramDraft(seq []int, maxN, max int, dst []int) []int {
 	}
 	return dst
 }
-
-// ngram is the default drafter.
-type ngram struct{}
-
-func (ngram) Draft(seq []int, max int, dst []int) []int { return NGramDraft(seq, 3, max, dst) }
 
 // Generate continues the sequence with prompt and calls yield with every
 // generated token until MaxTokens, a stop token or string, an error or
@@ -142,17 +136,12 @@ func (s *Seq) generate(ctx context.Context, prompt []int, opts GenOptions, yield
 	if len(opts.StopStrings) > 0 && tok == nil {
 		return fmt.Errorf("k3: Generate: %w: stop strings need a tokenizer", ErrNoTokenizer)
 	}
-	if opts.Speculate < 0 {
-		return fmt.Errorf("k3: Generate: %w: Speculate %d is negative", ErrBadOptions, opts.Speculate)
-	}
-	if opts.Speculate > 0 && opts.FullRecompute {
-		return fmt.Errorf("k3: Generate: %w: Speculate needs incremental decoding", ErrBadOptions)
-	}
 	if opts.TopLogprobs < 0 || opts.TopLogprobs > MaxTopLogprobs {
 		return fmt.Errorf("k3: Generate: %w: TopLogprobs %d is outside [0, %d]", ErrBadOptions, opts.TopLogprobs, MaxTopLogprobs)
 	}
-	if s.e.opts.RAMBudget > 0 && opts.Speculate > s.e.opts.Speculate {
-		return fmt.Errorf("k3: Generate: %w: Speculate %d exceeds Options.Speculate %d, the drafts the RAM budget reserves room for", ErrBadOptions, opts.Speculate, s.e.opts.Speculate)
+	spec, err := s.newSpeculator(opts)
+	if err != nil {
+		return err
 	}
 	smp := newSampler(opts.Sampling, V)
 	for _, id := range s.tokens {
@@ -219,7 +208,9 @@ func (s *Seq) generate(ctx context.Context, prompt []int, opts GenOptions, yield
 		i++
 		return yield(t) && !stopTok && !stopped && !done && i < maxTokens
 	}
-	spec := newSpeculator(opts)
+	if spec != nil {
+		defer func() { s.noteOutput(spec, i) }()
+	}
 	feed := prompt
 	for i < maxTokens {
 		if spec != nil && len(feed) == 0 && len(s.pending) == 1 {

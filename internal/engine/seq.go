@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/k3go/k3/internal/engine/planner"
+	"github.com/k3go/k3/internal/engine/specpolicy"
 	"github.com/k3go/k3/internal/engine/statefile"
 	"github.com/k3go/k3/internal/platform/crash"
 	"github.com/k3go/k3/model"
@@ -32,10 +33,13 @@ type Seq struct {
 	broken  bool    // a failed step left the state undefined
 	closed  bool    // Close was called: every method fails with ErrClosed
 	req     request // its step, as the batcher sees it
-	// specRows, set by speculate for one step, makes the step's pass
-	// recoverable (model.State.BeginSpeculation); specOut holds its logits.
-	specRows int
-	specOut  []float32
+	// Speculative decoding (spec.go): the drafter's and the policy's view
+	// of the sequence, the sequence as the drafter sees it, a speculative
+	// step's logits, and the drafts verified and accepted so far.
+	sq                        specpolicy.Seq
+	specSeq                   []int
+	specOut                   []float32
+	specDrafted, specAccepted int64
 	// idle is used by the default sequence only: true while no step runs
 	// on it, so that it can give its budget place away.
 	idle atomic.Bool
@@ -144,6 +148,7 @@ func (s *Seq) release() {
 	}
 	s.tokens, s.pending = s.tokens[:0], s.pending[:0]
 	s.broken = false
+	s.sq.Reset()
 }
 
 // usable fails with model.ErrClosed once the sequence is closed.
@@ -179,6 +184,7 @@ func (s *Seq) Reset() {
 	s.pending = s.pending[:0]
 	s.broken = false
 	s.replyFrom = 0
+	s.sq.Reset()
 }
 
 // Step appends tokens (after any pending ones) and returns the logits of
@@ -196,7 +202,7 @@ func (s *Seq) Step(ctx context.Context, tokens []int) ([]float32, error) {
 	}
 	if len(s.pending)+len(tokens) >= minPrefixTokens {
 		s.reused = 0 // a prompt: count its restored tokens afresh
-		if pc := s.e.prefix; pc != nil && s.specRows == 0 {
+		if pc := s.e.prefix; pc != nil {
 			return s.stepCached(ctx, pc, tokens)
 		}
 	}
@@ -263,9 +269,6 @@ func (s *Seq) forward(ctx context.Context, tokens []int, out []float32, all bool
 	}
 	// Other sequences' steps share the pass (the batcher); a step whose
 	// context ends between passes leaves with what was fed so far.
-	if s.specRows > 0 {
-		st.BeginSpeculation(s.specRows)
-	}
 	r := &s.req
 	r.ctx, r.st, r.tokens, r.out, r.all = ctx, st, tokens, out, all
 	if r.progress = progressOf(ctx); r.progress != nil {
@@ -286,7 +289,8 @@ func (s *Seq) forward(ctx context.Context, tokens []int, out []float32, all bool
 		}
 		return fmt.Errorf("k3: step at position %d: %w", len(s.tokens), err)
 	}
-	s.tokens = append(s.tokens, tokens...)
+	// A step with drafts fed only those the batcher granted (r.fed).
+	s.tokens = append(s.tokens, tokens[:r.fed]...)
 	s.pending = s.pending[:0]
 	return nil
 }
@@ -370,6 +374,7 @@ func (s *Seq) Load(r io.Reader, size int64) error {
 	}
 	tokens, pending, err := statefile.Load(r, size, st, s.e.Fingerprint())
 	s.tokens, s.pending = s.tokens[:0], s.pending[:0]
+	s.sq.Reset()
 	s.broken = false
 	if err != nil {
 		return fmt.Errorf("k3: loading session: %w", err)
@@ -378,6 +383,10 @@ func (s *Seq) Load(r io.Reader, size int64) error {
 	s.pending = append(s.pending, pending...)
 	return nil
 }
+
+// SpecCounts returns the drafted tokens the sequence's speculative steps
+// verified and how many of them were accepted, since it was created.
+func (s *Seq) SpecCounts() (drafted, accepted int64) { return s.specDrafted, s.specAccepted }
 
 // Closed reports whether Close was called.
 func (s *Seq) Closed() bool { return s.closed }

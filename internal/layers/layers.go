@@ -23,7 +23,7 @@ var Table = []Layer{
 	{0, "platform: CPU features, kernels, the worker pool, process facts, crash recovery", []string{"internal/platform"}},
 	{1, "libraries: tensors, MXFP4, I/O, the expert cache, tokenizer, chat format, grammars", []string{"tensor", "quant", "iox", "cache", "tokenizer", "chat", "grammar"}},
 	{2, "the network: routed experts, the model's math", []string{"expert", "model"}},
-	{3, "the engine: planner, trunk, state files, scheduler, sequences", []string{"internal/engine"}},
+	{3, "the engine: planner, trunk, state files, scheduler, speculation policy and drafts, sequences", []string{"internal/engine"}},
 	{4, "the public API", []string{""}},
 	{5, "applications: server, batch jobs, synthetic checkpoints, progress, benchmarks, the command's shared flags", []string{"internal/app"}},
 	// benchdata imports only the standard library, and k3 bench

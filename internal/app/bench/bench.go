@@ -45,6 +45,18 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	specKs := fs.String("spec", "", "speculative decoding: draft lengths `k`, e.g. 1,2,4,8; decodes plainly, then with each k, in one process, and reports s/token, passes and bytes per token and accepted drafts per pass next to plain decoding (skips the device probe and roofline)")
 	rounds := fs.Int("rounds", 1, "with --trunk A,B: bench the trunks this many `rounds`, in reverse order every other round (A B, B A, ...), and report each trunk's median and its ratio to the first trunk within each round, so that a machine's drift cancels")
 	compression := fs.String("compression", "on", "with a compressed --trunk: on (decode it), off (read the shards) or auto (the engine measures and decides)")
+	replay := fs.String("replay", "", "replay agent transcripts (a `file` or directory in the agent-traces schema): the model is made to produce each assistant turn's tokens, plainly and with speculative decoding, in one process; with --project, the planner's projection of the same decoding on another checkpoint")
+	replayTok := fs.String("tokenizer", "", "with --replay: the tokenizer `directory` the transcripts are tokenized with (default: the model's)")
+	subset := fs.String("subset", "all", "with --replay: all, even or odd (the transcripts at even or odd places in name order: tune on one half, report on the other)")
+	files := fs.Int("files", 0, "with --replay: replay only the first `N` transcripts (0: all)")
+	turns := fs.Int("turns", 0, "with --replay: replay only the first `N` assistant turns of each transcript, after --skip-turns (0: all)")
+	skipTurns := fs.Int("skip-turns", 0, "with --replay: skip the first `N` assistant turns of each transcript (they stay in the later turns' prompts)")
+	maxPrompt := fs.Int("max-prompt", 0, "with --replay: leave out the turns whose prompt (the conversation before them) is longer than `N` tokens (0: none), as a prompt costs a prefill")
+	turnTokens := fs.Int("turn-tokens", 0, "with --replay: replay only the first `N` tokens of each turn (0: all)")
+	projectDir := fs.String("project", "", "with --replay: project the same decoding on this checkpoint `directory` (headers only are read: k3 synth --profile full --sparse)")
+	projBudgets := fs.String("project-budget", "8GB,32GB,128GB,512GB", "with --project: comma-separated RAM `budgets`")
+	projBatches := fs.String("project-batch", "1,16", "with --project: comma-separated batch `sizes`")
+	projGBps := fs.String("gbps", "6,14", "with --project: comma-separated disk `bandwidths` in GB/s")
 	drafter := fs.String("drafter", "ngram", "with --spec: ngram (prompt lookup, on a prompt that repeats itself) or ceiling (drafts the plain run's own tokens: every draft right)")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
@@ -55,7 +67,8 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	}
 	one := mf
 	one.Trunk = "" // --trunk may be a list; Parse checked each directory
-	if err := one.Check(nil); err != nil {
+	// A projection (--replay with --project) needs no model.
+	if err := one.Check(nil); err != nil && !(*replay != "" && mf.Dir == "") {
 		return err
 	}
 	pb, err := cli.ParseSize(*probeBytes)
@@ -79,6 +92,39 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 			return err
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if *replay != "" {
+		rr := replayRun{path: *replay, tokenizer: *replayTok, subset: *subset, files: *files, turns: *turns, skipTurns: *skipTurns,
+			maxTokens: *turnTokens, maxPrompt: *maxPrompt, project: *projectDir, json: *asJSON}
+		var err error
+		if rr.spec, err = parseSpecMode(*specKs); err != nil {
+			return err
+		}
+		if *subset != "all" && *subset != "even" && *subset != "odd" {
+			return cli.Usagef("--subset must be all, even or odd, not %q", *subset)
+		}
+		if *files < 0 || *turns < 0 || *skipTurns < 0 || *turnTokens < 0 || *maxPrompt < 0 {
+			return cli.Usagef("--files, --turns, --skip-turns, --turn-tokens and --max-prompt must not be negative")
+		}
+		if mf.Dir == "" && *projectDir == "" {
+			return cli.Usagef("--replay needs --model (a replay), --project (a projection), or both")
+		}
+		if *projectDir != "" {
+			for _, s := range strings.Split(*projBudgets, ",") {
+				n, err := cli.ParseSize(s)
+				if err != nil || n <= 0 {
+					return cli.Usagef("--project-budget: bad size %q", s)
+				}
+				rr.budgets = append(rr.budgets, n)
+			}
+			if rr.batches, err = cli.ParseBatchSizes(*projBatches); err != nil {
+				return err
+			}
+			if rr.gbps, err = parseGBps(*projGBps); err != nil {
+				return err
+			}
+		}
+		return benchReplay(&mf, rr, stdout, stderr)
 	}
 	if *specKs != "" {
 		ks, err := cli.ParseBatchSizes(*specKs)

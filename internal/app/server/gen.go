@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
-	mrand "math/rand/v2"
 	"net/http"
 	"slices"
 	"strings"
@@ -87,7 +86,7 @@ func (s *Server) options(p *wire.Params, promptLen int, maxTokens *int, def int)
 	if p.Seed != nil {
 		sp.Seed = uint64(*p.Seed)
 	} else {
-		sp.Seed = mrand.Uint64()
+		sp.Seed = s.randomSeed()
 	}
 	stops, err := parseStop(p.Stop)
 	if err != nil {
@@ -141,6 +140,9 @@ type result struct {
 	// cache_read_input_tokens).
 	cachedTokens int
 	seqs         []*seqResult
+	// drafted and accepted are the drafted tokens speculative decoding
+	// verified for every choice, and those accepted.
+	drafted, accepted int64
 }
 
 // genInput is a generation request: n choices of prompt.
@@ -327,9 +329,16 @@ func (s *Server) generate(ctx context.Context, in genInput, emit func(i int, t k
 		// The first session fed the prompt; the forks share what it
 		// restored.
 		res.cachedTokens = sessions[0].CachedTokens()
+		for _, ss := range sessions {
+			d, a := ss.Speculation()
+			res.drafted += d
+			res.accepted += a
+		}
+		s.met.speculation(res.drafted, res.accepted)
 	}
 	if info, ok := ctx.Value(genInfoKey{}).(*genInfo); ok {
 		info.generated, info.promptTokens, info.cachedTokens, info.cacheKey = true, res.promptTokens, res.cachedTokens, in.cacheKey
+		info.drafted, info.accepted = res.drafted, res.accepted
 	}
 	if emitErr != nil {
 		s.cancelled.Add(1)

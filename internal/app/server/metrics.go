@@ -28,6 +28,9 @@ type metrics struct {
 	passTime   prometheus.Histogram
 	rejected   prometheus.Counter
 	cancelled  prometheus.Counter
+	drafted    prometheus.Counter
+	accepted   prometheus.Counter
+	reqDrafts  *prometheus.HistogramVec // per request, by outcome
 	handler    http.Handler
 	modelStats *statsCollector
 }
@@ -47,11 +50,18 @@ func newMetrics(m *k3.Model) *metrics {
 			Help: "Token rows per forward pass over the weights, summed over the sequences sharing it.", Buckets: prometheus.ExponentialBuckets(1, 2, 10)}),
 		passTime: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "k3_pass_seconds",
 			Help: "Wall time of one forward pass over the weights.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
-		rejected:   prometheus.NewCounter(prometheus.CounterOpts{Name: "k3_requests_rejected_total", Help: "Generation requests refused with 429 because the queue was full."}),
-		cancelled:  prometheus.NewCounter(prometheus.CounterOpts{Name: "k3_requests_cancelled_total", Help: "Generations stopped because their client went away or their deadline passed."}),
+		rejected:  prometheus.NewCounter(prometheus.CounterOpts{Name: "k3_requests_rejected_total", Help: "Generation requests refused with 429 because the queue was full."}),
+		cancelled: prometheus.NewCounter(prometheus.CounterOpts{Name: "k3_requests_cancelled_total", Help: "Generations stopped because their client went away or their deadline passed."}),
+		drafted: prometheus.NewCounter(prometheus.CounterOpts{Name: "k3_draft_tokens_total",
+			Help: "Drafted tokens verified by speculative decoding (rows beyond each sequence's pending token), every request's."}),
+		accepted: prometheus.NewCounter(prometheus.CounterOpts{Name: "k3_draft_accepted_tokens_total",
+			Help: "Drafted tokens accepted: tokens that cost no pass of their own, every request's."}),
+		reqDrafts: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "k3_request_draft_tokens",
+			Help: "Drafted tokens per generation request, verified (outcome=\"drafted\") and accepted (outcome=\"accepted\").", Buckets: prometheus.ExponentialBuckets(1, 4, 8)}, []string{"outcome"}),
 		modelStats: &statsCollector{m: m},
 	}
 	reg.MustRegister(x.requests, x.duration, x.prompt, x.generated, x.queued, x.running, x.passRows, x.passTime, x.rejected, x.cancelled,
+		x.drafted, x.accepted, x.reqDrafts,
 		x.modelStats, collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
 	x.handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
 	return x
@@ -61,6 +71,15 @@ func newMetrics(m *k3.Model) *metrics {
 func (x *metrics) observePass(rows int, d time.Duration) {
 	x.passRows.Observe(float64(rows))
 	x.passTime.Observe(d.Seconds())
+}
+
+// speculation records one generation request's drafted and accepted
+// tokens.
+func (x *metrics) speculation(drafted, accepted int64) {
+	x.drafted.Add(float64(drafted))
+	x.accepted.Add(float64(accepted))
+	x.reqDrafts.WithLabelValues("drafted").Observe(float64(drafted))
+	x.reqDrafts.WithLabelValues("accepted").Observe(float64(accepted))
 }
 
 func (x *metrics) request(endpoint string, status int, d time.Duration) {

@@ -41,6 +41,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	mrand "math/rand/v2"
 	"net/http"
 	"strings"
 	"sync"
@@ -87,8 +88,9 @@ type Options struct {
 	// CORSOrigin, if set, is sent as Access-Control-Allow-Origin ("*" for
 	// any origin), and preflight OPTIONS requests are answered.
 	CORSOrigin string
-	// Speculate is every generation's GenerateOptions.Speculate; it may
-	// not exceed the model's Options.Speculate under a budget.
+	// Speculate is every generation's GenerateOptions.Speculate: a draft
+	// length (it may not exceed the model's Options.Speculate under a
+	// budget), k3.SpeculateAuto, or 0 for none.
 	Speculate int
 	// ProgressEvery is how often a generation that has run that long logs
 	// a progress line (Info: prompt tokens prefilled, tokens generated,
@@ -149,7 +151,7 @@ func (o *Options) defaults() error {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	switch {
-	case o.MaxContext < 0, o.Sessions < 0, o.Decoders < 0, o.MaxBodyBytes < 0, o.BodyTimeout < 0, o.RequestTimeout < 0, o.Speculate < 0:
+	case o.MaxContext < 0, o.Sessions < 0, o.Decoders < 0, o.MaxBodyBytes < 0, o.BodyTimeout < 0, o.RequestTimeout < 0, o.Speculate < 0 && o.Speculate != k3.SpeculateAuto:
 		return fmt.Errorf("server: %w: MaxContext, Sessions, Decoders, MaxBodyBytes, BodyTimeout, RequestTimeout and Speculate must not be negative", k3.ErrBadOptions)
 	}
 	return nil
@@ -188,6 +190,9 @@ type Server struct {
 	afterToken func()
 	script     func(prompt []int) []int
 	inDecode   func(delta int)
+	// randomSeed is the seed of a request that gives none (the
+	// Responses and Messages APIs have no seed field); tests fix it.
+	randomSeed func() uint64
 }
 
 // New returns a server for m, which needs a tokenizer with Kimi K3's chat
@@ -206,7 +211,7 @@ func New(m *k3.Model, o Options) (*Server, error) {
 			return nil, fmt.Errorf("server: the tokenizer has no %s token (Kimi K3's chat format needs it)", content)
 		}
 	}
-	s := &Server{m: m, tok: tok, opts: o, created: time.Now().Unix(),
+	s := &Server{m: m, tok: tok, opts: o, created: time.Now().Unix(), randomSeed: mrand.Uint64,
 		lim: newLimiter(o.Sessions, o.Queue, o.Decoders), met: newMetrics(m), store: responses.NewStore(o.StoredResponses, o.StoredBytes)}
 	// Stop tokens outside the model's vocabulary (a tokenizer larger than
 	// the model, as with a synthetic checkpoint) can never be generated.
@@ -337,6 +342,8 @@ type genInfo struct {
 	generated                  bool
 	promptTokens, cachedTokens int
 	cacheKey                   string
+	// Speculative decoding: drafted tokens verified, and accepted.
+	drafted, accepted int64
 }
 
 type genInfoKey struct{}
@@ -384,7 +391,8 @@ func (s *Server) wrap(mux *http.ServeMux) http.Handler {
 		attrs := []slog.Attr{slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Int("status", rec.status),
 			slog.Int64("bytes", rec.bytes), slog.Duration("duration", d), slog.String("remote", r.RemoteAddr)}
 		if info.generated {
-			attrs = append(attrs, slog.Int("prompt_tokens", info.promptTokens), slog.Int("cached_tokens", info.cachedTokens))
+			attrs = append(attrs, slog.Int("prompt_tokens", info.promptTokens), slog.Int("cached_tokens", info.cachedTokens),
+				slog.Int64("drafted_tokens", info.drafted), slog.Int64("accepted_tokens", info.accepted))
 			key := info.cacheKey
 			if key == "" {
 				key = routeKey(r.Header)

@@ -58,9 +58,17 @@ type Request struct {
 	// planner chooses the rows (Rows), as many as the budget affords.
 	Chunk    int
 	MaxBatch int
-	// Speculate is the most drafted tokens per speculative pass; each
-	// session then holds a copy of its KDA state and a record of its rows.
-	Speculate int
+	// Speculate is the most drafted tokens per speculative pass. SpecSlots
+	// sequences may speculate in one pass (zero: every session), each with
+	// a rollback buffer: a copy of its KDA state and a record of its rows.
+	Speculate, SpecSlots int
+	// SpecAuto makes speculation optional: a budget too small for it gets
+	// a plan without it (and Floor is the floor without it).
+	SpecAuto bool
+	// Drafter is the heap the drafter's tables take (every session's
+	// matcher over its tokens and the process's index of recent outputs),
+	// counted with speculation.
+	Drafter int64
 	// PrefixRAM is the prefix cache's RAM tier: these bytes (counted in
 	// the floor), or with PrefixRAMAuto a share of the budget above the
 	// floor (an eighth; none without a budget, where nothing limits it).
@@ -115,9 +123,14 @@ type MemoryPlan struct {
 	LMHead, Embed, Vectors, State, KV, Scratch, Overhead int64
 	ScratchArena                                         int64
 	Index, Tokenizer, SessionVocab, Runtime, Executable  int64
-	EmbedResident                                        bool
-	Sessions, Rows, Tile                                 int
-	AutoRows                                             bool
+	// Speculation: SpecSlots rollback buffers of SpecRows rows (Spec bytes
+	// in all, on the heap) and the drafter's tables (Drafter, in
+	// Overhead).
+	Spec, Drafter        int64
+	SpecSlots, SpecRows  int
+	EmbedResident        bool
+	Sessions, Rows, Tile int
+	AutoRows             bool
 
 	// Trunk: pinned parts stay resident; the rest stream through a ring,
 	// one arena of RingSlots × RingSlotBytes bytes (the planner makes one
@@ -160,7 +173,7 @@ func (p *MemoryPlan) OffHeap() int64 {
 // headroom included: everything but the off-heap buffers and the
 // executable.
 func (p *MemoryPlan) Heap() int64 {
-	t := p.LMHead + p.Vectors + p.State + p.KV + p.Scratch + p.Overhead - p.Executable
+	t := p.LMHead + p.Vectors + p.State + p.Spec + p.KV + p.Scratch + p.Overhead - p.Executable
 	if p.EmbedResident {
 		t += p.Embed
 	}
@@ -233,6 +246,9 @@ func (p *MemoryPlan) String() string {
 	if p.PrefixRAM > 0 {
 		fmt.Fprintf(&b, "\n  prefix cache RAM tier %s", gb(p.PrefixRAM))
 	}
+	if p.SpecSlots > 0 {
+		fmt.Fprintf(&b, "\n  speculation: %d rollback buffers of %d rows %s, drafter tables %s", p.SpecSlots, p.SpecRows, gb(p.Spec), gb(p.Drafter))
+	}
 	return b.String()
 }
 
@@ -295,6 +311,15 @@ const (
 // (DecodeRows, see MinAutoRows) while the floor is that of a pass of
 // MinAutoRows.
 func Plan(w *Weights, req Request) (*MemoryPlan, error) {
+	mp, err := plan(w, req)
+	if err != nil && req.SpecAuto && req.Speculate > 0 && errors.Is(err, ErrBudget) {
+		req.Speculate, req.SpecSlots, req.Drafter = 0, 0, 0
+		return plan(w, req)
+	}
+	return mp, err
+}
+
+func plan(w *Weights, req Request) (*MemoryPlan, error) {
 	req = req.resolved()
 	limit := req.rowLimit()
 	switch {
@@ -372,7 +397,13 @@ func planRows(w *Weights, req Request, rows int, auto bool) (*MemoryPlan, error)
 	s := int64(req.Sessions)
 	mp.State = s * fixed
 	if req.Speculate > 0 {
-		mp.State += s * (fixed + model.SpecRecordBytes(c, req.Speculate+1))
+		slots := req.SpecSlots
+		if slots <= 0 || slots > req.Sessions {
+			slots = req.Sessions
+		}
+		mp.SpecSlots, mp.SpecRows = slots, req.Speculate+1
+		mp.Spec = int64(slots) * (fixed + model.SpecRecordBytes(c, req.Speculate+1))
+		mp.Drafter = max(req.Drafter, 0)
 	}
 	mp.KV = s * perPos * int64(req.MaxContext)
 	// Every plan of a budget counts the heap of tiles as wide as its widest
@@ -384,6 +415,7 @@ func planRows(w *Weights, req Request, rows int, auto bool) (*MemoryPlan, error)
 	case req.Worker:
 		// Rounds of rank 0's passes, of its widest rows.
 		mp.State, mp.KV, mp.Embed = 0, 0, 0
+		mp.Spec, mp.Drafter, mp.SpecSlots, mp.SpecRows = 0, 0, 0, 0
 		mp.ScratchArena = 0
 		mp.Scratch = model.WorkerBufferBytes(c, MaxAutoRowsResident*4, model.DefaultTile)
 	case req.Ranks > 1:
@@ -400,9 +432,9 @@ func planRows(w *Weights, req Request, rows int, auto bool) (*MemoryPlan, error)
 	// read's alignment on both sides.
 	mp.LMHead += 2 * iox.Align
 	threads := max(req.Threads, minThreads) + max(req.IOQueueDepth, 8) + 4
-	heap := mp.LMHead + mp.Vectors + mp.State + mp.KV + mp.Scratch + mp.Index + mp.Tokenizer + mp.SessionVocab
+	heap := mp.LMHead + mp.Vectors + mp.State + mp.Spec + mp.KV + mp.Scratch + mp.Index + mp.Tokenizer + mp.SessionVocab + mp.Drafter
 	mp.Runtime = runtimeFixed + int64(threads)*perThread + gcHeadroom + heap>>gcHeadroomShift
-	mp.Overhead = mp.Index + mp.Tokenizer + mp.SessionVocab + mp.Runtime + mp.Executable
+	mp.Overhead = mp.Index + mp.Tokenizer + mp.SessionVocab + mp.Drafter + mp.Runtime + mp.Executable
 	var embed int64
 	if req.keepEmbed && req.Budget > 0 {
 		// Resident embeddings add to the heap and to the collector's share.
@@ -429,7 +461,7 @@ func planRows(w *Weights, req Request, rows int, auto bool) (*MemoryPlan, error)
 		mp.CacheSlots = int(totalExperts)
 		return mp, nil
 	}
-	base := mp.LMHead + mp.Vectors + mp.State + mp.KV + mp.Scratch + BufferBytes(mp.ScratchArena) + mp.Overhead + minCache + mp.PrefixRAM + embed
+	base := mp.LMHead + mp.Vectors + mp.State + mp.Spec + mp.KV + mp.Scratch + BufferBytes(mp.ScratchArena) + mp.Overhead + minCache + mp.PrefixRAM + embed
 
 	// Parts by size, largest first.
 	order := make([]int, len(parts))
@@ -479,8 +511,8 @@ func planRows(w *Weights, req Request, rows int, auto bool) (*MemoryPlan, error)
 	}
 	if chosenK < 0 {
 		need, _ := fits(0)
-		return nil, fmt.Errorf("%w: the floor needs %s (lm_head %s, vectors %s, state %s, KV cache %s for %d positions × %d sessions, scratch %s for %d rows, %d expert slots %s, one ring slot %s; the process %s: executable %s, Go runtime and GC headroom %s, tensor index %s, tokenizer %s, logits %s); the budget is %s",
-			ErrBudget, Human(need), Human(mp.LMHead), Human(mp.Vectors), Human(mp.State), Human(mp.KV), req.MaxContext, req.Sessions,
+		return nil, fmt.Errorf("%w: the floor needs %s (lm_head %s, vectors %s, state %s, speculation %s, KV cache %s for %d positions × %d sessions, scratch %s for %d rows, %d expert slots %s, one ring slot %s; the process %s: executable %s, Go runtime and GC headroom %s, tensor index %s, tokenizer %s, logits %s); the budget is %s",
+			ErrBudget, Human(need), Human(mp.LMHead), Human(mp.Vectors), Human(mp.State), Human(mp.Spec+mp.Drafter), Human(mp.KV), req.MaxContext, req.Sessions,
 			Human(mp.Scratch+BufferBytes(mp.ScratchArena)), mp.Rows, c.TopK+1, Human(minCache), Human(BufferBytes(parts[order[0]].Room)),
 			Human(mp.Overhead), Human(mp.Executable), Human(mp.Runtime), Human(mp.Index), Human(mp.Tokenizer), Human(mp.SessionVocab), Human(req.Budget))
 	}
@@ -569,6 +601,9 @@ func SizesOf(w *Weights) Sizes {
 // pinned, every expert cached).
 func Floor(w *Weights, req Request) int64 {
 	req = req.resolved()
+	if req.SpecAuto {
+		req.Speculate, req.SpecSlots, req.Drafter = 0, 0, 0
+	}
 	if req.MaxBatch > 0 {
 		return floorRows(w, req, min(req.MaxBatch, req.rowLimit()))
 	}

@@ -280,3 +280,68 @@ func TestAutoRows(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanCountsSpeculation checks that speculation's rollback buffers (one
+// per slot: a copy of the KDA state and the record of its rows) and the
+// drafter's tables are counted on the heap and in the floor, and that the
+// slots default to one per session.
+func TestPlanCountsSpeculation(t *testing.T) {
+	w := oracleWeights(t, "tiny-mxfp4")
+	fixed, _ := model.StateBytes(w.Cfg)
+	base := Request{Sessions: 4, MaxContext: 64}
+	plain, err := Plan(w, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ slots, want int }{{0, 4}, {1, 1}, {9, 4}} {
+		r := base
+		r.Speculate, r.SpecSlots, r.Drafter = 8, c.slots, 1<<20
+		mp, err := Plan(w, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec := int64(c.want) * (fixed + model.SpecRecordBytes(w.Cfg, 9))
+		if mp.SpecSlots != c.want || mp.SpecRows != 9 || mp.Spec != spec || mp.Drafter != 1<<20 {
+			t.Fatalf("slots %d: %d slots of %d rows, %d bytes (want %d), drafter %d", c.slots, mp.SpecSlots, mp.SpecRows, mp.Spec, spec, mp.Drafter)
+		}
+		if d := mp.Heap() - plain.Heap(); d < spec+1<<20 {
+			t.Fatalf("slots %d: the heap grew by %d, less than the %d speculation holds", c.slots, d, spec+1<<20)
+		}
+		r.Budget, base.Budget = 0, 0
+		if f, f0 := Floor(w, r), Floor(w, base); f-f0 < spec+1<<20 {
+			t.Fatalf("slots %d: the floor grew by %d, less than %d", c.slots, f-f0, spec+1<<20)
+		}
+	}
+}
+
+// TestPlanSpecAutoIsOptional: with SpecAuto, a budget that cannot hold
+// speculation gets a plan without it, and the floor is the plain one.
+func TestPlanSpecAutoIsOptional(t *testing.T) {
+	w := oracleWeights(t, "tiny-mxfp4")
+	plain := Request{Sessions: 1, MaxContext: 64}
+	auto := plain
+	auto.Speculate, auto.SpecSlots, auto.Drafter, auto.SpecAuto = 8, 1, 12<<20, true
+	fixed := auto
+	fixed.SpecAuto = false
+	f0 := Floor(w, plain)
+	if f := Floor(w, auto); f != f0 {
+		t.Fatalf("auto floor %d, plain %d", f, f0)
+	}
+	ff := Floor(w, fixed)
+	if ff <= f0 {
+		t.Fatalf("a fixed draft length's floor %d is not above the plain %d", ff, f0)
+	}
+	auto.Budget = f0
+	mp, err := Plan(w, auto)
+	if err != nil || mp.SpecSlots != 0 || mp.Spec != 0 {
+		t.Fatalf("auto at the plain floor: %v, %d slots", err, mp.SpecSlots)
+	}
+	auto.Budget = ff
+	if mp, err := Plan(w, auto); err != nil || mp.SpecSlots != 1 {
+		t.Fatalf("auto with room: %v, %+v", err, mp)
+	}
+	fixed.Budget = f0
+	if _, err := Plan(w, fixed); err == nil {
+		t.Fatal("a fixed draft length fits below its floor")
+	}
+}
