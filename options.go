@@ -70,7 +70,7 @@ func (opts Options) Validate() error {
 		{"PrefillChunk", opts.PrefillChunk, maxRows, "as many as a pass holds"},
 		{"Sessions", opts.Sessions, maxSessions, "1"},
 		{"MaxBatch", opts.MaxBatch, maxRows, "the planner's choice"},
-		{"Speculate", opts.Speculate, maxSpeculate, "no speculation"},
+		{"Speculate", opts.Speculate, maxSpeculate, "no speculation; SpeculateAuto, -1, lets the engine decide"},
 		{"IOQueueDepth", opts.IOQueueDepth, iox.MaxQueueDepth, "8"},
 	}
 	if opts.RAMBudget < 0 {

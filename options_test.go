@@ -34,7 +34,7 @@ func TestOptionErrors(t *testing.T) {
 		{k3.Options{Sessions: -2}, "Sessions", "-2"},
 		{k3.Options{Sessions: 1 << 30}, "Sessions", "1073741824"},
 		{k3.Options{MaxBatch: -1}, "MaxBatch", "-1"},
-		{k3.Options{Speculate: -1}, "Speculate", "-1"},
+		{k3.Options{Speculate: -2}, "Speculate", "-2"},
 		{k3.Options{Speculate: 1000}, "Speculate", "1000"},
 		{k3.Options{IOQueueDepth: -8}, "IOQueueDepth", "-8"},
 		{k3.Options{IOQueueDepth: 1 << 20}, "IOQueueDepth", "1048576"},

@@ -25,7 +25,7 @@ var (
 		"presence-penalty": true, "frequency-penalty": true, "seed": true, "stop-bias": true, "close-bias": true,
 		"header-tail": true, "reply-tokens": true, "rank": true, "ranks": true,
 		"request-timeout": true, "shutdown-timeout": true, "peer-timeout": true, "peer-load-timeout": true,
-		"net-latency":         true,
+		"net-latency": true, "files": true, "turns": true, "skip-turns": true, "turn-tokens": true, "max-prompt": true,
 		"generate/max-tokens": true, "generate/sessions": true,
 	}
 	// negativeOK are the numeric flags a negative value is valid for.
@@ -39,11 +39,12 @@ var (
 		"shard-size": {"0", "-1", "lots"}, "effort": {"bogus", ""}, "mode": {"bogus"}, "log-format": {"xml"},
 		"compression": {"bogus"}, "drafter": {"bogus"}, "profile": {"bogus"}, "base": {"bogus"},
 		"shard": {"5/4", "x", "-1/2"}, "addr": {"no-port"}, "batch": {"0", "x", "-1"}, "clients": {"0", "x"},
-		"bench/spec": {"0", "x"}, "gbps": {"0", "x", "-1"}, "prompts": {"-5", "x"}, "uncached-turns": {"0", "x"},
+		"bench/spec": {"0", "x"}, "spec": {"-1", "x", "auto3"}, "gbps": {"0", "x", "-1"}, "prompts": {"-5", "x"}, "uncached-turns": {"0", "x"},
 		"ids": {"-1", "x", ""}, "detokenize/ids": {"-1", "x"}, "template/ids": {"-1", "x"},
 		"regex": {"a(", ""}, "stop": {""}, "prompt": {""},
 		"peers": {"no-port", "a:1,,b:2"}, "listen": {"no-port"}, "cluster-key": {"short"},
 		"progress": {"bogus", ""}, "plan/ranks": {"0", "x", "-1", "1,,2"},
+		"subset": {"bogus", ""}, "project-budget": {"0", "x", "-1GB"}, "project-batch": {"0", "x"},
 	}
 	// anyString are string flags any value of which is valid (text, names,
 	// and paths the command creates).

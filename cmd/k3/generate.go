@@ -85,7 +85,6 @@ func runGenerate(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 		cli.NotNegative("max-tokens", *maxTokens, "none: the prompt only"),
 		cli.NotNegative("sessions", *sessions, "all the prompts at once"),
 		cli.NotNegative("max-batch", *maxBatch, "the default"),
-		cli.NotNegative("spec", *spec, "off"),
 		checkSampling(sampling),
 	); err != nil {
 		return err

@@ -256,7 +256,6 @@ func (o *runOpts) check(fs *flag.FlagSet) error {
 		return cli.Usagef("--effort needs thinking (not with --thinking=false)")
 	}
 	return cli.FirstError(
-		cli.NotNegative("spec", o.gen.Speculate, "off"),
 		cli.Positive("max-tokens", o.gen.MaxTokens),
 		checkSampling(o.gen.Sampling),
 	)

@@ -58,11 +58,36 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	projBatches := fs.String("project-batch", "1,16", "with --project: comma-separated batch `sizes`")
 	projGBps := fs.String("gbps", "6,14", "with --project: comma-separated disk `bandwidths` in GB/s")
 	drafter := fs.String("drafter", "ngram", "with --spec: ngram (prompt lookup, on a prompt that repeats itself) or ceiling (drafts the plain run's own tokens: every draft right)")
+	cli.InputPaths(fs, "replay")
+	cli.InputDirs(fs, "tokenizer", "project")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
 	if err := cli.FirstError(cli.Positive("tokens", *tokens), cli.Positive("prompt-len", *promptLen),
-		cli.Positive("rounds", *rounds), cli.NotNegative("max-batch", *maxBatch, "the default")); err != nil {
+		cli.Positive("rounds", *rounds), cli.NotNegative("max-batch", *maxBatch, "the default"),
+		cli.NotNegative("files", *files, "all"), cli.NotNegative("turns", *turns, "all"),
+		cli.NotNegative("skip-turns", *skipTurns, "none"), cli.NotNegative("turn-tokens", *turnTokens, "all"),
+		cli.NotNegative("max-prompt", *maxPrompt, "no limit")); err != nil {
+		return err
+	}
+	if *subset != "all" && *subset != "even" && *subset != "odd" {
+		return cli.Usagef("--subset %q: want all, even or odd", *subset)
+	}
+	// The projection's lists are checked whether or not --project is given.
+	var projBudgetList []int64
+	for _, s := range strings.Split(*projBudgets, ",") {
+		n, err := cli.ParseSize(s)
+		if err != nil || n <= 0 {
+			return cli.Usagef("--project-budget: bad size %q (want sizes such as 8GB,32GB)", s)
+		}
+		projBudgetList = append(projBudgetList, n)
+	}
+	projBatchList, err := cli.ParseBatchSizes(*projBatches)
+	if err != nil {
+		return cli.Usagef("--project-batch %q: %v", *projBatches, err)
+	}
+	projGBpsList, err := parseGBps(*projGBps)
+	if err != nil {
 		return err
 	}
 	one := mf
@@ -100,30 +125,10 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		if rr.spec, err = parseSpecMode(*specKs); err != nil {
 			return err
 		}
-		if *subset != "all" && *subset != "even" && *subset != "odd" {
-			return cli.Usagef("--subset must be all, even or odd, not %q", *subset)
-		}
-		if *files < 0 || *turns < 0 || *skipTurns < 0 || *turnTokens < 0 || *maxPrompt < 0 {
-			return cli.Usagef("--files, --turns, --skip-turns, --turn-tokens and --max-prompt must not be negative")
-		}
 		if mf.Dir == "" && *projectDir == "" {
 			return cli.Usagef("--replay needs --model (a replay), --project (a projection), or both")
 		}
-		if *projectDir != "" {
-			for _, s := range strings.Split(*projBudgets, ",") {
-				n, err := cli.ParseSize(s)
-				if err != nil || n <= 0 {
-					return cli.Usagef("--project-budget: bad size %q", s)
-				}
-				rr.budgets = append(rr.budgets, n)
-			}
-			if rr.batches, err = cli.ParseBatchSizes(*projBatches); err != nil {
-				return err
-			}
-			if rr.gbps, err = parseGBps(*projGBps); err != nil {
-				return err
-			}
-		}
+		rr.budgets, rr.batches, rr.gbps = projBudgetList, projBatchList, projGBpsList
 		return benchReplay(&mf, rr, stdout, stderr)
 	}
 	if *specKs != "" {

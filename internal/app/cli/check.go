@@ -24,11 +24,15 @@ func InputFiles(fs *flag.FlagSet, names ...string) { markInputs(fs, pathFile, na
 // InputDirs: see InputFiles.
 func InputDirs(fs *flag.FlagSet, names ...string) { markInputs(fs, pathDir, names) }
 
+// InputPaths: see InputFiles; a file or a directory will do.
+func InputPaths(fs *flag.FlagSet, names ...string) { markInputs(fs, pathEither, names) }
+
 type pathKind int
 
 const (
 	pathFile pathKind = iota + 1
 	pathDir
+	pathEither
 )
 
 func markInputs(fs *flag.FlagSet, kind pathKind, names []string) {
@@ -66,6 +70,15 @@ func checkInputs(fs *flag.FlagSet) error {
 		kind := out.inputs[f.Name]
 		v := f.Value.String()
 		if err != nil || kind == 0 || v == "" {
+			return
+		}
+		if kind == pathEither {
+			if _, serr := os.Stat(v); serr != nil {
+				err = Usagef("--%s %s: %v", f.Name, v, errors.Unwrap(serr))
+				if os.IsNotExist(serr) {
+					err = Usagef("--%s %s: no such file or directory", f.Name, v)
+				}
+			}
 			return
 		}
 		err = CheckPath("--"+f.Name, v, kind == pathDir)

@@ -15,17 +15,21 @@ import (
 )
 
 // ProgressFlag is --progress, which every model command takes.
-type ProgressFlag struct{ mode string }
+type ProgressFlag struct {
+	mode       string
+	registered bool // a ProgressFlag never registered means auto
+}
 
 // Register defines --progress on fs.
 func (p *ProgressFlag) Register(fs *flag.FlagSet) {
+	p.registered = true
 	fs.StringVar(&p.mode, "progress", "auto", "how to show what the command is doing: auto (in place on a terminal; elsewhere a line every 10 s once the work lasts that long), lines (a line every 2 s, also on a terminal) or off")
 }
 
 // Mode returns the flag's mode; a bad value is a usage error.
 func (p *ProgressFlag) Mode() (progress.Mode, error) {
 	m, err := progress.ParseMode(p.mode)
-	if p.mode == "" {
+	if p.mode == "" && p.registered {
 		err = fmt.Errorf("want auto, lines or off, not an empty value")
 	}
 	if err != nil {
