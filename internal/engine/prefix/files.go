@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // File names in the entry subdirectory: <key hex>.k3pc for entries,
@@ -49,11 +50,20 @@ func prepareDir(dir string) error {
 		return err
 	}
 	f, path, err := createTemp(dir, Key{})
+	if errors.Is(err, errTakenByCleaner) {
+		return nil // the files were created: the directory is writable
+	}
 	if err != nil {
 		return err
 	}
+	// Removed while its lock is held: once closed, a cleaner in another
+	// process may remove it first.
+	err = os.Remove(path)
 	f.Close()
-	return os.Remove(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		err = nil
+	}
+	return err
 }
 
 // createTemp creates a uniquely named temporary file in dir and locks it
@@ -62,13 +72,19 @@ func prepareDir(dir string) error {
 // lock is held: a cleaner only removes a temp file while holding its lock,
 // so a file locked and still named is safe from cleaners until it is
 // closed.
+//
+// A cleaner in another process that lists the directory in a tight loop
+// can take a file between its creation and its lock; that window is a
+// few microseconds, so a taken file is retried after a pause that grows,
+// many more times than a name collision.
 func createTemp(dir string, k Key) (*os.File, string, error) {
 	var lastErr error
-	for range 16 {
+	for collisions, taken := 0, 0; collisions < 16 && taken < 64; {
 		path := filepath.Join(dir, fmt.Sprintf("%s%s-%d-%016x", tempPrefix, k.String()[:16], os.Getpid(), rand.Uint64()))
 		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 		if errors.Is(err, fs.ErrExist) {
 			lastErr = err
+			collisions++
 			continue
 		}
 		if err != nil {
@@ -82,13 +98,19 @@ func createTemp(dir string, k Key) (*os.File, string, error) {
 		}
 		if !locked || !samePath(f, path) {
 			f.Close() // a cleaner holds it or removed it: it will not be ours
-			lastErr = fmt.Errorf("temporary file %s taken by a cleaner", path)
+			lastErr = fmt.Errorf("temporary file %s: %w", path, errTakenByCleaner)
+			taken++
+			time.Sleep(time.Duration(taken) * 50 * time.Microsecond)
 			continue
 		}
 		return f, path, nil
 	}
 	return nil, "", fmt.Errorf("creating a temporary file in %s: %w", dir, lastErr)
 }
+
+// errTakenByCleaner: another process's cleaner took every temporary file
+// createTemp made before it could lock it.
+var errTakenByCleaner = errors.New("taken by a cleaner")
 
 // samePath reports whether path still names the open file f.
 func samePath(f *os.File, path string) bool {
