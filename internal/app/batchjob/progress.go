@@ -30,9 +30,11 @@ type reporter struct {
 	stopped  chan struct{}
 }
 
-func newReporter(w io.Writer, term bool, every time.Duration, before, total int) *reporter {
+// newReporter starts drawing; detail (may be nil) is set before its
+// goroutine starts, which reads it under r.mu.
+func newReporter(w io.Writer, term bool, every time.Duration, before, total int, detail func() string) *reporter {
 	r := &reporter{w: w, term: term, every: every, total: total, before: before, start: time.Now(),
-		stop: make(chan struct{}), stopped: make(chan struct{})}
+		stop: make(chan struct{}), stopped: make(chan struct{}), detail: detail}
 	if term {
 		r.every = min(every, time.Second) // keep the ETA and rate moving
 	}

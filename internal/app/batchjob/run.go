@@ -47,8 +47,7 @@ func Run(ctx context.Context, h http.Handler, opts Options) (Summary, error) {
 	}
 	var rep *reporter
 	if o.Progress != nil {
-		rep = newReporter(o.Progress, o.ProgressTerminal, o.ProgressEvery, sum.Skipped, pending)
-		rep.detail = o.ProgressDetail
+		rep = newReporter(o.Progress, o.ProgressTerminal, o.ProgressEvery, sum.Skipped, pending, o.ProgressDetail)
 	}
 	err = dispatch(ctx, h, in, &o, done, j, rep, &sum)
 	if rep != nil {
