@@ -3,7 +3,6 @@ package k3
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 
 	"github.com/k3go/k3/internal/engine"
 	"github.com/k3go/k3/internal/engine/planner"
@@ -46,17 +45,8 @@ func Inspect(dir string, opts Options) (*Inspection, error) {
 // InspectContext is Inspect with a context that can cancel reading the
 // checkpoint's headers (a full-size checkpoint has many shards).
 func InspectContext(ctx context.Context, dir string, opts Options) (*Inspection, error) {
-	if err := opts.Validate(); err != nil {
-		return nil, err
-	}
-	if err := checkCheckpointDir(dir); err != nil {
-		return nil, err
-	}
-	cfg, err := engine.ReadConfig(filepath.Join(dir, "config.json"))
+	_, opts, err := opts.checkFor(dir)
 	if err != nil {
-		return nil, err
-	}
-	if opts, err = opts.forModel(cfg); err != nil {
 		return nil, err
 	}
 	x, err := engine.Inspect(ctx, dir, opts.engineOptions(nil))

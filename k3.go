@@ -158,17 +158,8 @@ func Open(dir string, opts Options) (*Model, error) {
 // comes first, as everywhere in k3, and Open is the short form without it
 // (the net.Dial / net.DialContext idiom).
 func OpenContext(ctx context.Context, dir string, opts Options) (*Model, error) {
-	if err := opts.Validate(); err != nil {
-		return nil, err
-	}
-	if err := checkCheckpointDir(dir); err != nil {
-		return nil, err
-	}
-	cfg, err := engine.ReadConfig(filepath.Join(dir, "config.json"))
+	cfg, opts, err := opts.checkFor(dir)
 	if err != nil {
-		return nil, err
-	}
-	if opts, err = opts.forModel(cfg); err != nil {
 		return nil, err
 	}
 	tok, err := loadTokenizer(dir, opts.TokenizerDir)

@@ -119,6 +119,24 @@ func (opts Options) Validate() error {
 	return nil
 }
 
+// checkFor is what Open and Inspect do before anything else: the options
+// checked field by field, the checkpoint directory and its config read,
+// and the options completed for that model (forModel).
+func (opts Options) checkFor(dir string) (*model.Config, Options, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, opts, err
+	}
+	if err := checkCheckpointDir(dir); err != nil {
+		return nil, opts, err
+	}
+	cfg, err := engine.ReadConfig(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return nil, opts, err
+	}
+	opts, err = opts.forModel(cfg)
+	return cfg, opts, err
+}
+
 // forModel validates what depends on the model, a context longer than
 // its config's max_position_embeddings or whose KV cache could not even
 // be counted in bytes, and returns opts with the default context (4096, or
