@@ -18,7 +18,6 @@ import (
 
 	"github.com/k3go/k3"
 	"github.com/k3go/k3/internal/app/synth"
-	"github.com/k3go/k3/internal/engine/cluster/link"
 )
 
 // tinyCheckpoint writes a tiny synthetic checkpoint with seed into a temp
@@ -180,55 +179,6 @@ func TestClusterWorkerStartsLate(t *testing.T) {
 	}
 	if got := generateIDs(t, m, prompt, k3.GenerateOptions{MaxTokens: 10}); !slices.Equal(got, want) {
 		t.Fatalf("once the worker is up %v, one process %v", got, want)
-	}
-}
-
-// TestClusterHungWorker stops a worker process (SIGSTOP: it neither
-// answers nor closes its connection) while rank 0 generates: the
-// generation fails with an error naming the rank once the peer timeout
-// passes, never hangs; the worker resumed (SIGCONT) is dialled again and
-// the next generation runs with one process's tokens.
-func TestClusterHungWorker(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the k3 command and starts worker processes")
-	}
-	dir := tinyCheckpoint(t, 1)
-	ref, err := k3.Open(dir, k3.Options{MaxContext: 256})
-	if err != nil {
-		t.Fatal(err)
-	}
-	prompt := []int{9, 8, 7}
-	want := generateIDs(t, ref, prompt, k3.GenerateOptions{MaxTokens: 20})
-	ref.Close()
-	w := startWorkerProc(t, dir, "127.0.0.1:0")
-	m, err := k3.Open(dir, k3.Options{MaxContext: 256, Cluster: &k3.ClusterOptions{Peers: []string{w.addr}, Key: clusterKey, Timeout: time.Second}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	n := 0
-	var genErr error
-	for _, err := range m.Generate(context.Background(), prompt, k3.GenerateOptions{MaxTokens: 200}) {
-		if err != nil {
-			genErr = err
-			break
-		}
-		if n++; n == 3 {
-			w.cmd.Process.Signal(syscall.SIGSTOP)
-		}
-	}
-	if genErr == nil || !strings.Contains(genErr.Error(), "rank 1") || !errors.Is(genErr, link.ErrTimeout) {
-		t.Fatalf("a generation whose worker hung: %v after %d tokens", genErr, n)
-	}
-	w.cmd.Process.Signal(syscall.SIGCONT)
-	for h := m.Cluster().Health; h != nil; h = m.Cluster().Health {
-		if strings.Contains(h.Error(), "handshake") {
-			t.Fatalf("the worker refused rank 0: %v", h) // would never connect
-		}
-		time.Sleep(20 * time.Millisecond) // the redial loop's pace; the test's timeout bounds it
-	}
-	if got := generateIDs(t, m, prompt, k3.GenerateOptions{MaxTokens: 20}); !slices.Equal(got, want) {
-		t.Fatalf("after the worker resumed %v, one process %v", got, want)
 	}
 }
 
