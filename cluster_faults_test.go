@@ -73,6 +73,42 @@ func startWorkerProc(t *testing.T, dir, addr string, env ...string) *workerProc 
 	return nil
 }
 
+// soloIDs are the first n tokens one process generates for prompt on
+// the checkpoint in dir: what every cluster must give.
+func soloIDs(t *testing.T, dir string, prompt []int, n int) []int {
+	t.Helper()
+	ref, err := k3.Open(dir, k3.Options{MaxContext: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	return generateIDs(t, ref, prompt, k3.GenerateOptions{MaxTokens: n})
+}
+
+// openRank0 opens the checkpoint in dir as rank 0 of a cluster whose one
+// worker is at addr; it is closed when the test ends.
+func openRank0(t *testing.T, dir, addr string, timeout time.Duration) *k3.Model {
+	t.Helper()
+	m, err := k3.Open(dir, k3.Options{MaxContext: 256, Cluster: &k3.ClusterOptions{Peers: []string{addr}, Key: clusterKey, Timeout: timeout}})
+	if err != nil {
+		t.Fatalf("rank 0: %v", err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// awaitWhole waits until rank 0 has every worker again; a worker that
+// refuses rank 0 fails the test instead of waiting forever.
+func awaitWhole(t *testing.T, m *k3.Model) {
+	t.Helper()
+	for h := m.Cluster().Health; h != nil; h = m.Cluster().Health {
+		if strings.Contains(h.Error(), "handshake") {
+			t.Fatalf("the worker refused rank 0: %v", h) // would never connect
+		}
+		time.Sleep(20 * time.Millisecond) // the redial loop's pace; the test's timeout bounds it
+	}
+}
+
 // TestClusterKillAndRestart kills a worker process (SIGKILL) while rank 0
 // generates: the generation fails with an error naming the rank, /health's
 // state (Cluster().Health) says it is missing, and once a worker is
@@ -83,20 +119,11 @@ func TestClusterKillAndRestart(t *testing.T) {
 		t.Skip("builds the k3 command and starts worker processes")
 	}
 	dir := tinyCheckpoint(t, 1)
-	ref, err := k3.Open(dir, k3.Options{MaxContext: 256})
-	if err != nil {
-		t.Fatal(err)
-	}
 	prompt := []int{1, 2, 3, 4, 5}
-	want := generateIDs(t, ref, prompt, k3.GenerateOptions{MaxTokens: 40})
-	ref.Close()
+	want := soloIDs(t, dir, prompt, 40)
 
 	w := startWorkerProc(t, dir, "127.0.0.1:0")
-	m, err := k3.Open(dir, k3.Options{MaxContext: 256, Cluster: &k3.ClusterOptions{Peers: []string{w.addr}, Key: clusterKey, Timeout: 5 * time.Second}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m := openRank0(t, dir, w.addr, 5*time.Second)
 	if got := generateIDs(t, m, prompt, k3.GenerateOptions{MaxTokens: 40}); !slices.Equal(got, want) {
 		t.Fatalf("over 2 ranks %v, one process %v", got, want)
 	}
@@ -122,12 +149,7 @@ func TestClusterKillAndRestart(t *testing.T) {
 	// A worker back on the same address: the cluster serves again, without
 	// a new rank 0.
 	startWorkerProc(t, dir, w.addr)
-	for h := m.Cluster().Health; h != nil; h = m.Cluster().Health {
-		if strings.Contains(h.Error(), "handshake") {
-			t.Fatalf("the worker refused rank 0: %v", h) // would never connect
-		}
-		time.Sleep(20 * time.Millisecond) // the redial loop's pace; the test's timeout bounds it
-	}
+	awaitWhole(t, m)
 	if got := generateIDs(t, m, prompt, k3.GenerateOptions{MaxTokens: 40}); !slices.Equal(got, want) {
 		t.Fatalf("after the restart %v, one process %v", got, want)
 	}
@@ -142,13 +164,8 @@ func TestClusterWorkerStartsLate(t *testing.T) {
 		t.Skip("builds the k3 command and starts worker processes")
 	}
 	dir := tinyCheckpoint(t, 1)
-	ref, err := k3.Open(dir, k3.Options{MaxContext: 256})
-	if err != nil {
-		t.Fatal(err)
-	}
 	prompt := []int{4, 5, 6}
-	want := generateIDs(t, ref, prompt, k3.GenerateOptions{MaxTokens: 10})
-	ref.Close()
+	want := soloIDs(t, dir, prompt, 10)
 	// An address nothing listens on yet: a port taken and given back.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -156,11 +173,7 @@ func TestClusterWorkerStartsLate(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	m, err := k3.Open(dir, k3.Options{MaxContext: 256, Cluster: &k3.ClusterOptions{Peers: []string{addr}, Key: clusterKey, Timeout: 2 * time.Second}})
-	if err != nil {
-		t.Fatalf("rank 0 before its worker: %v", err)
-	}
-	defer m.Close()
+	m := openRank0(t, dir, addr, 2*time.Second) // before its worker listens
 	if h := m.Cluster().Health; h == nil || !strings.Contains(h.Error(), "rank 1") {
 		t.Fatalf("Health with the worker not started: %v", h)
 	}
@@ -171,12 +184,7 @@ func TestClusterWorkerStartsLate(t *testing.T) {
 		break
 	}
 	startWorkerProc(t, dir, addr)
-	for h := m.Cluster().Health; h != nil; h = m.Cluster().Health {
-		if strings.Contains(h.Error(), "handshake") {
-			t.Fatalf("the worker refused rank 0: %v", h) // would never connect
-		}
-		time.Sleep(20 * time.Millisecond) // the redial loop's pace; the test's timeout bounds it
-	}
+	awaitWhole(t, m)
 	if got := generateIDs(t, m, prompt, k3.GenerateOptions{MaxTokens: 10}); !slices.Equal(got, want) {
 		t.Fatalf("once the worker is up %v, one process %v", got, want)
 	}

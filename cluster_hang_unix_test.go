@@ -25,19 +25,10 @@ func TestClusterHungWorker(t *testing.T) {
 		t.Skip("builds the k3 command and starts worker processes")
 	}
 	dir := tinyCheckpoint(t, 1)
-	ref, err := k3.Open(dir, k3.Options{MaxContext: 256})
-	if err != nil {
-		t.Fatal(err)
-	}
 	prompt := []int{9, 8, 7}
-	want := generateIDs(t, ref, prompt, k3.GenerateOptions{MaxTokens: 20})
-	ref.Close()
+	want := soloIDs(t, dir, prompt, 20)
 	w := startWorkerProc(t, dir, "127.0.0.1:0")
-	m, err := k3.Open(dir, k3.Options{MaxContext: 256, Cluster: &k3.ClusterOptions{Peers: []string{w.addr}, Key: clusterKey, Timeout: time.Second}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	m := openRank0(t, dir, w.addr, time.Second)
 	n := 0
 	var genErr error
 	for _, err := range m.Generate(context.Background(), prompt, k3.GenerateOptions{MaxTokens: 200}) {
@@ -53,12 +44,7 @@ func TestClusterHungWorker(t *testing.T) {
 		t.Fatalf("a generation whose worker hung: %v after %d tokens", genErr, n)
 	}
 	w.cmd.Process.Signal(syscall.SIGCONT)
-	for h := m.Cluster().Health; h != nil; h = m.Cluster().Health {
-		if strings.Contains(h.Error(), "handshake") {
-			t.Fatalf("the worker refused rank 0: %v", h) // would never connect
-		}
-		time.Sleep(20 * time.Millisecond) // the redial loop's pace; the test's timeout bounds it
-	}
+	awaitWhole(t, m)
 	if got := generateIDs(t, m, prompt, k3.GenerateOptions{MaxTokens: 20}); !slices.Equal(got, want) {
 		t.Fatalf("after the worker resumed %v, one process %v", got, want)
 	}
