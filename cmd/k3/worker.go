@@ -5,6 +5,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"runtime/pprof"
 
 	"github.com/k3go/k3"
 	"github.com/k3go/k3/internal/app/cli"
@@ -22,6 +24,7 @@ func runWorker(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	threads := fs.Int("threads", 0, "kernel threads (0 = GOMAXPROCS)")
 	rank := fs.Int("rank", 0, "this worker's rank, 1..N-1: load its rows at once and refuse a rank 0 that expects another (0 = learn it from rank 0)")
 	ranks := fs.Int("ranks", 0, "the cluster's size N, with --rank")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the worker's whole run to `file` (go tool pprof), written when it stops")
 	var budget cli.BudgetFlags
 	budget.Register(fs)
 	var cf cli.ClusterFlags
@@ -58,6 +61,17 @@ func runWorker(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))}
 	if err := cf.WorkerOptions(&opts); err != nil {
 		return err
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	ctx, cancel := writerSignalContext()
 	defer cancel()

@@ -37,21 +37,22 @@ type Dialer func(ctx context.Context, rank int) (Conn, error)
 var ErrRankDown = errors.New("rank not connected")
 
 // Client is rank 0's view of a cluster's other ranks (model.Ranks): each
-// round goes to every worker at once, rank 0 computes its own rows
-// meanwhile, and every worker's rows are placed as its reply comes. A
-// worker that fails, hangs past its link's timeout or closes is dropped:
-// the round fails with an error naming it, and the Client dials it again
-// in the background until it is back (Health says what is missing
-// meanwhile).
+// round is sent to every worker, rank 0 computes its own rows meanwhile,
+// then every worker's rows are read and placed. The caller of Round does
+// all of it on its own goroutine: handing a round to another goroutine and
+// back costs two wake-ups of sleeping threads per round (a millisecond each
+// on a busy virtual machine), more than the transfer itself. A worker that
+// fails, hangs past its link's timeout or closes is dropped: the round
+// fails with an error naming it, and the Client dials it again in the
+// background until it is back (Health says what is missing meanwhile).
 type Client struct {
 	n     int
 	peers []*peer
 	log   *slog.Logger
 
-	hdr     []byte
-	parts   [][]byte
-	pf      []byte
-	pfParts [][]byte
+	hdr   []byte
+	parts [][]byte
+	pf    []byte
 
 	closed    atomic.Bool
 	stop      chan struct{}
@@ -62,28 +63,26 @@ type Client struct {
 	roundNanos, waitNanos  atomic.Int64
 }
 
-// peer is one worker: its connection, and the goroutine that sends it
-// rounds and places its rows.
+// peer is one worker: its connection, and the buffers its replies are
+// read into.
 type peer struct {
 	c    *Client
 	rank int
 	dial Dialer
 
+	// talk is held by whoever exchanges frames on conn (a round from its
+	// send to its reply, a prefetch note, a ping), so that frames never
+	// interleave.
+	talk sync.Mutex
+
 	mu   sync.Mutex
 	conn Conn
 	down error // why it is not connected (nil when it is)
 
-	jobs   chan job
-	done   chan error
+	sentTo Conn  // the connection a round was sent on, awaiting its reply
+	err    error // why the round could not be sent
 	buf    []byte
 	slices [][]float32
-}
-
-type job struct {
-	rd     *model.Round // nil: a ping, or a message with no reply
-	parts  [][]byte
-	size   int64
-	oneway bool // parts are a prefetch: sent, not answered
 }
 
 // pingEvery is how often an idle worker is asked whether it is there, so
@@ -106,7 +105,7 @@ func NewClient(ctx context.Context, dials []Dialer, log *slog.Logger) (*Client, 
 	}
 	c := &Client{n: len(dials) + 1, log: log, stop: make(chan struct{})}
 	for i, d := range dials {
-		p := &peer{c: c, rank: i + 1, dial: d, jobs: make(chan job), done: make(chan error, 1)}
+		p := &peer{c: c, rank: i + 1, dial: d}
 		c.peers = append(c.peers, p)
 	}
 	type dialed struct {
@@ -144,9 +143,6 @@ func NewClient(ctx context.Context, dials []Dialer, log *slog.Logger) (*Client, 
 		}
 		return nil, errors.Join(errs...)
 	}
-	for _, p := range c.peers {
-		go p.serve()
-	}
 	for _, p := range later {
 		c.log.Warn("k3: cluster: a rank cannot be reached yet; dialling it again", "rank", p.rank, "err", p.down)
 		c.redialing.Add(1)
@@ -169,21 +165,27 @@ func (c *Client) pinger() {
 			return
 		case <-t.C:
 		}
+		// Each on its own goroutine: a hung worker holds its ping until
+		// the link's timeout, which must not delay noticing the others.
+		var pings sync.WaitGroup
 		for _, p := range c.peers {
-			select {
-			case p.jobs <- job{}:
-			default: // busy with a round
+			if p.talk.TryLock() { // else busy with a round
+				pings.Go(func() {
+					defer p.talk.Unlock()
+					p.ping()
+				})
 			}
 		}
+		pings.Wait()
 	}
 }
 
 // Size implements model.Ranks.
 func (c *Client) Size() int { return c.n }
 
-// Round implements model.Ranks: rd goes to every worker, local computes
-// rank 0's rows meanwhile, and the workers' rows are placed as they come.
-func (c *Client) Round(ctx context.Context, rd *model.Round, local func() error) error {
+// Round implements model.Ranks: rd is sent to every worker, local computes
+// rank 0's rows meanwhile, then the workers' rows are read and placed.
+func (c *Client) Round(ctx context.Context, rd *model.Round, local func() error) (err error) {
 	start := time.Now()
 	c.hdr = encodeRound(c.hdr, rd)
 	c.parts = append(c.parts[:0], c.hdr)
@@ -194,15 +196,31 @@ func (c *Client) Round(ctx context.Context, rd *model.Round, local func() error)
 		size += int64(len(b))
 	}
 	for _, p := range c.peers {
-		p.jobs <- job{rd: rd, parts: c.parts, size: size}
+		p.talk.Lock()
 	}
-	err := local()
+	answered := false
+	defer func() {
+		for _, p := range c.peers {
+			if !answered && p.sentTo != nil {
+				// local panicked: the reply this round awaits would be
+				// read as the next round's.
+				p.drop(p.sentTo, errors.New("a round was abandoned before its reply"))
+			}
+			p.sentTo = nil
+			p.talk.Unlock()
+		}
+	}()
+	for _, p := range c.peers {
+		p.send(c.parts, size)
+	}
+	err = local()
 	waited := time.Now()
 	for _, p := range c.peers {
-		if perr := <-p.done; perr != nil && err == nil {
+		if perr := p.reply(rd); perr != nil && err == nil {
 			err = perr
 		}
 	}
+	answered = true
 	end := time.Now()
 	c.rounds.Add(1)
 	c.roundNanos.Add(int64(end.Sub(start)))
@@ -210,49 +228,25 @@ func (c *Client) Round(ctx context.Context, rd *model.Round, local func() error)
 	return err
 }
 
-// serve runs p's rounds (and pings) until the Client closes.
-func (p *peer) serve() {
-	for j := range p.jobs {
-		switch {
-		case j.oneway:
-			p.oneway(j)
-			p.done <- nil
-		case j.rd == nil:
-			p.ping()
-		default:
-			p.done <- p.round(j)
-		}
-	}
-}
-
-// oneway sends a message that has no reply; a failure drops the link
-// (the next round reports it).
-func (p *peer) oneway(j job) {
-	p.mu.Lock()
-	conn := p.conn
-	p.mu.Unlock()
-	if conn == nil {
-		return
-	}
-	if err := conn.Send(kindPrefetch, j.parts...); err != nil {
-		p.drop(conn, fmt.Errorf("sending a prefetch: %w", err))
-	}
-	// Not counted in Stats, which count rounds: a prefetch is a few
-	// dozen bytes per MoE layer.
-}
-
 // Prefetch implements model.Prefetcher: every worker starts reading its
-// half of experts of layer, for the round that will need them.
+// half of experts of layer, for the round that will need them. The note
+// has no reply; a failure to send it drops the link (the next round
+// reports it).
 func (c *Client) Prefetch(ctx context.Context, layer, half int, experts []int32) error {
 	c.pf = encodePrefetch(c.pf, layer, half, experts)
-	c.pfParts = append(c.pfParts[:0], c.pf)
 	for _, p := range c.peers {
-		p.jobs <- job{parts: c.pfParts, size: int64(len(c.pf)), oneway: true}
-	}
-	// The message is small: wait until every worker has it sent, so that
-	// the buffers can be reused.
-	for _, p := range c.peers {
-		<-p.done
+		p.talk.Lock()
+		p.mu.Lock()
+		conn := p.conn
+		p.mu.Unlock()
+		if conn != nil {
+			if err := conn.Send(kindPrefetch, c.pf); err != nil {
+				p.drop(conn, fmt.Errorf("sending a prefetch: %w", err))
+			}
+		}
+		p.talk.Unlock()
+		// Not counted in Stats, which count rounds: a prefetch is a few
+		// dozen bytes per MoE layer.
 	}
 	return nil
 }
@@ -279,22 +273,37 @@ func (p *peer) ping() {
 	}
 }
 
-// round sends one round to p and places its rows.
-func (p *peer) round(j job) error {
+// send sends a round's frame (parts) to p; reply reads the answer. p.talk
+// is held.
+func (p *peer) send(parts [][]byte, size int64) {
 	p.mu.Lock()
 	conn, down := p.conn, p.down
 	p.mu.Unlock()
 	if conn == nil {
-		return fmt.Errorf("%w: rank %d: %w", ErrRankDown, p.rank, down)
+		p.err = fmt.Errorf("%w: rank %d: %w", ErrRankDown, p.rank, down)
+		return
 	}
+	if err := conn.Send(kindRound, parts...); err != nil {
+		p.err = fmt.Errorf("sending a round: %w", err)
+		p.drop(conn, p.err)
+		return
+	}
+	p.c.sent.Add(size)
+	p.sentTo, p.err = conn, nil
+}
+
+// reply reads p's answer to the round rd that send sent, and places its
+// rows; or returns why it was not sent.
+func (p *peer) reply(rd *model.Round) error {
+	conn := p.sentTo
+	if conn == nil {
+		return p.err
+	}
+	p.sentTo = nil
 	fail := func(err error) error {
 		p.drop(conn, err)
 		return err
 	}
-	if err := conn.Send(kindRound, j.parts...); err != nil {
-		return fail(fmt.Errorf("sending a round: %w", err))
-	}
-	p.c.sent.Add(j.size)
 	p.buf = alignedGrow(p.buf)
 	kind, msg, err := conn.Recv(p.buf)
 	if err != nil {
@@ -306,7 +315,7 @@ func (p *peer) round(j job) error {
 	p.c.received.Add(int64(len(msg)))
 	switch kind {
 	case kindSlices:
-		if p.slices, err = placeReply(j.rd, p.rank, p.c.n, msg, p.slices); err != nil {
+		if p.slices, err = placeReply(rd, p.rank, p.c.n, msg, p.slices); err != nil {
 			return fail(fmt.Errorf("%s: %w", conn.Peer(), err))
 		}
 		return nil
@@ -436,7 +445,6 @@ func (c *Client) Close() error {
 	c.pinging.Wait()
 	c.redialing.Wait()
 	for _, p := range c.peers {
-		close(p.jobs)
 		p.mu.Lock()
 		if p.conn != nil {
 			p.conn.Close()
