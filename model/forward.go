@@ -566,12 +566,10 @@ func (p *pass) denseFFN(l int, mats *LayerMats) error {
 	E, Id := c.Hidden, c.DenseIntermediate
 	g, u := sc.sg[:T*Id], sc.su[:T*Id]
 	rd := p.round(l, RoundFFN)
-	p.prod(rd, &mats.GateProj, MatGateProj, g, sc.xn[:T*E], T)
-	p.prod(rd, &mats.UpProj, MatUpProj, u, sc.xn[:T*E], T)
+	p.glu(rd, &mats.GateProj, &mats.UpProj, MatGateProj, g, u, sc.xn[:T*E], T)
 	if err := p.finish(rd, mats); err != nil {
 		return err
 	}
-	situGLU(g, g, u, c.SituBeta, c.SituLinearBeta)
 	rd = p.round(l, RoundFFN)
 	p.prod(rd, &mats.DownProj, MatDownProj, sc.ffn[p.r0*E:(p.r0+T)*E], g, T)
 	return p.finish(rd, mats)

@@ -61,7 +61,7 @@ func (p *pass) moe(ctx context.Context, l int, mats *LayerMats, vec *LayerVecs, 
 		}
 		err := p.moeDense(l, mats, in)
 		if err == nil {
-			err = p.expertRounds(l, first)
+			err = p.expertRounds(l, mats, first)
 		}
 		m.EndPrefetch(&sc.rwork)
 		p.clearSeen(first)
@@ -145,8 +145,7 @@ func (p *pass) moeDense(l int, mats *LayerMats, in moeInput) error {
 		rd := p.round(l, RoundFFN)
 		p.prod(rd, &mats.LatentDown, MatLatentDown, sc.zl[r0*Lt:(r0+T)*Lt], xn, T)
 		if c.SharedExperts > 0 {
-			p.prod(rd, &mats.SharedGate, MatSharedGate, g, xn, T)
-			p.prod(rd, &mats.SharedUp, MatSharedUp, u, xn, T)
+			p.glu(rd, &mats.SharedGate, &mats.SharedUp, MatSharedGate, g, u, xn, T)
 		}
 		if err := p.finish(rd, mats); err != nil {
 			return err
@@ -155,7 +154,11 @@ func (p *pass) moeDense(l int, mats *LayerMats, in moeInput) error {
 			clear(ffn)
 			continue
 		}
-		situGLU(g, g, u, c.SituBeta, c.SituLinearBeta)
+		if p.sharedRides() {
+			// The first expert round carries the down projection
+			// (expertChunk): g is the only tile's.
+			continue
+		}
 		rd = p.round(l, RoundFFN)
 		p.prod(rd, &mats.SharedDown, MatSharedDown, ffn, g, T)
 		if err := p.finish(rd, mats); err != nil {
@@ -344,13 +347,15 @@ func (p *pass) runExpert(ctx context.Context, b *expert.Batch, i int) error {
 
 // expertRounds runs the experts of a cluster pass: every rank holds its
 // rows of each expert's w1 and w3 (the up half) and of its w2 (the down
-// half), and w2 needs every rank's rows of w1 and w3 first. So the union
-// goes in chunks of whole experts: one round computes the up rows of every
-// expert of the chunk for the rows that chose it, rank 0 applies SiTU-GLU
-// to the whole results, and a second round computes the down rows. Each
-// row still gets exactly the one-process arithmetic (whole dot products),
-// and contributions land in contrib[row][slot] as runExpert puts them.
-func (p *pass) expertRounds(l int, first []int32) error {
+// half), and w2 needs every rank's rows of SiTU-GLU(w1·x, w3·x) first. So
+// the union goes in chunks of whole experts: one round computes, on every
+// rank, SiTU-GLU of its rows of w1 and w3 for the rows that chose each
+// expert of the chunk (the same rows of both, so the activation needs
+// nothing from other ranks), and a second round computes the down rows.
+// Each row still gets exactly the one-process arithmetic (whole dot
+// products, the activation element by element), and contributions land in
+// contrib[row][slot] as runExpert puts them.
+func (p *pass) expertRounds(l int, mats *LayerMats, first []int32) error {
 	c, sc := p.c, p.sc
 	Lt, I := c.LatentDim, c.MoEIntermediate
 	limit := expertChunk(c, p.R) // CountRounds counts with it too
@@ -370,7 +375,7 @@ func (p *pass) expertRounds(l int, first []int32) error {
 				break
 			}
 		}
-		if err := p.expertChunk(l, first, i, j, limit); err != nil {
+		if err := p.expertChunk(l, mats, first, i, j, limit, i == 0); err != nil {
 			return err
 		}
 		i = j
@@ -383,9 +388,19 @@ func (p *pass) expertRounds(l int, first []int32) error {
 // rarely span two chunks).
 const expertChunkUsers = 256
 
+// sharedRides reports whether a cluster pass's shared experts' down
+// projection rides in its first expert round instead of a round of its
+// own: when the pass is one tile (decoding, short prompts), whose SiTU-GLU
+// rows stay in the scratch until then. Their inputs are ready together,
+// so this is one gather fewer per MoE layer. CountRounds counts the same.
+func (p *pass) sharedRides() bool {
+	return p.sharded() && p.c.SharedExperts > 0 && p.tiles() == 1
+}
+
 // expertChunk runs experts [i, j) of the union, their users in pieces of
-// at most limit.
-func (p *pass) expertChunk(l int, first []int32, i, j, limit int) error {
+// at most limit; the first chunk's first round also computes the shared
+// experts' down projection when it rides there (sharedRides).
+func (p *pass) expertChunk(l int, mats *LayerMats, first []int32, i, j, limit int, shared bool) error {
 	c, sc := p.c, p.sc
 	K, Lt, I := c.TopK, c.LatentDim, c.MoEIntermediate
 	// Pieces: [from, to) of the concatenated users of experts i..j-1.
@@ -400,15 +415,23 @@ func (p *pass) expertChunk(l int, first []int32, i, j, limit int) error {
 		// The products of each expert of the piece, grouped by expert.
 		up := p.round(l, RoundExpertUp)
 		p.expertProducts(up, first, i, j, from, to, func(e int32, a, b int) {
+			// w1 with its w3: every rank applies SiTU-GLU to its rows.
 			in := sc.cxg[(a-from)*Lt : (b-from)*Lt]
-			p.add(up, Product{Expert: e, W: 0, N: b - a, Rows: I, Out: sc.ca1[(a-from)*I : (b-from)*I]}, in)
-			p.add(up, Product{Expert: e, W: 2, N: b - a, Rows: I, Out: sc.ca3[(a-from)*I : (b-from)*I]}, in)
+			p.add(up, Product{Expert: e, W: 0, GLU: true, N: b - a, Rows: I, Out: sc.ca1[(a-from)*I : (b-from)*I]}, in)
 		})
-		if err := p.finish(up, nil); err != nil {
+		withShared := shared && from == lo && p.sharedRides()
+		if withShared {
+			E, S := c.Hidden, c.SharedExperts*I
+			p.add(up, Product{Mat: MatSharedDown, Layer: true, N: p.T, Rows: E, Out: sc.ffn[p.r0*E : (p.r0+p.T)*E]}, sc.sg[:p.T*S])
+		}
+		if err := p.finish(up, mats); err != nil {
 			return err
 		}
-		a1, a3 := sc.ca1[:n*I], sc.ca3[:n*I]
-		situGLU(a1, a1, a3, c.SituBeta, c.SituLinearBeta)
+		if withShared {
+			if err := p.screen(sc.ffn[p.r0*c.Hidden:(p.r0+p.T)*c.Hidden], c.Hidden, "shared experts"); err != nil {
+				return err
+			}
+		}
 		down := p.round(l, RoundExpertDown)
 		p.expertProducts(down, first, i, j, from, to, func(e int32, a, b int) {
 			p.add(down, Product{Expert: e, W: 1, N: b - a, Rows: Lt, Out: sc.ceo[(a-from)*Lt : (b-from)*Lt]}, sc.ca1[(a-from)*I:(b-from)*I])

@@ -46,11 +46,34 @@ type Product struct {
 	W      uint8
 	// F64 sums in float64 (the router: tensor.MatMulF64Acc).
 	F64 bool
+	// Layer marks a product of a layer matrix (Mat, of the layer's FFN
+	// part) in an expert round: the shared experts' down projection rides
+	// with the routed experts' gate and up rows instead of taking a round
+	// of its own.
+	Layer bool
+	// GLU makes the product SiTU-GLU(W·In, U·In), U the gate's up
+	// partner (GLUPartner; an expert's w3 for its w1): each rank applies
+	// it to its own rows, which are the same rows of both matrices, so
+	// rank 0 receives half the rows and the activation runs on every
+	// rank at once, with the one-process arithmetic element by element.
+	GLU bool
 	// In indexes Round.Inputs; N is its rows; Rows the whole matrix's
 	// rows (Out holds N × Rows, every rank's rows in place; only rank 0
 	// has it).
 	In, N, Rows int
 	Out         []float32
+}
+
+// GLUPartner returns the up projection that a GLU product of gate matrix
+// mat pairs with, and whether mat is a gate.
+func GLUPartner(mat MatID) (MatID, bool) {
+	switch mat {
+	case MatGateProj:
+		return MatUpProj, true
+	case MatSharedGate:
+		return MatSharedUp, true
+	}
+	return 0, false
 }
 
 // Ranks is a cluster's other ranks as rank 0 sees them.
@@ -75,6 +98,7 @@ func SliceRows(pr *Product, rank, ranks int) (lo, hi int) { return RowRange(pr.R
 // so that a pass allocates nothing once its buffers have grown.
 type RoundWork struct {
 	buf   []float32
+	glu   []float32 // a GLU product's up rows
 	out   [][]float32
 	ids   []int32
 	batch expert.Batch
@@ -160,12 +184,7 @@ func (m *Model) Slices(ctx context.Context, rd *Round, mats *LayerMats, w *Round
 			return nil, fmt.Errorf("model: round of layer %d %s without its matrices", rd.Layer, rd.Kind)
 		}
 		for i := range rd.Products {
-			pr := &rd.Products[i]
-			lin := mats.Field(pr.Mat)
-			if lin == nil {
-				return nil, fmt.Errorf("model: round of layer %d: no matrix %d", rd.Layer, pr.Mat)
-			}
-			if err = m.slice(rd, pr, lin, w.out[i], rank, ranks); err != nil {
+			if err = m.layerSlice(rd, &rd.Products[i], mats, w, w.out[i], rank, ranks); err != nil {
 				return nil, err
 			}
 		}
@@ -177,6 +196,19 @@ func (m *Model) Slices(ctx context.Context, rd *Round, mats *LayerMats, w *Round
 			}
 		}
 	case RoundExpertUp, RoundExpertDown:
+		// Layer products first: they run while the experts' reads finish.
+		for i := range rd.Products {
+			pr := &rd.Products[i]
+			if !pr.Layer {
+				continue
+			}
+			if mats == nil {
+				return nil, fmt.Errorf("model: expert round of layer %d with a layer product and no layer matrices", rd.Layer)
+			}
+			if err = m.layerSlice(rd, pr, mats, w, w.out[i], rank, ranks); err != nil {
+				return nil, err
+			}
+		}
 		err = m.expertSlices(ctx, rd, w, rank, ranks)
 	default:
 		err = fmt.Errorf("model: round of unknown kind %d", rd.Kind)
@@ -185,6 +217,46 @@ func (m *Model) Slices(ctx context.Context, rd *Round, mats *LayerMats, w *Round
 		return nil, err
 	}
 	return w.out, nil
+}
+
+// layerSlice computes one product of a layer matrix from mats, and its
+// SiTU-GLU with the up partner's rows when it is a GLU product.
+func (m *Model) layerSlice(rd *Round, pr *Product, mats *LayerMats, w *RoundWork, dst []float32, rank, ranks int) error {
+	lin := mats.Field(pr.Mat)
+	if lin == nil {
+		return fmt.Errorf("model: round of layer %d: no matrix %d", rd.Layer, pr.Mat)
+	}
+	if !pr.GLU {
+		return m.slice(rd, pr, lin, dst, rank, ranks)
+	}
+	upMat, ok := GLUPartner(pr.Mat)
+	var up *Linear
+	if ok {
+		up = mats.Field(upMat)
+	}
+	if up == nil {
+		return fmt.Errorf("model: round of layer %d: a GLU product of matrix %d, which has no up partner", rd.Layer, pr.Mat)
+	}
+	return m.gluSlice(rd, pr, lin, up, w, dst, rank, ranks)
+}
+
+// gluSlice computes SiTU-GLU(gate·in, up·in) on this rank's rows of both.
+func (m *Model) gluSlice(rd *Round, pr *Product, gate, up *Linear, w *RoundWork, dst []float32, rank, ranks int) error {
+	if pr.F64 {
+		return fmt.Errorf("model: a GLU product summed in float64")
+	}
+	if err := m.slice(rd, pr, gate, dst, rank, ranks); err != nil {
+		return err
+	}
+	if cap(w.glu) < len(dst) {
+		w.glu = make([]float32, len(dst), len(dst)+len(dst)/4)
+	}
+	u := w.glu[:len(dst)]
+	if err := m.slice(rd, pr, up, u, rank, ranks); err != nil {
+		return err
+	}
+	situGLU(dst, dst, u, m.Cfg.SituBeta, m.Cfg.SituLinearBeta)
+	return nil
 }
 
 // slice computes one product with this rank's rows w.
@@ -226,6 +298,9 @@ func (m *Model) expertSlices(ctx context.Context, rd *Round, w *RoundWork, rank,
 	// per group.
 	w.ids = w.ids[:0]
 	for i := range rd.Products {
+		if rd.Products[i].Layer {
+			continue
+		}
 		id := 2*rd.Products[i].Expert + half
 		if n := len(w.ids); n == 0 || w.ids[n-1] != id {
 			w.ids = append(w.ids, id)
@@ -250,6 +325,12 @@ func (m *Model) expertSlices(ctx context.Context, rd *Round, w *RoundWork, rank,
 		}
 	}()
 	k := 0
+	skipLayer := func() {
+		for k < len(rd.Products) && rd.Products[k].Layer {
+			k++
+		}
+	}
+	skipLayer()
 	for i, id := range w.ids {
 		ex, err := m.experts.Get(ctx, b, i)
 		if err != nil {
@@ -258,13 +339,20 @@ func (m *Model) expertSlices(ctx context.Context, rd *Round, w *RoundWork, rank,
 			}
 			return fmt.Errorf("expert %d: %w", id/2, err)
 		}
-		for ; k < len(rd.Products) && 2*rd.Products[k].Expert+half == id; k++ {
+		for ; k < len(rd.Products) && 2*rd.Products[k].Expert+half == id; skipLayer() {
 			pr := &rd.Products[k]
-			if pr.W > 2 {
+			k++
+			if pr.W > 2 || (pr.GLU && pr.W != 0) {
 				m.experts.Put(b, i)
-				return fmt.Errorf("model: expert matrix %d", pr.W)
+				return fmt.Errorf("model: expert matrix %d (GLU %v)", pr.W, pr.GLU)
 			}
-			if err := m.slice(rd, pr, &ex.W[pr.W], w.out[k], rank, ranks); err != nil {
+			var err error
+			if pr.GLU {
+				err = m.gluSlice(rd, pr, &ex.W[0], &ex.W[2], w, w.out[k-1], rank, ranks)
+			} else {
+				err = m.slice(rd, pr, &ex.W[pr.W], w.out[k-1], rank, ranks)
+			}
+			if err != nil {
 				m.experts.Put(b, i)
 				return err
 			}
@@ -351,6 +439,19 @@ func (p *pass) prod(rd *Round, w *Linear, id MatID, out, in []float32, n int) {
 		return
 	}
 	p.add(rd, Product{Mat: id, N: n, Rows: len(out) / max(n, 1), Out: out}, in)
+}
+
+// glu makes g = SiTU-GLU(gate·in, up·in) for n rows: in one process now
+// (u is the up rows' scratch), in a cluster as one GLU product of rd,
+// which every rank applies to its own rows.
+func (p *pass) glu(rd *Round, gate, up *Linear, gateID MatID, g, u, in []float32, n int) {
+	if !p.sharded() {
+		gate.MatMul(p.m.pool, g, in, n)
+		up.MatMul(p.m.pool, u, in, n)
+		situGLU(g, g, u, p.c.SituBeta, p.c.SituLinearBeta)
+		return
+	}
+	p.add(rd, Product{Mat: gateID, GLU: true, N: n, Rows: len(g) / max(n, 1), Out: g}, in)
 }
 
 // add appends a product reading in to rd (in cluster passes).

@@ -34,10 +34,12 @@ type PassRounds struct {
 // Per tile of rows, a KDA layer takes three rounds (q, k, v, g, β and the
 // decay's first projection, all of the layer's input; the decay's second;
 // the output projection), an MLA layer three (q_a, kv_a and the output
-// gate; q_b; the output projection), a dense FFN two (gate and up; down),
+// gate; q_b; the output projection), a dense FFN two (gate with up, one
+// GLU product whose activation each rank applies to its rows; down),
 // a MoE layer's trunk three or four (the router; the latent down
 // projection with the shared experts' gate and up; the shared experts'
-// down, if any; the latent up projection); the output head one per tile
+// down, if any, unless the pass is one tile, when it rides in the first
+// expert round; the latent up projection); the output head one per tile
 // of the rows wanting logits. A MoE layer's routed experts take two rounds
 // (their gate and up rows; their down rows) per chunk of (row, expert)
 // pairs for the whole pass: one chunk when the pass's rows × top-k fit
@@ -85,15 +87,24 @@ func CountRounds(c *Config, rows, tile, logitRows int, union float64) PassRounds
 			round(1, R*int64(P), E)
 		}
 		if c.IsDense(l) {
-			round(1, R*int64(E), c.DenseIntermediate, c.DenseIntermediate)
+			round(1, R*int64(E), c.DenseIntermediate) // gate with up: one GLU product
 			round(1, R*int64(c.DenseIntermediate), E)
 			continue
 		}
 		moeLayers++
 		round(1, R*int64(E), c.Experts)
 		if S > 0 {
-			round(1, R*int64(E), Lt, S, S)
-			round(1, R*int64(S), E)
+			round(1, R*int64(E), Lt, S) // the shared gate with up: one GLU product
+			if tiles == 1 {
+				// The shared experts' down projection rides in the
+				// first expert round (pass.sharedRides).
+				r.Inputs++
+				r.Products++
+				r.InputFloats += R * int64(S)
+				r.Out[E] += R
+			} else {
+				round(1, R*int64(S), E)
+			}
 		} else {
 			round(1, R*int64(E), Lt)
 		}
@@ -105,12 +116,12 @@ func CountRounds(c *Config, rows, tile, logitRows int, union float64) PassRounds
 		pieces := expertPieces(float64(users), union, expertChunk(c, rows))
 		n := float64(moeLayers)
 		r.Rounds += 2 * pieces * moeLayers
-		// Up: each expert's users' latent rows, one input for its w1 and
-		// w3; down: their SiTU-GLU rows through w2.
+		// Up: each expert's users' latent rows, one GLU product of its w1
+		// with w3; down: their SiTU-GLU rows through w2.
 		r.Inputs += 2 * n * union
-		r.Products += 3 * n * union
+		r.Products += 2 * n * union
 		r.InputFloats += int64(moeLayers) * u * int64(Lt+I)
-		r.Out[I] += 2 * int64(moeLayers) * u
+		r.Out[I] += int64(moeLayers) * u
 		r.Out[Lt] += int64(moeLayers) * u
 	}
 	if logitRows = min(logitRows, rows); logitRows > 0 {

@@ -3,6 +3,7 @@ package model
 import (
 	"context"
 	"fmt"
+	"slices"
 )
 
 // Server computes one rank's share of the rounds rank 0 sends (a rank
@@ -27,32 +28,39 @@ func (m *Model) NewServer() *Server { return &Server{m: m} }
 // (Slices): product i's N × its rows in slice i, valid until the next
 // call.
 func (s *Server) Round(ctx context.Context, rd *Round) ([][]float32, error) {
+	part, ok := PartAttn, true
 	switch rd.Kind {
-	case RoundAttn, RoundFFN:
-		part := PartAttn
-		if rd.Kind == RoundFFN {
-			part = PartFFN
-		}
-		if rd.Layer < 0 || rd.Layer >= s.m.Cfg.Layers {
-			return nil, fmt.Errorf("model: round of layer %d of %d", rd.Layer, s.m.Cfg.Layers)
-		}
-		if !s.held.ok || s.held.layer != rd.Layer || s.held.part != part {
-			s.release()
-			if !s.inPass {
-				if pl, ok := s.m.layers.(PassLocker); ok {
-					pl.BeginPass()
-				}
-				s.inPass = true
-			}
-			mats, err := s.m.layers.Acquire(ctx, rd.Layer, part)
-			if err != nil {
-				return nil, fmt.Errorf("layer %d %s: %w", rd.Layer, part, err)
-			}
-			s.held, s.mats = heldPart{layer: rd.Layer, part: part, ok: true}, mats
-		}
-		return s.m.Slices(ctx, rd, s.mats, &s.work)
+	case RoundAttn:
+	case RoundFFN:
+		part = PartFFN
+	case RoundExpertUp, RoundExpertDown:
+		// Its layer products (the shared experts' down projection) read
+		// the layer's FFN part.
+		part, ok = PartFFN, slices.ContainsFunc(rd.Products, func(pr Product) bool { return pr.Layer })
+	default:
+		ok = false
 	}
-	return s.m.Slices(ctx, rd, nil, &s.work)
+	if !ok {
+		return s.m.Slices(ctx, rd, nil, &s.work)
+	}
+	if rd.Layer < 0 || rd.Layer >= s.m.Cfg.Layers {
+		return nil, fmt.Errorf("model: round of layer %d of %d", rd.Layer, s.m.Cfg.Layers)
+	}
+	if !s.held.ok || s.held.layer != rd.Layer || s.held.part != part {
+		s.release()
+		if !s.inPass {
+			if pl, ok := s.m.layers.(PassLocker); ok {
+				pl.BeginPass()
+			}
+			s.inPass = true
+		}
+		mats, err := s.m.layers.Acquire(ctx, rd.Layer, part)
+		if err != nil {
+			return nil, fmt.Errorf("layer %d %s: %w", rd.Layer, part, err)
+		}
+		s.held, s.mats = heldPart{layer: rd.Layer, part: part, ok: true}, mats
+	}
+	return s.m.Slices(ctx, rd, s.mats, &s.work)
 }
 
 // release gives back the held layer part.

@@ -74,7 +74,7 @@ func (e *Engine) connect(ctx context.Context, plan *model.Plan) (*cluster.Client
 	dials := make([]cluster.Dialer, len(o.Peers))
 	for i, addr := range o.Peers {
 		dials[i] = func(ctx context.Context, rank int) (cluster.Conn, error) {
-			hello := link.Hello{Version: o.Version, Fingerprint: fp, Kernels: Kernels(), Ranks: n, Rank: rank}
+			hello := link.Hello{Version: cluster.HelloVersion(o.Version), Fingerprint: fp, Kernels: Kernels(), Ranks: n, Rank: rank}
 			c, err := link.Dial(ctx, addr, cfg, hello)
 			if err != nil {
 				return nil, err

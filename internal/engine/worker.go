@@ -193,7 +193,7 @@ func (w *Worker) unload() {
 
 // self is the Hello the worker states: its rank once known.
 func (w *Worker) self() link.Hello {
-	return link.Hello{Version: w.opts.Version, Fingerprint: w.fp, Kernels: Kernels(), Ranks: w.opts.Ranks, Rank: w.opts.Rank}
+	return link.Hello{Version: cluster.HelloVersion(w.opts.Version), Fingerprint: w.fp, Kernels: Kernels(), Ranks: w.opts.Ranks, Rank: w.opts.Rank}
 }
 
 // ListenAndServe listens on addr (and nowhere else) and serves the rank 0

@@ -36,6 +36,24 @@ const (
 	kindPrefetch                  // rank 0 → worker: start reading these experts' halves (no reply)
 )
 
+// A product's flags.
+const (
+	flagF64 = 1 << iota // model.Product.F64
+	flagGLU             // model.Product.GLU
+)
+
+// Format numbers the rounds' encoding and meaning (which products a round
+// of each kind may hold). Ranks state it with their k3 version at the
+// handshake (HelloVersion), so that ranks that would read one round two
+// ways refuse each other there. 2: an expert round may carry products of
+// layer matrices (model.Product.Layer), and a product may be a GLU pair
+// (model.Product.GLU).
+const Format = 2
+
+// HelloVersion is the version a rank of k3 version states at the
+// handshake: the version and the rounds' Format.
+func HelloVersion(version string) string { return fmt.Sprintf("%s+rounds.%d", version, Format) }
+
 // ErrMessage reports a message that does not decode: a frame whose bytes
 // are well formed but whose contents are not a valid round or reply.
 var ErrMessage = errors.New("malformed cluster message")
@@ -51,7 +69,8 @@ const (
 
 // round header: layer int32, kind u8, 3 pad, inputs u32, products u32;
 // then per input its length in floats (u32); then per product: mat u8, w
-// u8, f64 u8, pad u8, expert i32, in u32, n u32, rows u32; then the
+// u8, flags u8 (flagF64, flagGLU), layer u8, expert i32, in u32, n u32,
+// rows u32; then the
 // inputs' floats, little-endian. Every part is a multiple of 4 bytes, so
 // the floats of a message received into an aligned buffer are aligned.
 const (
@@ -73,11 +92,18 @@ func encodeRound(hdr []byte, rd *model.Round) []byte {
 	}
 	for i := range rd.Products {
 		pr := &rd.Products[i]
-		f64 := byte(0)
+		flags := byte(0)
 		if pr.F64 {
-			f64 = 1
+			flags |= flagF64
 		}
-		hdr = append(hdr, byte(pr.Mat), pr.W, f64, 0)
+		if pr.GLU {
+			flags |= flagGLU
+		}
+		layer := byte(0)
+		if pr.Layer {
+			layer = 1
+		}
+		hdr = append(hdr, byte(pr.Mat), pr.W, flags, layer)
 		hdr = binary.LittleEndian.AppendUint32(hdr, uint32(pr.Expert))
 		hdr = binary.LittleEndian.AppendUint32(hdr, uint32(pr.In))
 		hdr = binary.LittleEndian.AppendUint32(hdr, uint32(pr.N))
@@ -154,9 +180,9 @@ func decodeRound(msg []byte, rd *model.Round) error {
 	var out int64
 	for i := 0; i < int(nPr); i++ {
 		b := msg[p+productSize*i:]
-		pr := model.Product{Mat: model.MatID(b[0]), W: b[1], F64: b[2] == 1, Expert: int32(le.Uint32(b[4:])),
-			In: int(le.Uint32(b[8:])), N: int(le.Uint32(b[12:])), Rows: int(le.Uint32(b[16:]))}
-		if b[2] > 1 || b[3] != 0 || pr.In < 0 || pr.In >= len(rd.Inputs) || pr.Rows <= 0 || pr.Rows > maxRows || pr.Expert < 0 {
+		pr := model.Product{Mat: model.MatID(b[0]), W: b[1], F64: b[2]&flagF64 != 0, GLU: b[2]&flagGLU != 0, Layer: b[3] == 1,
+			Expert: int32(le.Uint32(b[4:])), In: int(le.Uint32(b[8:])), N: int(le.Uint32(b[12:])), Rows: int(le.Uint32(b[16:]))}
+		if b[2]&^(flagF64|flagGLU) != 0 || b[3] > 1 || pr.In < 0 || pr.In >= len(rd.Inputs) || pr.Rows <= 0 || pr.Rows > maxRows || pr.Expert < 0 {
 			return fmt.Errorf("%w: product %d (matrix %d, expert %d, input %d, %d rows)", ErrMessage, i, pr.Mat, pr.Expert, pr.In, pr.Rows)
 		}
 		// Every input row has at least one column.
