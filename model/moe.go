@@ -408,16 +408,28 @@ func (p *pass) expertChunk(l int, mats *LayerMats, first []int32, i, j, limit in
 	for from := lo; from < hi; from += limit {
 		to := min(from+limit, hi)
 		n := to - from
+		// The piece's distinct rows, each once (in the order their
+		// first pair comes), and every pair's pick of one.
+		d := 0
 		for u, ch := range sc.users[from:to] {
 			r := int(ch) / K
-			copy(sc.cxg[u*Lt:(u+1)*Lt], sc.zl[r*Lt:(r+1)*Lt])
+			if sc.crow[r] < 0 {
+				sc.crow[r] = int32(d)
+				copy(sc.cxg[d*Lt:(d+1)*Lt], sc.zl[r*Lt:(r+1)*Lt])
+				d++
+			}
+			sc.cpick[u] = sc.crow[r]
 		}
+		for _, ch := range sc.users[from:to] {
+			sc.crow[int(ch)/K] = -1
+		}
+		in := sc.cxg[:d*Lt]
 		// The products of each expert of the piece, grouped by expert.
 		up := p.round(l, RoundExpertUp)
 		p.expertProducts(up, first, i, j, from, to, func(e int32, a, b int) {
 			// w1 with its w3: every rank applies SiTU-GLU to its rows.
-			in := sc.cxg[(a-from)*Lt : (b-from)*Lt]
-			p.add(up, Product{Expert: e, W: 0, GLU: true, N: b - a, Rows: I, Out: sc.ca1[(a-from)*I : (b-from)*I]}, in)
+			p.add(up, Product{Expert: e, W: 0, GLU: true, N: b - a, Rows: I, Out: sc.ca1[(a-from)*I : (b-from)*I],
+				Pick: sc.cpick[a-from : b-from]}, in)
 		})
 		withShared := shared && from == lo && p.sharedRides()
 		if withShared {

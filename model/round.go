@@ -62,6 +62,11 @@ type Product struct {
 	// has it).
 	In, N, Rows int
 	Out         []float32
+	// Pick, if set (N long), makes the product's input rows rows Pick[i]
+	// of Inputs[In] instead of its first N: the experts of a round share
+	// one input of the distinct rows that chose any of them, so a row is
+	// sent once per round, not once per expert it chose.
+	Pick []int32
 }
 
 // GLUPartner returns the up projection that a GLU product of gate matrix
@@ -97,11 +102,12 @@ func SliceRows(pr *Product, rank, ranks int) (lo, hi int) { return RowRange(pr.R
 // RoundWork is what computing a round's slices reuses from round to round,
 // so that a pass allocates nothing once its buffers have grown.
 type RoundWork struct {
-	buf   []float32
-	glu   []float32 // a GLU product's up rows
-	out   [][]float32
-	ids   []int32
-	batch expert.Batch
+	buf    []float32
+	glu    []float32 // a GLU product's up rows
+	picked []float32 // a product's picked input rows
+	out    [][]float32
+	ids    []int32
+	batch  expert.Batch
 
 	// A batch of expert halves begun before its round comes
 	// (PrefetchExperts): its reads run while the rank computes other
@@ -191,7 +197,7 @@ func (m *Model) Slices(ctx context.Context, rd *Round, mats *LayerMats, w *Round
 	case RoundHead:
 		head := Linear{Dense: m.lmHead}
 		for i := range rd.Products {
-			if err = m.slice(rd, &rd.Products[i], &head, w.out[i], rank, ranks); err != nil {
+			if err = m.slice(rd, &rd.Products[i], &head, w.out[i], rank, ranks, w); err != nil {
 				return nil, err
 			}
 		}
@@ -227,7 +233,7 @@ func (m *Model) layerSlice(rd *Round, pr *Product, mats *LayerMats, w *RoundWork
 		return fmt.Errorf("model: round of layer %d: no matrix %d", rd.Layer, pr.Mat)
 	}
 	if !pr.GLU {
-		return m.slice(rd, pr, lin, dst, rank, ranks)
+		return m.slice(rd, pr, lin, dst, rank, ranks, w)
 	}
 	upMat, ok := GLUPartner(pr.Mat)
 	var up *Linear
@@ -245,22 +251,48 @@ func (m *Model) gluSlice(rd *Round, pr *Product, gate, up *Linear, w *RoundWork,
 	if pr.F64 {
 		return fmt.Errorf("model: a GLU product summed in float64")
 	}
-	if err := m.slice(rd, pr, gate, dst, rank, ranks); err != nil {
+	if err := m.slice(rd, pr, gate, dst, rank, ranks, w); err != nil {
 		return err
 	}
 	if cap(w.glu) < len(dst) {
 		w.glu = make([]float32, len(dst), len(dst)+len(dst)/4)
 	}
 	u := w.glu[:len(dst)]
-	if err := m.slice(rd, pr, up, u, rank, ranks); err != nil {
+	if err := m.slice(rd, pr, up, u, rank, ranks, w); err != nil {
 		return err
 	}
 	situGLU(dst, dst, u, m.Cfg.SituBeta, m.Cfg.SituLinearBeta)
 	return nil
 }
 
+// pick gathers pr's input rows (Pick) of cols floats each from in into
+// the work's scratch, checking every pick against in.
+func (work *RoundWork) pick(in []float32, pr *Product, cols int) ([]float32, error) {
+	if len(pr.Pick) != pr.N || cols <= 0 {
+		return nil, fmt.Errorf("model: a product of %d rows picks %d", pr.N, len(pr.Pick))
+	}
+	// A row chooses an expert once, so a product picks at most every
+	// row of its input once: what it gathers is at most the input.
+	rows := len(in) / cols
+	if pr.N > rows {
+		return nil, fmt.Errorf("model: a product picks %d rows of an input of %d", pr.N, rows)
+	}
+	n := pr.N * cols
+	if cap(work.picked) < n {
+		work.picked = make([]float32, n, n+n/4)
+	}
+	out := work.picked[:n]
+	for i, r := range pr.Pick {
+		if r < 0 || int(r) >= rows {
+			return nil, fmt.Errorf("model: a product picks row %d of an input of %d rows", r, rows)
+		}
+		copy(out[i*cols:(i+1)*cols], in[int(r)*cols:(int(r)+1)*cols])
+	}
+	return out, nil
+}
+
 // slice computes one product with this rank's rows w.
-func (m *Model) slice(rd *Round, pr *Product, w *Linear, dst []float32, rank, ranks int) error {
+func (m *Model) slice(rd *Round, pr *Product, w *Linear, dst []float32, rank, ranks int, work *RoundWork) error {
 	if pr.In < 0 || pr.In >= len(rd.Inputs) {
 		return fmt.Errorf("model: product reads input %d of %d", pr.In, len(rd.Inputs))
 	}
@@ -273,6 +305,12 @@ func (m *Model) slice(rd *Round, pr *Product, w *Linear, dst []float32, rank, ra
 		return nil
 	}
 	in := rd.Inputs[pr.In]
+	if pr.Pick != nil {
+		var err error
+		if in, err = work.pick(in, pr, w.Cols()); err != nil {
+			return err
+		}
+	}
 	if len(in) < pr.N*w.Cols() || len(dst) < pr.N*rows {
 		return fmt.Errorf("model: product of a %dx%d matrix over %d rows: %d inputs, %d outputs", rows, w.Cols(), pr.N, len(in), len(dst))
 	}
@@ -350,7 +388,7 @@ func (m *Model) expertSlices(ctx context.Context, rd *Round, w *RoundWork, rank,
 			if pr.GLU {
 				err = m.gluSlice(rd, pr, &ex.W[0], &ex.W[2], w, w.out[k-1], rank, ranks)
 			} else {
-				err = m.slice(rd, pr, &ex.W[pr.W], w.out[k-1], rank, ranks)
+				err = m.slice(rd, pr, &ex.W[pr.W], w.out[k-1], rank, ranks, w)
 			}
 			if err != nil {
 				m.experts.Put(b, i)

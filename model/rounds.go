@@ -16,8 +16,9 @@ type PassRounds struct {
 	// round (each has a few bytes of a round's header); the experts' are
 	// estimates from the mean union, hence fractions.
 	Inputs, Products float64
-	// InputFloats sums the floats of every round's inputs: what rank 0
-	// sends to each other rank.
+	// InputFloats sums the floats of every round's inputs and the picks
+	// of the experts' rows (4 bytes each, as a float): what rank 0 sends
+	// to each other rank beside the tables.
 	InputFloats int64
 	// Out maps the rows of a product's whole matrix to the input rows (N)
 	// of every product of a matrix of that height: the products' outputs
@@ -116,11 +117,18 @@ func CountRounds(c *Config, rows, tile, logitRows int, union float64) PassRounds
 		pieces := expertPieces(float64(users), union, expertChunk(c, rows))
 		n := float64(moeLayers)
 		r.Rounds += 2 * pieces * moeLayers
-		// Up: each expert's users' latent rows, one GLU product of its w1
-		// with w3; down: their SiTU-GLU rows through w2.
-		r.Inputs += 2 * n * union
+		// Up: one input per piece, the distinct rows its pairs chose
+		// from (every row, in a one-piece pass; else the expected
+		// distinct rows of a piece's share of pairs drawn from the rows),
+		// each pair's pick of one, and one GLU product of w1 with w3 per
+		// expert; down: each expert's users' SiTU-GLU rows through w2.
+		distinct := float64(rows)
+		if pieces > 1 {
+			distinct = float64(pieces) * float64(rows) * (1 - math.Pow(1-1/float64(rows), float64(users)/float64(pieces)))
+		}
+		r.Inputs += n * (float64(pieces) + union)
 		r.Products += 2 * n * union
-		r.InputFloats += int64(moeLayers) * u * int64(Lt+I)
+		r.InputFloats += int64(moeLayers) * (int64(math.Round(distinct*float64(Lt))) + u + u*int64(I))
 		r.Out[I] += int64(moeLayers) * u
 		r.Out[Lt] += int64(moeLayers) * u
 	}

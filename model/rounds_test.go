@@ -65,7 +65,7 @@ func TestCountRounds(t *testing.T) {
 						gs[i].Out = make([]float32, n)
 					}
 				}
-				cl.seen, cl.expert = model.PassRounds{}, 0
+				cl.seen, cl.expert, cl.distinct = model.PassRounds{}, 0, 0
 				before := m.Stats()
 				if err := m.ForwardBatch(context.Background(), sc, gs); err != nil {
 					t.Fatalf("%s: %v", tc.what, err)
@@ -74,9 +74,21 @@ func TestCountRounds(t *testing.T) {
 				union := float64(after.ExpertUnion-before.ExpertUnion) / float64(after.MoELayerPasses-before.MoELayerPasses)
 				want := model.CountRounds(c, rows, sc.Tile(), tc.logitRows, union)
 				got := cl.seen
-				if got.InputFloats != want.InputFloats || !maps.Equal(got.Out, want.Out) {
-					t.Fatalf("%s: the rounds carried %d input floats and products of rows %v; CountRounds says %d and %v",
-						tc.what, got.InputFloats, got.Out, want.InputFloats, want.Out)
+				if !maps.Equal(got.Out, want.Out) {
+					t.Fatalf("%s: the rounds made products of rows %v; CountRounds says %v", tc.what, got.Out, want.Out)
+				}
+				if tc.oneChunk && got.InputFloats != want.InputFloats {
+					t.Fatalf("%s: the rounds carried %d input floats; CountRounds says %d", tc.what, got.InputFloats, want.InputFloats)
+				}
+				// The experts' up rounds send each chunk's distinct rows:
+				// every row once at least, every pair's row at most. The
+				// rest is exact; so CountRounds' estimate of those rows
+				// must lie in the same bounds.
+				lo, hi := int64(moe*rows*c.LatentDim), int64(moe*rows*c.TopK*c.LatentDim)
+				estRows := want.InputFloats - (got.InputFloats - cl.distinct)
+				if cl.distinct < lo || cl.distinct > hi || estRows < lo || estRows > hi {
+					t.Fatalf("%s: the experts' up rounds sent %d floats of rows, CountRounds estimates %d; want both in [%d, %d]",
+						tc.what, cl.distinct, estRows, lo, hi)
 				}
 				if tc.oneChunk {
 					if got.Rounds != want.Rounds || math.Abs(got.Inputs-want.Inputs) > 1e-6 || math.Abs(got.Products-want.Products) > 1e-6 {

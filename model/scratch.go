@@ -76,10 +76,14 @@ type Scratch struct {
 	rwork RoundWork
 	// A cluster pass's chunk of expert rows: their latent inputs, the up
 	// halves' results, the down halves' (moe.go, expertRounds).
-	cxg, ca1, ca3, ceo []float32
-	logits             []float32 // a tile of rows' logits (logitBuf)
-	local              localRound
-	localRun           func() error
+	cxg, ca1, ceo []float32
+	// cpick[u] is the row of cxg user u of a chunk reads (its pass row's
+	// place among the chunk's distinct rows); crow maps a pass row to that
+	// place while a chunk is built (-1: not yet in it).
+	cpick, crow []int32
+	logits      []float32 // a tile of rows' logits (logitBuf)
+	local       localRound
+	localRun    func() error
 }
 
 // growChunk makes the chunk buffers of a cluster pass's expert rounds hold
@@ -87,9 +91,16 @@ type Scratch struct {
 func (s *Scratch) growChunk(n, lt, inter int) {
 	if len(s.cxg) < n*lt {
 		s.cxg, s.ceo = make([]float32, n*lt), make([]float32, n*lt)
+		s.cpick = make([]int32, n)
 	}
 	if len(s.ca1) < n*inter {
-		s.ca1, s.ca3 = make([]float32, n*inter), make([]float32, n*inter)
+		s.ca1 = make([]float32, n*inter)
+	}
+	if len(s.crow) < s.rows {
+		s.crow = make([]int32, s.rows)
+		for i := range s.crow {
+			s.crow[i] = -1
+		}
 	}
 }
 

@@ -22,6 +22,9 @@ type localRanks struct {
 	// counts the rounds of the routed experts.
 	seen   model.PassRounds
 	expert int
+	// distinct counts the floats of the inputs the experts' up rounds
+	// pick their rows from.
+	distinct int64
 }
 
 func (l *localRanks) Size() int { return len(l.servers) + 1 }
@@ -40,6 +43,16 @@ func (l *localRanks) Round(ctx context.Context, rd *model.Round, local func() er
 	}
 	for _, pr := range rd.Products {
 		l.seen.Out[pr.Rows] += int64(pr.N)
+		l.seen.InputFloats += int64(len(pr.Pick))
+	}
+	if rd.Kind == model.RoundExpertUp {
+		counted := map[int]bool{}
+		for _, pr := range rd.Products {
+			if !pr.Layer && !counted[pr.In] {
+				counted[pr.In] = true
+				l.distinct += int64(len(rd.Inputs[pr.In]))
+			}
+		}
 	}
 	if rd.Kind == model.RoundExpertUp || rd.Kind == model.RoundExpertDown {
 		l.expert++
@@ -138,4 +151,39 @@ func TestShardedExact(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRoundRefusesBadPicks sends a worker expert rounds whose picks name a
+// row the input does not hold, or more rows than it holds: each is an
+// error, never a panic or a read past the input; a good pick computes.
+func TestRoundRefusesBadPicks(t *testing.T) {
+	m, cl := loadCluster(t, oracle.Names[0], 2, 1)
+	c := m.Cfg
+	in := make([]float32, 2*c.LatentDim) // two rows
+	for i := range in {
+		in[i] = float32(i%7) / 8
+	}
+	round := func(pick ...int32) error {
+		rd := &model.Round{Layer: firstMoE(c), Kind: model.RoundExpertUp, Inputs: [][]float32{in},
+			Products: []model.Product{{Expert: 0, W: 0, GLU: true, In: 0, N: len(pick), Rows: c.MoEIntermediate, Pick: pick}}}
+		_, err := cl.servers[0].Round(context.Background(), rd)
+		return err
+	}
+	if err := round(1, 0); err != nil {
+		t.Fatalf("two good picks: %v", err)
+	}
+	for _, bad := range [][]int32{{2}, {-1}, {0, 1, 0}} {
+		if err := round(bad...); err == nil {
+			t.Fatalf("picks %v of an input of 2 rows: no error", bad)
+		}
+	}
+}
+
+func firstMoE(c *model.Config) int {
+	for l := 0; l < c.Layers; l++ {
+		if !c.IsDense(l) {
+			return l
+		}
+	}
+	return 0
 }

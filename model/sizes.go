@@ -141,19 +141,22 @@ func roundFloats(c *Config, rows, tile int) int64 {
 
 // ClusterScratchBytes returns what rank 0 of a cluster holds beside its
 // Scratch for passes of rows rows in tiles of tile: the chunk of expert
-// rows (their latent inputs, the up halves' and down halves' results), a
-// tile of logits, and the buffers the workers' replies arrive in (at most
-// one round's outputs in all).
+// rows (their distinct latent inputs, each pair's pick of one, the up
+// halves' and down halves' results), a tile of logits, the buffers the
+// workers' replies arrive in (at most one round's outputs in all), and
+// what its own share of a round gathers a product's picked rows and a GLU
+// product's up rows into (at most one round's floats).
 func ClusterScratchBytes(c *Config, rows, tile int) int64 {
 	u := int64(expertChunk(c, rows))
-	chunk := u * 2 * (int64(c.LatentDim) + int64(c.MoEIntermediate))
+	chunk := u * (2*int64(c.LatentDim) + int64(c.MoEIntermediate) + 1)
 	logits := int64(min(tile, max(rows, 1))) * int64(c.Vocab)
-	return 4 * (chunk + logits + roundFloats(c, rows, tile))
+	return 4 * (chunk + logits + 2*roundFloats(c, rows, tile))
 }
 
 // WorkerBufferBytes returns what a rank other than 0 holds to serve rounds
 // of passes of up to rows rows in tiles of tile: the largest round as
-// received, and its rows of the products.
+// received, its rows of the products, and the rows a product gathers its
+// picked inputs and a GLU product its up rows into.
 func WorkerBufferBytes(c *Config, rows, tile int) int64 {
-	return 2 * 4 * roundFloats(c, rows, tile)
+	return 3 * 4 * roundFloats(c, rows, tile)
 }

@@ -236,9 +236,11 @@ func FuzzRoundDecode(f *testing.F) {
 	hdr := encodeRound(nil, &rd)
 	msg := append(append(append([]byte{}, hdr...), floatBytes(rd.Inputs[0])...), floatBytes(rd.Inputs[1])...)
 	f.Add(msg)
-	// An expert round carrying a layer product (the shared experts' down).
+	// An expert round carrying a layer product (the shared experts' down)
+	// and a GLU product picking its rows.
 	ex := model.Round{Layer: 1, Kind: model.RoundExpertUp, Inputs: [][]float32{{1, 2}, {3, 4, 5, 6}},
-		Products: []model.Product{{Mat: model.MatSharedDown, Layer: true, In: 1, N: 1, Rows: 2}, {Expert: 3, W: 0, GLU: true, In: 0, N: 1, Rows: 4}}}
+		Products: []model.Product{{Mat: model.MatSharedDown, Layer: true, In: 1, N: 1, Rows: 2},
+			{Expert: 3, W: 0, GLU: true, In: 0, N: 2, Rows: 4, Pick: []int32{1, 0}}}}
 	f.Add(append(append(append([]byte{}, encodeRound(nil, &ex)...), floatBytes(ex.Inputs[0])...), floatBytes(ex.Inputs[1])...))
 	f.Add(msg[:roundHeader])
 	f.Add([]byte{})

@@ -46,8 +46,8 @@ const (
 // of each kind may hold). Ranks state it with their k3 version at the
 // handshake (HelloVersion), so that ranks that would read one round two
 // ways refuse each other there. 2: an expert round may carry products of
-// layer matrices (model.Product.Layer), and a product may be a GLU pair
-// (model.Product.GLU).
+// layer matrices (model.Product.Layer), a product may be a GLU pair
+// (model.Product.GLU) and pick its input rows (model.Product.Pick).
 const Format = 2
 
 // HelloVersion is the version a rank of k3 version states at the
@@ -70,12 +70,13 @@ const (
 // round header: layer int32, kind u8, 3 pad, inputs u32, products u32;
 // then per input its length in floats (u32); then per product: mat u8, w
 // u8, flags u8 (flagF64, flagGLU), layer u8, expert i32, in u32, n u32,
-// rows u32; then the
-// inputs' floats, little-endian. Every part is a multiple of 4 bytes, so
-// the floats of a message received into an aligned buffer are aligned.
+// rows u32, picks u32 (0, or n: model.Product.Pick); then every product's
+// picks (i32 each), in product order; then the inputs' floats,
+// little-endian. Every part is a multiple of 4 bytes, so the floats of a
+// message received into an aligned buffer are aligned.
 const (
 	roundHeader = 16
-	productSize = 20
+	productSize = 24
 )
 
 // encodeRound writes rd's header and tables into hdr (reused) and returns
@@ -108,6 +109,12 @@ func encodeRound(hdr []byte, rd *model.Round) []byte {
 		hdr = binary.LittleEndian.AppendUint32(hdr, uint32(pr.In))
 		hdr = binary.LittleEndian.AppendUint32(hdr, uint32(pr.N))
 		hdr = binary.LittleEndian.AppendUint32(hdr, uint32(pr.Rows))
+		hdr = binary.LittleEndian.AppendUint32(hdr, uint32(len(pr.Pick)))
+	}
+	for i := range rd.Products {
+		for _, r := range rd.Products[i].Pick {
+			hdr = binary.LittleEndian.AppendUint32(hdr, uint32(r))
+		}
 	}
 	return hdr
 }
@@ -127,6 +134,14 @@ func bytesFloats(b []byte) []float32 {
 		return nil
 	}
 	return unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/4)
+}
+
+// bytesInt32s views b (4-byte aligned, a multiple of 4 long) as int32s.
+func bytesInt32s(b []byte) []int32 {
+	if len(b) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*int32)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/4)
 }
 
 // littleEndian reports whether the machine stores floats as the wire
@@ -164,7 +179,18 @@ func decodeRound(msg []byte, rd *model.Round) error {
 	}
 	rd.Layer, rd.Kind = layer, kind
 	rd.Inputs, rd.Products = rd.Inputs[:0], rd.Products[:0]
-	off := tables
+	// The picks' section: its length from the product table, checked
+	// against the message before anything is read from it.
+	p := roundHeader + 4*int(nIn)
+	picks := 0
+	for i := 0; i < int(nPr); i++ {
+		n := le.Uint32(msg[p+productSize*i+20:])
+		if int64(n) > int64(len(msg)-tables)/4-int64(picks) {
+			return fmt.Errorf("%w: product %d picks %d rows, more than the message holds", ErrMessage, i, n)
+		}
+		picks += int(n)
+	}
+	off := tables + 4*picks
 	for i := 0; i < int(nIn); i++ {
 		n := int(le.Uint32(msg[roundHeader+4*i:]))
 		if n > (len(msg)-off)/4 {
@@ -176,8 +202,8 @@ func decodeRound(msg []byte, rd *model.Round) error {
 	if off != len(msg) {
 		return fmt.Errorf("%w: %d bytes after the inputs", ErrMessage, len(msg)-off)
 	}
-	p := roundHeader + 4*int(nIn)
 	var out int64
+	pick := tables
 	for i := 0; i < int(nPr); i++ {
 		b := msg[p+productSize*i:]
 		pr := model.Product{Mat: model.MatID(b[0]), W: b[1], F64: b[2]&flagF64 != 0, GLU: b[2]&flagGLU != 0, Layer: b[3] == 1,
@@ -188,6 +214,20 @@ func decodeRound(msg []byte, rd *model.Round) error {
 		// Every input row has at least one column.
 		if pr.N <= 0 || pr.N > len(rd.Inputs[pr.In]) {
 			return fmt.Errorf("%w: product %d over %d rows of an input of %d floats", ErrMessage, i, pr.N, len(rd.Inputs[pr.In]))
+		}
+		if n := int(le.Uint32(b[20:])); n > 0 {
+			// A pick names a row of the input; the row's width is the
+			// matrix's, checked when the product runs (model.Slices).
+			if n != pr.N {
+				return fmt.Errorf("%w: product %d over %d rows picks %d", ErrMessage, i, pr.N, n)
+			}
+			pr.Pick = bytesInt32s(msg[pick : pick+4*n])
+			for _, r := range pr.Pick {
+				if r < 0 || int(r) >= len(rd.Inputs[pr.In]) {
+					return fmt.Errorf("%w: product %d picks row %d of an input of %d floats", ErrMessage, i, r, len(rd.Inputs[pr.In]))
+				}
+			}
+			pick += 4 * n
 		}
 		out += int64(pr.N) * int64(pr.Rows)
 		rd.Products = append(rd.Products, pr)
