@@ -57,6 +57,11 @@ var (
 	// stack is logged once. The process goes on, and the sessions of the
 	// failed pass must be reset.
 	ErrInternal = errInternal() // "internal error"
+	// ErrSlice: the checkpoint directory is a rank's slice (Slice), and
+	// it was opened by another rank of a cluster, or by one process: the
+	// bytes that rank does not read are holes, which must not be read as
+	// weights.
+	ErrSlice = errSlice() // "the checkpoint is another rank's slice"
 )
 
 // The engine's sentinels, behind functions so that the documentation shows
@@ -66,3 +71,4 @@ func errNoTokenizer() error { return engine.ErrNoTokenizer }
 func errBadOptions() error  { return engine.ErrBadOptions }
 func errBadState() error    { return statefile.ErrBadState }
 func errInternal() error    { return crash.ErrInternal }
+func errSlice() error       { return engine.ErrSlice }

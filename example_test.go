@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"log"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -352,4 +353,23 @@ func ExampleSpeculateAuto() {
 	fmt.Println(slices.Equal(plain, spec), accepted <= drafted)
 	// Output:
 	// true true
+}
+
+// Give each node of a 2-rank cluster only its share of the checkpoint:
+// the slice for rank 1 holds the bytes that rank reads, as sparse files,
+// and keeps the checkpoint's fingerprint, so rank 0 accepts it.
+func ExampleSlice() {
+	out, err := os.MkdirTemp("", "k3-rank1-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(out)
+	info, err := k3.Slice(context.Background(), checkpoint(), filepath.Join(out, "slice"), k3.SliceOptions{Rank: 1, Ranks: 2})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("rank %d of %d, fewer bytes than the checkpoint: %v\n", info.Rank, info.Ranks, info.Bytes < info.Total)
+	// Then, on that node: k3 worker --model <out>/slice --rank 1 --ranks 2 ...
+	// Output:
+	// rank 1 of 2, fewer bytes than the checkpoint: true
 }

@@ -32,3 +32,39 @@ type PackOptions struct {
 func Pack(ctx context.Context, dir, out string, opts PackOptions) error {
 	return engine.Pack(ctx, dir, out, opts.Force, trunk.PackWriteOptions{Compress: opts.Compress, Progress: opts.Progress})
 }
+
+// SliceOptions configure Slice.
+type SliceOptions struct {
+	// Rank and Ranks: the slice is for rank Rank (0..Ranks-1) of a
+	// cluster of Ranks >= 2 ranks.
+	Rank, Ranks int
+	// Progress, if set, is called with the bytes copied so far and the
+	// slice's total.
+	Progress func(done, total int64)
+}
+
+// SliceInfo describes a slice Slice wrote: its rank, the checkpoint's
+// content fingerprint (the slice keeps it), and the bytes of the shards it
+// holds against the whole checkpoint's.
+type SliceInfo struct {
+	Rank, Ranks  int
+	Fingerprint  string
+	Bytes, Total int64
+}
+
+// Slice writes into out the share of the checkpoint in dir that rank
+// Rank of a cluster of Ranks ranks reads: every shard as a sparse file of
+// its full size holding the rank's rows of every weight matrix (the
+// layers', the output head's, each routed expert's), the embeddings for
+// rank 0, every norm and vector, the headers and the bytes the content
+// fingerprint samples, with holes elsewhere; every other file of dir whole;
+// and a note of the rank, so that another rank (or one process) refuses
+// the directory with ErrSlice instead of reading holes as weights. A node
+// of a cluster then needs only its rank's share of the disk (about
+// 1/Ranks of the checkpoint), and copies that keep holes (cp
+// --sparse=always, rsync --sparse, tar --sparse) keep it so. dir is only
+// read; out must not exist or be empty.
+func Slice(ctx context.Context, dir, out string, opts SliceOptions) (SliceInfo, error) {
+	s, err := engine.Slice(ctx, dir, out, opts.Rank, opts.Ranks, opts.Progress)
+	return SliceInfo{Rank: s.Rank, Ranks: s.Ranks, Fingerprint: s.Fingerprint, Bytes: s.Bytes, Total: s.Total}, err
+}

@@ -2,6 +2,7 @@ package expert
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/k3go/k3/iox"
 )
@@ -142,3 +143,26 @@ func (x *Index) fileOffset(l, e int, off int64) (int, int64, error) {
 	}
 	return 0, 0, fmt.Errorf("%w: layer %d expert %d: byte %d of its payload is in no extent", ErrLayout, l, e, off)
 }
+
+// Ranges calls fn with every byte range of the checkpoint's files that
+// the index reads: each expert's run, or each extent of one read in
+// several requests (a sharded index: each half's row slices).
+func (x *Index) Ranges(fn func(file int, off, size int64)) {
+	for _, locs := range x.locs {
+		for _, loc := range locs {
+			if loc.irr == nil {
+				if loc.Size > 0 {
+					fn(loc.File, loc.Off, loc.Size)
+				}
+				continue
+			}
+			for _, ext := range loc.irr.extents {
+				fn(ext.File, ext.Off, ext.Size)
+			}
+		}
+	}
+}
+
+// IsTensor reports whether name is a routed expert's tensor (Name's
+// pattern).
+func IsTensor(name string) bool { return strings.Contains(name, ".block_sparse_moe.experts.") }

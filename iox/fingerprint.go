@@ -43,13 +43,8 @@ func (c *Checkpoint) fingerprint() (string, error) {
 		if _, err := io.Copy(h, io.NewSectionReader(sh.File, 0, hdr)); err != nil {
 			return "", fmt.Errorf("fingerprint: %s: %w", sh.Name, err)
 		}
-		data := size - sh.Header.DataOff
-		for i := range fingerprintSamples {
-			off := sh.Header.DataOff + data*int64(i)/fingerprintSamples
-			n := min(int64(fingerprintSampleSize), size-off)
-			if n <= 0 {
-				continue
-			}
+		for _, w := range FingerprintWindows(sh.Header) {
+			off, n := w[0], w[1]
 			if _, err := sh.File.ReadAt(buf[:n], off); err != nil {
 				return "", fmt.Errorf("fingerprint: %s: %w", sh.Name, err)
 			}
@@ -58,4 +53,20 @@ func (c *Checkpoint) fingerprint() (string, error) {
 		}
 	}
 	return hex.EncodeToString(h.Sum(nil)[:16]), nil
+}
+
+// FingerprintWindows returns the byte ranges (offset, length) of a shard
+// with header h that Fingerprint reads beside the header itself: a copy of
+// a checkpoint that keeps the headers and these keeps its fingerprint.
+func FingerprintWindows(h *Header) [][2]int64 {
+	size := h.FileSize
+	data := size - h.DataOff
+	var out [][2]int64
+	for i := range fingerprintSamples {
+		off := h.DataOff + data*int64(i)/fingerprintSamples
+		if n := min(int64(fingerprintSampleSize), size-off); n > 0 {
+			out = append(out, [2]int64{off, n})
+		}
+	}
+	return out
 }

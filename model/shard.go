@@ -99,3 +99,52 @@ func rowSlice(e iox.Entry, lo, hi int) iox.Entry {
 	s.Size = int64(hi-lo) * rowBytes
 	return s
 }
+
+// RankRanges returns the byte ranges of the checkpoint's files (by shard
+// index) that rank of a cluster of ranks reads: its rows of every split
+// matrix of every layer part, of the output head and of every routed
+// expert's halves; the embeddings, when rank is 0; and every other tensor
+// whole (the norms and vectors every rank's plan reads, and anything else
+// the files hold). With ranks 1, every tensor. The ranges may overlap and
+// come in no order.
+func (p *Plan) RankRanges(rank, ranks int) ([][][2]int64, error) {
+	if p.ranks > 1 {
+		return nil, fmt.Errorf("model: the plan is already rank %d of %d", p.rank, p.ranks)
+	}
+	q, err := p.Shard(rank, ranks)
+	if err != nil {
+		return nil, err
+	}
+	out := make([][][2]int64, len(p.Ckpt.Shards))
+	add := func(file int, off, size int64) {
+		if size > 0 && file >= 0 && file < len(out) {
+			out[file] = append(out[file], [2]int64{off, size})
+		}
+	}
+	split := map[string]bool{p.embed.Name: true, p.lmHead.Name: true}
+	for u := range p.parts {
+		for _, t := range p.parts[u].Tensors {
+			split[t.Name] = true
+		}
+	}
+	for u := range q.parts {
+		for _, e := range q.parts[u].Extents {
+			add(e.File, e.Off, e.Size)
+		}
+	}
+	add(q.lmHead.Shard, q.lmHead.Offset, q.lmHead.Size)
+	if rank == 0 {
+		add(p.embed.Shard, p.embed.Offset, p.embed.Size)
+	}
+	if q.experts != nil {
+		q.experts.Ranges(add)
+	}
+	for _, name := range p.Ckpt.Names() {
+		if split[name] || expert.IsTensor(name) {
+			continue
+		}
+		e, _ := p.Ckpt.Lookup(name)
+		add(e.Shard, e.Offset, e.Size)
+	}
+	return out, nil
+}

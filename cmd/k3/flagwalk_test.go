@@ -80,6 +80,7 @@ func flagWalkBases(t *testing.T) map[string][]string {
 		"logits":      {"--model", empty, "--ids", "1"},
 		"batch":       {"--model", empty, "--input", file, "--output", out("batch")},
 		"pack":        {"--model", empty, "--out", out("pack")},
+		"slice":       {"--model", empty, "--out", out("slice"), "--rank", "1", "--ranks", "2"},
 		"tokenize":    {"--tokenizer", badTok, "--text", "hi"},
 		"detokenize":  {"--tokenizer", badTok, "--ids", "1"},
 		"template":    {"--tokenizer", badTok, "--input", file},

@@ -41,6 +41,7 @@ func init() {
 		{"batch", "run a file of OpenAI Batch API requests (chat and completions) together; resumable, shardable", runBatch},
 		{"logits", "print the logits of a teacher-forced forward pass", runLogits},
 		{"pack", "rewrite the dense weights into one aligned file for streaming", runPack},
+		{"slice", "copy the share of a checkpoint one rank of a cluster reads, as sparse files", runSlice},
 		{"tokenize", "print the token ids of a text", runTokenize},
 		{"detokenize", "print the text of token ids", runDetokenize},
 		{"template", "render a conversation in K3's chat format, or parse a model's answer", runTemplate},

@@ -175,6 +175,9 @@ func Open(ctx context.Context, dir string, cfg *model.Config, opts Options) (_ *
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if err := checkSlice(dir, 0, len(opts.Cluster.Peers)+1); err != nil {
+		return nil, err
+	}
 	e := &Engine{opts: opts, log: log, tok: opts.Tokenizer, wrapSource: opts.WrapSource}
 	// The budget is the process's peak RSS, so Open starts from a collected
 	// heap returned to the system: a model closed before this one leaves

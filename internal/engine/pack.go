@@ -102,6 +102,9 @@ type raw struct {
 // openRaw opens the checkpoint in dir for packing or measuring; close
 // releases it.
 func openRaw(dir string) (_ *raw, err error) {
+	if err := checkSlice(dir, 0, 1); err != nil {
+		return nil, err
+	}
 	cfg, err := ReadConfig(filepath.Join(dir, "config.json"))
 	if err != nil {
 		return nil, err

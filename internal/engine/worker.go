@@ -133,6 +133,9 @@ func (w *Worker) load(ctx context.Context, rank, ranks int) error {
 	}
 	w.unload()
 	e := w.e
+	if err := checkSlice(e.ck.Dir, rank, ranks); err != nil {
+		return err
+	}
 	plan, err := w.whole.Shard(rank, ranks)
 	if err != nil {
 		return err
