@@ -5,8 +5,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"os"
-	"runtime/pprof"
 
 	"github.com/k3go/k3"
 	"github.com/k3go/k3/internal/app/cli"
@@ -62,17 +60,11 @@ func runWorker(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if err := cf.WorkerOptions(&opts); err != nil {
 		return err
 	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := cli.StartCPUProfile(*cpuProfile)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	ctx, cancel := writerSignalContext()
 	defer cancel()
 	w, err := k3.NewWorkerContext(ctx, *dir, opts)

@@ -17,7 +17,6 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
-	"runtime/pprof"
 	"slices"
 	"strings"
 
@@ -107,17 +106,11 @@ func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if !ok {
 		return cli.Usagef("--compression %q: want on, off or auto", *compression)
 	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := cli.StartCPUProfile(*cpuProfile)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	if *replay != "" {
 		rr := replayRun{path: *replay, tokenizer: *replayTok, subset: *subset, files: *files, turns: *turns, skipTurns: *skipTurns,
 			maxTokens: *turnTokens, maxPrompt: *maxPrompt, project: *projectDir, json: *asJSON}

@@ -12,7 +12,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"regexp"
+	"runtime/pprof"
 	"syscall"
 
 	"github.com/k3go/k3"
@@ -102,4 +104,25 @@ func ExitCode(err error) int {
 		return ExitIO
 	}
 	return ExitFailure
+}
+
+// StartCPUProfile starts a CPU profile of the process into the file at
+// path (the --cpuprofile flags); stop ends it and closes the file. An
+// empty path profiles nothing.
+func StartCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
