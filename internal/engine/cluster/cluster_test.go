@@ -225,6 +225,31 @@ func TestClusterFaults(t *testing.T) {
 	oracle.SameBits(t, "after the rank came back", oracle.Teacher(t, m, exp.FullIDs), want, ref.Cfg.Vocab)
 }
 
+// TestRoundAbandoned: rank 0's own rows of a round panic after the round
+// was sent. The worker's reply to it must not be read as the next round's:
+// the link is dropped and dialled again, and the next pass is exact.
+func TestRoundAbandoned(t *testing.T) {
+	name := oracle.Names[0]
+	ref, exp := oracle.Load(t, name, model.Options{})
+	want := oracle.Teacher(t, ref, exp.FullIDs)
+	m, c := cluster(t, name, 2, nil)
+	V := m.Cfg.Vocab
+	rd := &model.Round{Kind: model.RoundHead, Inputs: [][]float32{make([]float32, m.Cfg.Hidden)},
+		Products: []model.Product{{In: 0, N: 1, Rows: V, Out: make([]float32, V)}}}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("the panic of rank 0's rows did not reach the caller")
+			}
+		}()
+		c.Round(context.Background(), rd, func() error { panic("a bug in rank 0's rows") })
+	}()
+	for c.Health() != nil {
+		runtimeGosched() // the background redial brings it back
+	}
+	oracle.SameBits(t, "after an abandoned round", oracle.Teacher(t, m, exp.FullIDs), want, ref.Cfg.Vocab)
+}
+
 func runtimeGosched() { time.Sleep(10 * time.Millisecond) }
 
 // FuzzRoundDecode feeds arbitrary messages to the round and prefetch
