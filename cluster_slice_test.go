@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -91,6 +92,17 @@ func TestClusterSlices(t *testing.T) {
 			t.Fatalf("pack of a slice: %v, want ErrSlice", err)
 		}
 	}
+	// A slice interrupted (here after its first bytes) leaves nothing that
+	// could pass for a checkpoint.
+	cut := filepath.Join(t.TempDir(), "cut")
+	ctx, cancel := context.WithCancel(context.Background())
+	if _, err := k3.Slice(ctx, dir, cut, k3.SliceOptions{Rank: 1, Ranks: 2, Progress: func(done, total int64) { cancel() }}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("an interrupted slice: %v, want context.Canceled", err)
+	}
+	if ents, _ := os.ReadDir(cut); len(ents) != 0 {
+		t.Fatalf("an interrupted slice left %d files in %s", len(ents), cut)
+	}
+
 	// Nothing is written over: an output that holds anything, the
 	// checkpoint itself, a slice of a slice, bad ranks.
 	full := t.TempDir()

@@ -45,7 +45,7 @@ const sliceGap = 4 << 10
 // fingerprint. Every other file of dir (config, tokenizer) is copied
 // whole, and SliceFile records the rank. out must not exist or be empty;
 // dir is only read. progress, if set, hears of the bytes copied.
-func Slice(ctx context.Context, dir, out string, rank, ranks int, progress func(done, total int64)) (SliceInfo, error) {
+func Slice(ctx context.Context, dir, out string, rank, ranks int, progress func(done, total int64)) (_ SliceInfo, err error) {
 	info := SliceInfo{Rank: rank, Ranks: ranks}
 	if ranks < 2 || rank < 0 || rank >= ranks {
 		return info, fmt.Errorf("k3: slice: %w: rank %d of %d ranks (a cluster has at least 2)", ErrBadOptions, rank, ranks)
@@ -93,6 +93,19 @@ func Slice(ctx context.Context, dir, out string, rank, ranks int, progress func(
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return info, fmt.Errorf("k3: slice: %w", err)
 	}
+	// out was empty: what is in it from here on is this slice's, and an
+	// unfinished slice is removed rather than left to look like a
+	// checkpoint. The note goes first, so that even a slice whose removal
+	// fails names its rank.
+	b, _ := json.MarshalIndent(info, "", "  ")
+	if err := writeNew(filepath.Join(out, SliceFile), append(b, '\n')); err != nil {
+		return info, fmt.Errorf("k3: slice: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			clearDir(out)
+		}
+	}()
 	var done int64
 	report := func(n int64) {
 		done += n
@@ -119,15 +132,22 @@ func Slice(ctx context.Context, dir, out string, rank, ranks int, progress func(
 		if i, ok := shard[name]; ok {
 			rs, size = ranges[i], ck.Shards[i].Header.FileSize
 		}
-		if err := copyRanges(ctx, src, filepath.Join(out, name), rs, size, report); err != nil {
+		if err = copyRanges(ctx, src, filepath.Join(out, name), rs, size, report); err != nil {
 			return info, fmt.Errorf("k3: slice: %s: %w", name, err)
 		}
 	}
-	b, _ := json.MarshalIndent(info, "", "  ")
-	if err := writeNew(filepath.Join(out, SliceFile), append(b, '\n')); err != nil {
-		return info, fmt.Errorf("k3: slice: %w", err)
-	}
 	return info, nil
+}
+
+// clearDir removes everything in dir, the note of the slice last.
+func clearDir(dir string) {
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if e.Name() != SliceFile {
+			os.RemoveAll(filepath.Join(dir, e.Name()))
+		}
+	}
+	os.Remove(filepath.Join(dir, SliceFile))
 }
 
 // mergeRanges sorts (offset, length) ranges, clips them to size and joins
