@@ -97,6 +97,22 @@ func openRank0(t *testing.T, dir, addr string, timeout time.Duration) *k3.Model 
 	return m
 }
 
+// generateUntilFault generates from prompt on m, calls fault after the
+// after-th token, and returns the tokens generated and the error that
+// ended the generation (nil if it ran out of tokens first).
+func generateUntilFault(m *k3.Model, prompt []int, after int, fault func()) (int, error) {
+	n := 0
+	for _, err := range m.Generate(context.Background(), prompt, k3.GenerateOptions{MaxTokens: 200}) {
+		if err != nil {
+			return n, err
+		}
+		if n++; n == after {
+			fault()
+		}
+	}
+	return n, nil
+}
+
 // awaitWhole waits until rank 0 has every worker again; a worker that
 // refuses rank 0 fails the test instead of waiting forever.
 func awaitWhole(t *testing.T, m *k3.Model) {
@@ -128,18 +144,10 @@ func TestClusterKillAndRestart(t *testing.T) {
 		t.Fatalf("over 2 ranks %v, one process %v", got, want)
 	}
 	// Kill the worker after the 5th token.
-	n := 0
-	var genErr error
-	for _, err := range m.Generate(context.Background(), prompt, k3.GenerateOptions{MaxTokens: 200}) {
-		if err != nil {
-			genErr = err
-			break
-		}
-		if n++; n == 5 {
-			w.cmd.Process.Signal(syscall.SIGKILL)
-			w.cmd.Wait()
-		}
-	}
+	n, genErr := generateUntilFault(m, prompt, 5, func() {
+		w.cmd.Process.Signal(syscall.SIGKILL)
+		w.cmd.Wait()
+	})
 	if genErr == nil || !strings.Contains(genErr.Error(), "rank 1") {
 		t.Fatalf("a generation whose worker was killed: %v after %d tokens", genErr, n)
 	}

@@ -3,7 +3,6 @@
 package k3_test
 
 import (
-	"context"
 	"errors"
 	"slices"
 	"strings"
@@ -29,17 +28,7 @@ func TestClusterHungWorker(t *testing.T) {
 	want := soloIDs(t, dir, prompt, 20)
 	w := startWorkerProc(t, dir, "127.0.0.1:0")
 	m := openRank0(t, dir, w.addr, time.Second)
-	n := 0
-	var genErr error
-	for _, err := range m.Generate(context.Background(), prompt, k3.GenerateOptions{MaxTokens: 200}) {
-		if err != nil {
-			genErr = err
-			break
-		}
-		if n++; n == 3 {
-			w.cmd.Process.Signal(syscall.SIGSTOP)
-		}
-	}
+	n, genErr := generateUntilFault(m, prompt, 3, func() { w.cmd.Process.Signal(syscall.SIGSTOP) })
 	if genErr == nil || !strings.Contains(genErr.Error(), "rank 1") || !errors.Is(genErr, link.ErrTimeout) {
 		t.Fatalf("a generation whose worker hung: %v after %d tokens", genErr, n)
 	}
