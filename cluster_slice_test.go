@@ -1,12 +1,15 @@
 package k3_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/k3go/k3"
@@ -90,6 +93,23 @@ func TestClusterSlices(t *testing.T) {
 		}
 		if err := k3.Pack(context.Background(), slices[0], t.TempDir(), k3.PackOptions{}); !errors.Is(err, k3.ErrSlice) {
 			t.Fatalf("pack of a slice: %v, want ErrSlice", err)
+		}
+		// A slice cut by a k3 whose ranks held other rows (its note
+		// without this layout): its holes are not read as weights.
+		note := filepath.Join(slices[0], "k3-slice.json")
+		b, err := os.ReadFile(note)
+		if err != nil {
+			t.Fatal(err)
+		}
+		old := regexp.MustCompile(`"layout":\s*\d+,?`).ReplaceAll(b, nil)
+		if bytes.Equal(old, b) {
+			t.Fatalf("the slice's note %s names no layout", b)
+		}
+		if err := os.WriteFile(note, old, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := k3.Open(slices[0], k3.Options{MaxContext: 64, Threads: 1, Cluster: &k3.ClusterOptions{Peers: peers, Key: clusterKey}}); !errors.Is(err, k3.ErrSlice) || !strings.Contains(err.Error(), "layout") {
+			t.Fatalf("rank 0 on a slice of another layout: %v, want ErrSlice naming the layout", err)
 		}
 	}
 	// A slice interrupted (here after its first bytes) leaves nothing that

@@ -71,10 +71,12 @@ func TestPlanCluster(t *testing.T) {
 		}
 		pass := cp.DecodePass(1, float64(c.TopK))
 		moe := c.MoELayers
-		// A MoE layer: router, latent down (with the shared experts' gate
-		// and up), latent up; the experts' up (with the shared experts'
-		// down, in a one-tile pass) and down.
-		if g := 3*c.Layers + 2*c.DenseLayers + 5*moe + 1; pass.Gathers != g {
+		// A KDA layer: its heads (every rank's, up to their gated
+		// outputs), the output projection; an MLA layer three. A MoE
+		// layer: router, latent down (with the shared experts' gate and
+		// up), latent up; the experts' up (with the shared experts' down,
+		// in a one-tile pass) and down.
+		if g := 2*c.KDALayers + 3*c.MLALayers + 2*c.DenseLayers + 5*moe + 1; pass.Gathers != g {
 			t.Fatalf("%d ranks: %d gathers for a token, want %d", ranks, pass.Gathers, g)
 		}
 		if perRound := int64(4 * c.Hidden * (ranks - 1)); pass.SentBytes < int64(pass.Gathers)*perRound/2 || pass.ReceivedBytes <= 0 {

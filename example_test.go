@@ -290,7 +290,7 @@ func ExampleInspection_PlanCluster() {
 	// Output:
 	// rank 0 sessions: 2 worker sessions' state: 0
 	// expert halves each rank's cache chooses from: 192
-	// gathers per token: 102
+	// gathers per token: 93
 }
 
 // A long prompt is fed in several passes over the weights; WithProgress

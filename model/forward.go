@@ -195,6 +195,9 @@ type pass struct {
 	all []segment // the sub-pass's segments, in rows [0, R)
 	R   int
 	l   int // the layer running, -1 outside the layers (for errors)
+	// split: a cluster pass whose KDA layers run by heads on every rank
+	// (placeStates).
+	split bool
 
 	// The current tile: rows [r0, r0+T) of the sub-pass, as segs (their
 	// rows relative to the tile). The ops see only the tile.
@@ -286,6 +289,11 @@ func (p *pass) run(ctx context.Context) error {
 	}
 	if err := p.allFailed(); err != nil {
 		return err
+	}
+	if p.sharded() {
+		if err := p.placeStates(ctx); err != nil {
+			return err
+		}
 	}
 	nb := 0
 	for l := 0; l < c.Layers; l++ {

@@ -13,6 +13,9 @@ import (
 // projections run over every row at once; the convolutions and the
 // recurrence run each sequence's rows in order on its own state.
 func (p *pass) kda(l int, mats *LayerMats, vec *LayerVecs) error {
+	if p.split {
+		return p.kdaSplit(l, mats)
+	}
 	m, c, sc, T := p.m, p.c, p.sc, p.T
 	E, P, D, Hk, kc := c.Hidden, c.KDAWidth(), c.KDAHeadDim, c.KDAHeads, c.ConvKernel
 	xn := sc.xn[:T*E]

@@ -23,6 +23,10 @@ type Round struct {
 	// several products may read one.
 	Inputs   [][]float32
 	Products []Product
+	// Seqs are the sequences of a RoundKDA round: which rows of its input
+	// are whose, and the id every rank keeps its heads of the sequence's
+	// state under.
+	Seqs []RoundSeq
 }
 
 // RoundKind says which weights a round's products use.
@@ -34,6 +38,12 @@ const (
 	RoundExpertUp                    // routed experts: their w1 and w3 rows (expert.HalfUp)
 	RoundExpertDown                  // routed experts: their w2 rows (expert.HalfDown)
 	RoundHead                        // the output head
+	// RoundKDA is a KDA layer up to its output projection, split by heads:
+	// each rank projects its heads' q, k, v, g, β and decay rows of the
+	// layer's input, runs their convolutions and recurrence on its own
+	// heads of every sequence's state (Round.Seqs), and returns its heads'
+	// gated outputs. Its one product is the output, Unit KDAHeadDim.
+	RoundKDA
 	NumRoundKinds
 )
 
@@ -62,6 +72,12 @@ type Product struct {
 	// has it).
 	In, N, Rows int
 	Out         []float32
+	// Unit is the rows a rank takes whole (0: 1): the ranks split the
+	// matrix's Rows/Unit units by RowRange. A KDA head's rows are one unit,
+	// so that a head's projections, state and output are one rank's; a
+	// Unit of Rows gives every row to rank 0 (the KDA decay's first
+	// projection, which every rank holds whole).
+	Unit int
 	// Pick, if set (N long), makes the product's input rows rows Pick[i]
 	// of Inputs[In] instead of its first N: the experts of a round share
 	// one input of the distinct rows that chose any of them, so a row is
@@ -95,9 +111,23 @@ type Ranks interface {
 // errNoRanks reports a sharded plan loaded without the rest of its cluster.
 var errNoRanks = errors.New("model: a plan of one rank of a cluster needs Options.Ranks")
 
-// SliceRows returns the rows rank holds of product pr (RowRange of its
-// whole matrix; rank 0 keeps kv_b whole, which no round carries).
-func SliceRows(pr *Product, rank, ranks int) (lo, hi int) { return RowRange(pr.Rows, rank, ranks) }
+// SliceRows returns the rows rank computes of product pr: its units'
+// (RowRange of the Rows/Unit units; rank 0 keeps kv_b whole, which no
+// round carries).
+func SliceRows(pr *Product, rank, ranks int) (lo, hi int) {
+	return UnitRange(pr.Rows, pr.Unit, rank, ranks)
+}
+
+// UnitRange returns rank's rows [lo, hi) of a matrix of rows rows split
+// over ranks in whole units of unit rows (0 or 1: rows; rows a multiple of
+// unit).
+func UnitRange(rows, unit, rank, ranks int) (lo, hi int) {
+	if unit <= 1 {
+		return RowRange(rows, rank, ranks)
+	}
+	lo, hi = RowRange(rows/unit, rank, ranks)
+	return lo * unit, hi * unit
+}
 
 // RoundWork is what computing a round's slices reuses from round to round,
 // so that a pass allocates nothing once its buffers have grown.
@@ -116,6 +146,13 @@ type RoundWork struct {
 	pendIDs             []int32
 	pendOn              bool
 	pendLayer, pendHalf int
+
+	// A RoundKDA round's: where its sequences' heads are, its
+	// projections' rows, the heads it runs on, its recurrence.
+	states headStates
+	kda    []float32
+	kst    []kdaState
+	hjob   headJob
 }
 
 // Prefetcher is implemented by Ranks that can tell the other ranks which
@@ -194,6 +231,11 @@ func (m *Model) Slices(ctx context.Context, rd *Round, mats *LayerMats, w *Round
 				return nil, err
 			}
 		}
+	case RoundKDA:
+		if mats == nil {
+			return nil, fmt.Errorf("model: round of layer %d %s without its matrices", rd.Layer, rd.Kind)
+		}
+		err = m.kdaHeads(rd, mats, w, w.out)
 	case RoundHead:
 		head := Linear{Dense: m.lmHead}
 		for i := range rd.Products {
@@ -297,6 +339,9 @@ func (m *Model) slice(rd *Round, pr *Product, w *Linear, dst []float32, rank, ra
 		return fmt.Errorf("model: product reads input %d of %d", pr.In, len(rd.Inputs))
 	}
 	lo, hi := SliceRows(pr, rank, ranks)
+	if hi == lo {
+		return nil // none of this rank's (a matrix every rank holds whole, computed by rank 0)
+	}
 	rows := w.Rows()
 	if rows != hi-lo {
 		return fmt.Errorf("model: a product of %d rows needs rows [%d, %d) of rank %d of %d; this rank holds %d", pr.Rows, lo, hi, rank, ranks, rows)
@@ -443,6 +488,8 @@ func (k RoundKind) String() string {
 		return "experts (down)"
 	case RoundHead:
 		return "head"
+	case RoundKDA:
+		return "kda heads"
 	}
 	return fmt.Sprintf("round kind %d", k)
 }
@@ -465,7 +512,7 @@ func (p *pass) round(l int, kind RoundKind) *Round {
 	rd := &p.sc.round
 	clear(rd.Inputs)
 	clear(rd.Products)
-	*rd = Round{Layer: l, Kind: kind, Inputs: rd.Inputs[:0], Products: rd.Products[:0]}
+	*rd = Round{Layer: l, Kind: kind, Inputs: rd.Inputs[:0], Products: rd.Products[:0], Seqs: rd.Seqs[:0]}
 	return rd
 }
 
@@ -476,7 +523,8 @@ func (p *pass) prod(rd *Round, w *Linear, id MatID, out, in []float32, n int) {
 		w.MatMul(p.m.pool, out, in, n)
 		return
 	}
-	p.add(rd, Product{Mat: id, N: n, Rows: len(out) / max(n, 1), Out: out}, in)
+	rows := len(out) / max(n, 1)
+	p.add(rd, Product{Mat: id, N: n, Rows: rows, Unit: SplitUnit(p.c, id, rows), Out: out}, in)
 }
 
 // glu makes g = SiTU-GLU(gate·in, up·in) for n rows: in one process now

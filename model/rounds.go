@@ -25,16 +25,26 @@ type PassRounds struct {
 	// are the sum of rows × Out[rows] floats, and rank r computes
 	// hi-lo of each matrix's rows (RowRange(rows, r, ranks)).
 	Out map[int]int64
+	// HeadRows counts the rows of the KDA layers' RoundKDA outputs
+	// (HeadWidth floats each, split over the ranks in whole heads of
+	// HeadDim, UnitRange), and Seqs their sequences' entries (a
+	// sequence's per tile it has rows in, per KDA layer).
+	HeadRows           int64
+	HeadWidth, HeadDim int
+	Seqs               int64
 }
 
 // CountRounds returns the rounds of one pass (one sub-pass of
-// ForwardBatch: rows at most its Scratch's) of rows token rows in tiles of
-// tile rows (0: DefaultTile), logitRows of which want logits, whose MoE
-// layers each route to union distinct experts (the mean over the layers).
+// ForwardBatch: rows at most its Scratch's) of rows token rows of seqs
+// sequences of equal length (rows/seqs, rounded up) in tiles of tile rows
+// (0: DefaultTile), logitRows of which want logits, whose MoE layers each
+// route to union distinct experts (the mean over the layers), on ranks
+// that keep the KDA heads (StateRanks) and a pass that does not
+// speculate.
 //
-// Per tile of rows, a KDA layer takes three rounds (q, k, v, g, β and the
-// decay's first projection, all of the layer's input; the decay's second;
-// the output projection), an MLA layer three (q_a, kv_a and the output
+// Per tile of rows, a KDA layer takes two rounds (every rank's heads of
+// the layer up to their gated outputs, RoundKDA; the output projection),
+// an MLA layer three (q_a, kv_a and the output
 // gate; q_b; the output projection), a dense FFN two (gate with up, one
 // GLU product whose activation each rank applies to its rows; down),
 // a MoE layer's trunk three or four (the router; the latent down
@@ -47,16 +57,23 @@ type PassRounds struct {
 // the chunk (every decoding pass of up to 256 / top-k sequences), so the
 // count is exact; beyond it the chunks are estimated by packing union
 // experts of equal use, as expertRounds packs whole experts.
-func CountRounds(c *Config, rows, tile, logitRows int, union float64) PassRounds {
+func CountRounds(c *Config, rows, seqs, tile, logitRows int, union float64) PassRounds {
 	rows = max(rows, 0)
 	if tile <= 0 {
 		tile = DefaultTile
 	}
-	r := PassRounds{Out: map[int]int64{}}
+	r := PassRounds{Out: map[int]int64{}, HeadWidth: c.KDAWidth(), HeadDim: c.KDAHeadDim}
 	if rows == 0 {
 		return r
 	}
 	tiles := (rows + tile - 1) / tile
+	// The sequences' entries of a tile's RoundKDA: those with rows in it.
+	perSeq := (rows + max(seqs, 1) - 1) / max(seqs, 1)
+	entries := int64(0)
+	for a := 0; a < rows; a += tile {
+		b := min(a+tile, rows)
+		entries += int64((b-1)/perSeq - a/perSeq + 1)
+	}
 	R := int64(rows)
 	// round adds one round of n inputs (floats in all, summed over the
 	// pass's tiles) to every tile, and its products' rows.
@@ -69,7 +86,7 @@ func CountRounds(c *Config, rows, tile, logitRows int, union float64) PassRounds
 			r.Out[h] += R
 		}
 	}
-	E, P, D, Hk := c.Hidden, c.KDAWidth(), c.KDAHeadDim, c.KDAHeads
+	E, P := c.Hidden, c.KDAWidth()
 	H, vh := c.MLAHeads, c.VHeadDim
 	Lt, I, S := c.LatentDim, c.MoEIntermediate, c.SharedExperts*c.MoEIntermediate
 	moeLayers := 0
@@ -83,8 +100,10 @@ func CountRounds(c *Config, rows, tile, logitRows int, union float64) PassRounds
 			round(1, R*int64(c.QLoraRank), H*c.MLAHeadDim())
 			round(1, R*int64(H*vh), E)
 		} else {
-			round(1, R*int64(E), P, P, P, P, Hk, D)
-			round(1, R*int64(D), P)
+			round(1, R*int64(E))
+			r.Products += float64(tiles)
+			r.HeadRows += R
+			r.Seqs += entries
 			round(1, R*int64(P), E)
 		}
 		if c.IsDense(l) {

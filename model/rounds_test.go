@@ -72,10 +72,14 @@ func TestCountRounds(t *testing.T) {
 				}
 				after := m.Stats()
 				union := float64(after.ExpertUnion-before.ExpertUnion) / float64(after.MoELayerPasses-before.MoELayerPasses)
-				want := model.CountRounds(c, rows, sc.Tile(), tc.logitRows, union)
+				want := model.CountRounds(c, rows, tc.seqs, sc.Tile(), tc.logitRows, union)
 				got := cl.seen
 				if !maps.Equal(got.Out, want.Out) {
 					t.Fatalf("%s: the rounds made products of rows %v; CountRounds says %v", tc.what, got.Out, want.Out)
+				}
+				if got.HeadRows != want.HeadRows || got.Seqs != want.Seqs || want.HeadRows == 0 {
+					t.Fatalf("%s: the KDA rounds made %d rows of heads for %d sequence entries; CountRounds says %d and %d",
+						tc.what, got.HeadRows, got.Seqs, want.HeadRows, want.Seqs)
 				}
 				if tc.oneChunk && got.InputFloats != want.InputFloats {
 					t.Fatalf("%s: the rounds carried %d input floats; CountRounds says %d", tc.what, got.InputFloats, want.InputFloats)

@@ -72,8 +72,9 @@ type Scratch struct {
 	mlaJob mlaJob
 
 	// A cluster pass's rounds (round.go).
-	round Round
-	rwork RoundWork
+	round     Round
+	rwork     RoundWork
+	passHeads passHeads // rank 0's heads of a RoundKDA round's states
 	// A cluster pass's chunk of expert rows: their latent inputs, the up
 	// halves' results, the down halves' (moe.go, expertRounds).
 	cxg, ca1, ceo []float32

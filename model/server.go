@@ -19,10 +19,16 @@ type Server struct {
 	mats   *LayerMats
 	inPass bool
 	work   RoundWork
+	heads  *HeadStore
 }
 
-// NewServer returns a Server over m, a model of a sharded plan's rank.
-func (m *Model) NewServer() *Server { return &Server{m: m} }
+// NewServer returns a Server over m, a model of a sharded plan's rank,
+// holding no state's heads yet.
+func (m *Model) NewServer() *Server { return &Server{m: m, heads: m.NewHeadStore()} }
+
+// Heads returns the Server's heads of the states of rank 0's sequences
+// (RoundKDA).
+func (s *Server) Heads() *HeadStore { return s.heads }
 
 // Round computes this rank's rows of every product of rd and returns them
 // (Slices): product i's N × its rows in slice i, valid until the next
@@ -30,7 +36,7 @@ func (m *Model) NewServer() *Server { return &Server{m: m} }
 func (s *Server) Round(ctx context.Context, rd *Round) ([][]float32, error) {
 	part, ok := PartAttn, true
 	switch rd.Kind {
-	case RoundAttn:
+	case RoundAttn, RoundKDA:
 	case RoundFFN:
 		part = PartFFN
 	case RoundExpertUp, RoundExpertDown:
@@ -60,6 +66,10 @@ func (s *Server) Round(ctx context.Context, rd *Round) ([][]float32, error) {
 		}
 		s.held, s.mats = heldPart{layer: rd.Layer, part: part, ok: true}, mats
 	}
+	if rd.Kind == RoundKDA {
+		s.work.states = s.heads
+		defer func() { s.work.states = nil }()
+	}
 	return s.m.Slices(ctx, rd, s.mats, &s.work)
 }
 
@@ -77,9 +87,12 @@ func (s *Server) Prefetch(ctx context.Context, layer, half int, experts []int32)
 	return s.m.PrefetchExperts(ctx, &s.work, layer, half, experts)
 }
 
-// End gives back the held part and any experts begun ahead, and ends the
-// Server's turn on the layer source (rank 0 left, or failed).
+// End gives back the held part, any experts begun ahead and every state's
+// heads, and ends the Server's turn on the layer source (rank 0 left, or
+// failed: a rank 0 that connects again knows its sequences' states are
+// gone from this rank, whose rounds say so).
 func (s *Server) End() {
+	s.heads = s.m.NewHeadStore()
 	s.m.EndPrefetch(&s.work)
 	s.release()
 	if s.inPass {

@@ -8,14 +8,18 @@ import (
 )
 
 // A cluster of ranks runs one model: rank 0 (the process that serves
-// requests) holds every sequence's state and computes everything but the
-// products of weight matrices, and every rank, rank 0 included, holds a
-// slice of the rows of every matrix (RowRange: the trunk's, the routed
-// experts', the output head's) and computes whole dot products for its
-// rows. The slices put together are the product of the whole matrix, bit
-// for bit: no sum is ever split, so the logits are the same at every rank
-// count. The one matrix rank 0 keeps whole is MLA's kv_b (its attention
-// reads it per head); the embeddings, norms and vectors are rank 0's too.
+// requests) holds every sequence's MLA cache and computes everything but
+// the products of weight matrices and the KDA heads, and every rank, rank
+// 0 included, holds a slice of the rows of every matrix (RowRange: the
+// trunk's, the routed experts', the output head's; the KDA matrices in
+// whole heads, SplitUnit) and computes whole dot products for its rows.
+// The slices put together are the product of the whole matrix, bit for
+// bit: no sum is ever split, so the logits are the same at every rank
+// count. Each rank also runs its KDA heads of every sequence on its own
+// heads of the sequence's state (heads.go). The matrices rank 0 keeps
+// whole are MLA's kv_b (its attention reads it per head) and, like every
+// rank, the KDA decay's first projection; the embeddings, norms and
+// vectors are rank 0's too.
 
 // RowRange is expert.RowRange: rank's rows [lo, hi) of a matrix of rows
 // rows split over ranks ranks.
@@ -24,6 +28,42 @@ func RowRange(rows, rank, ranks int) (lo, hi int) { return expert.RowRange(rows,
 // rankZeroOnly reports whether rank 0 keeps matrix id whole instead of
 // splitting it.
 func rankZeroOnly(id MatID) bool { return id == MatKVBProj }
+
+// everyRank reports whether every rank holds matrix id whole: the KDA
+// decay's first projection (KDAHeadDim rows), whose output every rank's
+// heads of the second read in full.
+func everyRank(id MatID) bool { return id == MatFAProj }
+
+// SplitUnit returns the rows of matrix id (rows rows) that ranks take
+// whole (Product.Unit): a KDA head's KDAHeadDim rows of q, k, v, the
+// output gate and the decay's second projection, so that every head is
+// one rank's (β has a row per head, unit 1); all of the decay's first
+// projection, which every rank holds and rank 0 computes in rounds; 1
+// (rows) for the rest.
+func SplitUnit(c *Config, id MatID, rows int) int {
+	switch id {
+	case MatQProj, MatKProj, MatVProj, MatGProj, MatFBProj:
+		return c.KDAHeadDim
+	case MatFAProj:
+		return rows
+	}
+	return 1
+}
+
+// matRows returns the rows [lo, hi) of matrix id (rows rows) that rank of
+// ranks holds.
+func matRows(c *Config, id MatID, rows, rank, ranks int) (lo, hi int) {
+	switch {
+	case rankZeroOnly(id):
+		if rank != 0 {
+			return 0, 0
+		}
+		return 0, rows
+	case everyRank(id):
+		return 0, rows
+	}
+	return UnitRange(rows, SplitUnit(c, id, rows), rank, ranks)
+}
 
 // Rank returns the plan's rank and the cluster's size (0, 1 for a plan of
 // the whole model).
@@ -59,13 +99,7 @@ func (p *Plan) Shard(rank, ranks int) (*Plan, error) {
 			if !ok {
 				return nil, fmt.Errorf("%w: tensor %s is missing", ErrBadCheckpoint, t.Name)
 			}
-			lo, hi := RowRange(t.Rows, rank, ranks)
-			if rankZeroOnly(t.Mat) {
-				lo, hi = 0, t.Rows
-				if rank != 0 {
-					hi = 0
-				}
-			}
+			lo, hi := matRows(p.Cfg, t.Mat, t.Rows, rank, ranks)
 			if hi == lo {
 				continue
 			}

@@ -3,7 +3,9 @@ package model_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 
@@ -25,11 +27,16 @@ type localRanks struct {
 	// distinct counts the floats of the inputs the experts' up rounds
 	// pick their rows from.
 	distinct int64
+	// forgotten are states ForgetState named, dropped before the next
+	// round.
+	forgotten []uint64
+	kda       int // RoundKDA rounds
 }
 
 func (l *localRanks) Size() int { return len(l.servers) + 1 }
 
 func (l *localRanks) Round(ctx context.Context, rd *model.Round, local func() error) error {
+	l.forget()
 	l.mu.Lock()
 	l.rounds++
 	l.seen.Rounds++
@@ -42,9 +49,14 @@ func (l *localRanks) Round(ctx context.Context, rd *model.Round, local func() er
 		l.seen.Out = map[int]int64{}
 	}
 	for _, pr := range rd.Products {
+		if rd.Kind == model.RoundKDA {
+			l.seen.HeadRows += int64(pr.N)
+			continue
+		}
 		l.seen.Out[pr.Rows] += int64(pr.N)
 		l.seen.InputFloats += int64(len(pr.Pick))
 	}
+	l.seen.Seqs += int64(len(rd.Seqs))
 	if rd.Kind == model.RoundExpertUp {
 		counted := map[int]bool{}
 		for _, pr := range rd.Products {
@@ -56,6 +68,9 @@ func (l *localRanks) Round(ctx context.Context, rd *model.Round, local func() er
 	}
 	if rd.Kind == model.RoundExpertUp || rd.Kind == model.RoundExpertDown {
 		l.expert++
+	}
+	if rd.Kind == model.RoundKDA {
+		l.kda++
 	}
 	l.mu.Unlock()
 	errs := make([]error, len(l.servers)+1)
@@ -81,9 +96,72 @@ func (l *localRanks) Round(ctx context.Context, rd *model.Round, local func() er
 	return nil
 }
 
+// PutState, GetState and ForgetState make localRanks a model.StateRanks:
+// its KDA layers run by heads on every rank.
+func (l *localRanks) PutState(_ context.Context, rank int, id uint64, parts [][]float32) error {
+	var data []float32
+	for _, p := range parts {
+		data = append(data, p...)
+	}
+	l.forget()
+	return l.servers[rank-1].Heads().Put(id, data)
+}
+
+func (l *localRanks) GetState(_ context.Context, rank int, id uint64, parts [][]float32) error {
+	l.forget()
+	src, err := l.servers[rank-1].Heads().Get(id)
+	if err != nil {
+		return err
+	}
+	if len(src) != len(parts) {
+		return fmt.Errorf("rank %d: %d parts of state, want %d", rank, len(src), len(parts))
+	}
+	for i := range parts {
+		if len(src[i]) != len(parts[i]) {
+			return fmt.Errorf("rank %d: part %d of %d floats, want %d", rank, i, len(src[i]), len(parts[i]))
+		}
+		copy(parts[i], src[i])
+	}
+	return nil
+}
+
+func (l *localRanks) ForgetState(id uint64) {
+	l.mu.Lock()
+	l.forgotten = append(l.forgotten, id)
+	l.mu.Unlock()
+}
+
+// forget drops the forgotten states' heads (no round is running).
+func (l *localRanks) forget() {
+	l.mu.Lock()
+	ids := l.forgotten
+	l.forgotten = nil
+	l.mu.Unlock()
+	for _, id := range ids {
+		for _, s := range l.servers {
+			s.Heads().Forget(id)
+		}
+	}
+}
+
+// rowRanks is a cluster whose KDA layers run their products as rounds
+// and their heads on rank 0 (a model.Ranks that is no StateRanks).
+type rowRanks struct{ l *localRanks }
+
+func (r rowRanks) Size() int { return r.l.Size() }
+func (r rowRanks) Round(ctx context.Context, rd *model.Round, local func() error) error {
+	return r.l.Round(ctx, rd, local)
+}
+
 // loadCluster loads oracle name as a cluster of ranks ranks in one
 // process and returns rank 0's model.
 func loadCluster(t *testing.T, name string, ranks, threads int) (*model.Model, *localRanks) {
+	return loadClusterHeads(t, name, ranks, threads, true)
+}
+
+// loadClusterHeads is loadCluster with the KDA heads split over the
+// ranks (heads) or all on rank 0.
+func loadClusterHeads(t *testing.T, name string, ranks, threads int, heads bool) (*model.Model, *localRanks) {
 	t.Helper()
 	p, _ := oracle.Open(t, name)
 	read := oracle.Read(p)
@@ -110,6 +188,9 @@ func loadCluster(t *testing.T, name string, ranks, threads int) (*model.Model, *
 	pool := par.New(threads)
 	t.Cleanup(pool.Close)
 	opts := model.Options{Pool: pool, Ranks: cl}
+	if !heads {
+		opts.Ranks = rowRanks{cl}
+	}
 	if ranks == 1 {
 		opts.Ranks = nil
 	}
@@ -141,11 +222,15 @@ func TestShardedExact(t *testing.T) {
 			}
 			for _, ranks := range []int{1, 2, 3} {
 				for _, threads := range []int{1, 2} {
-					m, cl := loadCluster(t, name, ranks, threads)
-					oracle.SameBits(t, fmt.Sprintf("%d ranks, %d threads: teacher forcing", ranks, threads), oracle.Teacher(t, m, exp.FullIDs), want, V)
+					heads := threads == 1 || ranks == 1 // 2 threads: the KDA heads on rank 0
+					m, cl := loadClusterHeads(t, name, ranks, threads, heads)
+					oracle.SameBits(t, fmt.Sprintf("%d ranks, %d threads, heads split %v: teacher forcing", ranks, threads, heads), oracle.Teacher(t, m, exp.FullIDs), want, V)
 					oracle.CheckRandomBatches(t, m, rng, seqs, wants, 7, 3)
 					if ranks > 1 && cl.rounds == 0 {
 						t.Fatalf("%d ranks: no round went to the other ranks", ranks)
+					}
+					if split := cl.kda > 0; ranks > 1 && split != heads {
+						t.Fatalf("%d ranks: %d rounds of KDA heads, with the heads split %v", ranks, cl.kda, heads)
 					}
 				}
 			}
@@ -186,4 +271,111 @@ func firstMoE(c *model.Config) int {
 		}
 	}
 	return 0
+}
+
+// TestShardedHeadsMove moves states between rank 0 and the ranks that
+// hold their KDA heads, and checks every move against one process: a
+// speculation begun while the state's heads are away (the pass brings
+// them home, copies, rolls back), in a pass with a sequence that is away
+// too; the next split pass sends both back; Home brings a state whose
+// Recurrent arrays are then bit-identical to the whole model's.
+func TestShardedHeadsMove(t *testing.T) {
+	for _, name := range oracle.Names {
+		ref, exp := oracle.Load(t, name, model.Options{})
+		c := ref.Cfg
+		V := c.Vocab
+		seq := exp.FullIDs
+		if len(seq) < 14 {
+			t.Fatalf("%s: a sequence of %d tokens", name, len(seq))
+		}
+		want := oracle.Teacher(t, ref, seq)
+		for _, ranks := range []int{2, 3} {
+			m, cl := loadCluster(t, name, ranks, 1)
+			sc := model.NewScratch(m.Cfg, 16, 0)
+			st, other := model.NewState(m.Cfg, 64), model.NewState(m.Cfg, 64)
+			out := make([]float32, 8*V)
+			fwd := func(gs ...model.Group) {
+				t.Helper()
+				if err := m.ForwardBatch(context.Background(), sc, gs); err != nil {
+					t.Fatalf("%s, %d ranks: %v", name, ranks, err)
+				}
+			}
+			check := func(what string, from, n int) {
+				t.Helper()
+				oracle.SameBits(t, fmt.Sprintf("%s, %d ranks: %s", name, ranks, what), out[:n*V], want[from*V:(from+n)*V], V)
+			}
+			fwd(model.Group{St: st, Tokens: seq[:5], All: true, Out: out}, model.Group{St: other, Tokens: seq[:2]})
+			check("a split pass", 0, 5)
+			kda := cl.kda
+			st.BeginSpeculation(4)
+			fwd(model.Group{St: st, Tokens: []int{seq[5], seq[6], seq[7], (seq[7] + 1) % V}, All: true, Out: out},
+				model.Group{St: other, Tokens: seq[2:3]})
+			if cl.kda != kda {
+				t.Fatalf("%s, %d ranks: a speculative pass split its KDA layers", name, ranks)
+			}
+			if err := m.Rollback(st, 3); err != nil {
+				t.Fatal(err)
+			}
+			check("speculation begun while away, rolled back", 5, 3)
+			fwd(model.Group{St: st, Tokens: seq[8:12], All: true, Out: out}, model.Group{St: other, Tokens: seq[3:4]})
+			check("the states sent back", 8, 4)
+			if cl.kda == kda {
+				t.Fatalf("%s, %d ranks: the pass after the speculation did not split", name, ranks)
+			}
+			if err := m.Home(context.Background(), st); err != nil {
+				t.Fatal(err)
+			}
+			whole := model.NewState(c, 64)
+			if err := ref.ForwardBatch(context.Background(), model.NewScratch(c, 16, 0), []model.Group{{St: whole, Tokens: seq[:12]}}); err != nil {
+				t.Fatal(err)
+			}
+			got, wantRec := st.Recurrent(), whole.Recurrent()
+			for i := range wantRec {
+				for j := range wantRec[i] {
+					if math.Float32bits(got[i][j]) != math.Float32bits(wantRec[i][j]) {
+						t.Fatalf("%s, %d ranks: recurrent array %d float %d after Home: %v, one process %v", name, ranks, i, j, got[i][j], wantRec[i][j])
+					}
+				}
+			}
+			fwd(model.Group{St: st, Tokens: seq[12:14], All: true, Out: out})
+			check("after Home", 12, 2)
+			for r, s := range cl.servers {
+				if s.Heads().Len() != 2 {
+					t.Fatalf("%s: rank %d of %d holds %d states' heads, want 2", name, r+1, ranks, s.Heads().Len())
+				}
+			}
+		}
+	}
+}
+
+// TestHeadsUnknownState sends a worker a KDA round over a state it never
+// held (as after it restarted): an error that says so, not a state made
+// up of zeros.
+func TestHeadsUnknownState(t *testing.T) {
+	m, cl := loadCluster(t, oracle.Names[0], 2, 1)
+	c := m.Cfg
+	l := 0
+	for c.IsMLA(l) {
+		l++
+	}
+	in := make([]float32, c.Hidden)
+	for i := range in {
+		in[i] = float32(i%5) / 4
+	}
+	round := func(fresh bool) error {
+		rd := &model.Round{Layer: l, Kind: model.RoundKDA, Inputs: [][]float32{in},
+			Products: []model.Product{{Mat: model.MatOProj, N: 1, Rows: c.KDAWidth(), Unit: c.KDAHeadDim}},
+			Seqs:     []model.RoundSeq{{ID: 1 << 60, N: 1, Fresh: fresh}}}
+		_, err := cl.servers[0].Round(context.Background(), rd)
+		return err
+	}
+	if err := round(false); err == nil || !strings.Contains(err.Error(), "no state") {
+		t.Fatalf("a round over a state the rank never held: %v", err)
+	}
+	if err := round(true); err != nil {
+		t.Fatalf("a round that starts the state: %v", err)
+	}
+	if err := round(false); err != nil {
+		t.Fatalf("the state's next round: %v", err)
+	}
 }

@@ -150,13 +150,26 @@ func ClusterScratchBytes(c *Config, rows, tile int) int64 {
 	u := int64(expertChunk(c, rows))
 	chunk := u * (2*int64(c.LatentDim) + int64(c.MoEIntermediate) + 1)
 	logits := int64(min(tile, max(rows, 1))) * int64(c.Vocab)
-	return 4 * (chunk + logits + 2*roundFloats(c, rows, tile))
+	return 4 * (chunk + logits + 2*roundFloats(c, rows, tile) + kdaHeadFloats(c, rows, tile))
+}
+
+// kdaHeadFloats bounds what a rank's share of a RoundKDA round works in
+// (kdaHeads): its heads' q, k, v, g and decay rows, β, and the decay's
+// first projection, for a tile of rows (every head, the most a rank has).
+func kdaHeadFloats(c *Config, rows, tile int) int64 {
+	if c.NumMLA() == c.Layers {
+		return 0
+	}
+	T := int64(min(tile, max(rows, 1)))
+	return T * (5*int64(c.KDAWidth()) + 2*int64(c.KDAHeads) + int64(c.KDAHeadDim))
 }
 
 // WorkerBufferBytes returns what a rank other than 0 holds to serve rounds
 // of passes of up to rows rows in tiles of tile: the largest round as
-// received, its rows of the products, and the rows a product gathers its
-// picked inputs and a GLU product its up rows into.
+// received, its rows of the products, the rows a product gathers its
+// picked inputs and a GLU product its up rows into, and what its heads of
+// a KDA layer work in. (Its heads of the sequences' KDA states are not
+// here: they grow with rank 0's sequences, HeadStore.Bytes each.)
 func WorkerBufferBytes(c *Config, rows, tile int) int64 {
-	return 3 * 4 * roundFloats(c, rows, tile)
+	return 4 * (3*roundFloats(c, rows, tile) + kdaHeadFloats(c, rows, tile))
 }

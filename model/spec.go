@@ -28,9 +28,10 @@ import (
 
 // specRecord is a State's speculation bookkeeping, kept between uses.
 type specRecord struct {
-	active bool
-	p0     int // position before the pass
-	rows   int // rows it may record
+	active  bool
+	pending bool // the copy is not taken yet (the state was away)
+	p0      int  // position before the pass
+	rows    int  // rows it may record
 	// Per KDA layer: the state before the pass, and per row the recurrence
 	// inputs [rows][4P + Hk] (q, k, v before the convolutions, z, β logits).
 	snap []kdaState
@@ -88,11 +89,6 @@ func (s *State) BeginSpeculation(rows int) {
 		if c.IsMLA(l) {
 			continue
 		}
-		k, sn := &s.kda[l], &sp.snap[l]
-		sn.S = append(sn.S[:0], k.S...)
-		sn.qh = append(sn.qh[:0], k.qh...)
-		sn.kh = append(sn.kh[:0], k.kh...)
-		sn.vh = append(sn.vh[:0], k.vh...)
 		if n := rows * (4*P + Hk); cap(sp.rec[l]) < n {
 			sp.rec[l] = make([]float32, n)
 		} else {
@@ -100,6 +96,27 @@ func (s *State) BeginSpeculation(rows int) {
 		}
 	}
 	sp.active, sp.p0, sp.rows = true, s.pos, rows
+	sp.pending = true
+	if !s.away {
+		s.snapshot()
+	}
+	// Else the pass brings the state home and takes the copy then.
+}
+
+// snapshot copies the KDA state and conv histories for a speculation.
+func (s *State) snapshot() {
+	sp := s.spec
+	for l := range s.kda {
+		if s.cfg.IsMLA(l) {
+			continue
+		}
+		k, sn := &s.kda[l], &sp.snap[l]
+		sn.S = append(sn.S[:0], k.S...)
+		sn.qh = append(sn.qh[:0], k.qh...)
+		sn.kh = append(sn.kh[:0], k.kh...)
+		sn.vh = append(sn.vh[:0], k.vh...)
+	}
+	sp.pending = false
 }
 
 // EndSpeculation keeps every row of the speculative pass.
@@ -142,6 +159,9 @@ func (m *Model) Rollback(s *State, keep int) error {
 	sp.active = false
 	if keep == done {
 		return nil
+	}
+	if sp.pending {
+		return fmt.Errorf("model: Rollback of a speculation whose pass did not run")
 	}
 	c := m.Cfg
 	ckv, r := c.KVLoraRank, c.QKRopeDim

@@ -22,6 +22,14 @@ type State struct {
 
 	spec *specRecord // speculation bookkeeping, nil until first used
 	lent bool        // spec is a SpecBuffer's, given back when the speculation ends
+
+	// In a cluster (heads.go): the id the ranks keep their KDA heads of
+	// this state under; away while theirs are the current ones (rank 0's
+	// arrays hold only its own heads then); tracked once the ranks are to
+	// be told when it is gone.
+	id      uint64
+	away    bool
+	tracked bool
 }
 
 type kdaState struct {
@@ -37,7 +45,7 @@ type mlaState struct {
 // NewState allocates the recurrent state for a sequence of up to capacity
 // positions. The MLA cache grows on demand up to that capacity.
 func NewState(cfg *Config, capacity int) *State {
-	s := &State{cfg: cfg, kda: make([]kdaState, cfg.Layers), mla: make([]mlaState, cfg.Layers), cap: capacity}
+	s := &State{cfg: cfg, kda: make([]kdaState, cfg.Layers), mla: make([]mlaState, cfg.Layers), cap: capacity, id: stateIDs.Add(1)}
 	P, D, Hk, h := cfg.KDAWidth(), cfg.KDAHeadDim, cfg.KDAHeads, cfg.ConvKernel-1
 	for l := 0; l < cfg.Layers; l++ {
 		if cfg.IsMLA(l) {
@@ -82,6 +90,7 @@ func (s *State) Reset() {
 		m.lat, m.kr = m.lat[:0], m.kr[:0]
 	}
 	s.pos = 0
+	s.away = false // every rank's heads are zero; the next split pass says so
 	s.endSpec()
 }
 
@@ -117,8 +126,12 @@ func (s *State) Config() *Config { return s.cfg }
 // Recurrent returns the state's fixed-size arrays in the order snapshots
 // store them: for every KDA layer in order, its recurrent state S
 // ([heads][D][D]) and its q, k and v short-conv histories. The slices
-// alias the state: a snapshot reads them, a restore fills them.
+// alias the state: a snapshot reads them, a restore fills them. In a
+// cluster the state must be home (Model.Home) or just Reset.
 func (s *State) Recurrent() [][]float32 {
+	if s.away {
+		panic("model: Recurrent of a state whose KDA heads are on other ranks (Model.Home first)")
+	}
 	var out [][]float32
 	for l := range s.kda {
 		if s.cfg.IsMLA(l) {

@@ -79,7 +79,7 @@ func DecodeTraffic(cfg *model.Config, mem *planner.MemoryPlan, ranks, rows int, 
 	per := max(mem.Rows, 1)
 	for done := 0; done < rows; done += per {
 		n := min(per, rows-done)
-		r := model.CountRounds(cfg, n, mem.Tile, n, union*float64(n)/float64(rows))
+		r := model.CountRounds(cfg, n, n, mem.Tile, n, union*float64(n)/float64(rows))
 		s, rc := cluster.Traffic(ranks, r)
 		rounds, sent, received = rounds+r.Rounds, sent+s, received+rc
 	}

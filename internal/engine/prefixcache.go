@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -59,6 +60,7 @@ const (
 // position p−1, all as little-endian float32s.
 type prefixCache struct {
 	store  *prefix.Store
+	m      *model.Model // brings a cluster's KDA heads home before a save
 	cfg    *model.Config
 	b      int   // tokens per block
 	every  int   // blocks between state checkpoints
@@ -99,7 +101,7 @@ func (e *Engine) openPrefixCache(o *PrefixOptions) error {
 		ram = 0
 	}
 	fixed, perPos := model.StateBytes(c)
-	pc := &prefixCache{cfg: c, b: b, fixed: fixed, perPos: perPos}
+	pc := &prefixCache{m: e.m, cfg: c, b: b, fixed: fixed, perPos: perPos}
 	// A prompt's prefill runs in the widest passes the budget affords
 	// (planner.Residency): checkpoints at least a pass apart, and a token's
 	// share of the trunk read per such pass.
@@ -247,6 +249,12 @@ func (pc *prefixCache) get(k prefix.Key, rows [][]float32) error {
 func (pc *prefixCache) save(st *model.State, p *prefix.Prompt, from, to int, logits []float32) {
 	start := time.Now()
 	defer func() { pc.saveNanos.Add(int64(time.Since(start))) }()
+	// In a cluster the state's KDA heads come home to be written (the
+	// link's timeout bounds it); a state that cannot come is not saved,
+	// which costs a later prefill, never a wrong restore.
+	if err := pc.m.Home(context.Background(), st); err != nil {
+		return
+	}
 	for i := from / pc.b; i < to/pc.b; i++ {
 		k, meta := p.BlockMeta(i)
 		if pc.store.HasBlock(k) {

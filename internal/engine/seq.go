@@ -322,6 +322,10 @@ func (s *Seq) Fork() (*Seq, error) {
 		f.pending = append(f.pending, s.pending...)
 		return f, nil
 	}
+	if err := s.e.m.Home(context.Background(), s.st); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("k3: Fork: %w", err)
+	}
 	pr, pw := io.Pipe()
 	saved := make(chan struct{})
 	go func() {
@@ -354,6 +358,9 @@ func (s *Seq) Save(w io.Writer) error {
 	st, err := s.state()
 	if err != nil {
 		return err
+	}
+	if err := s.e.m.Home(context.Background(), st); err != nil {
+		return fmt.Errorf("k3: saving session: %w", err)
 	}
 	if err := statefile.Save(w, st, s.e.Fingerprint(), s.tokens, s.pending); err != nil {
 		return fmt.Errorf("k3: saving session: %w", err)

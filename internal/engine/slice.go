@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/k3go/k3/internal/engine/cluster"
 	"github.com/k3go/k3/iox"
 	"github.com/k3go/k3/model"
 )
@@ -26,6 +27,9 @@ type SliceInfo struct {
 	Rank        int    `json:"rank"`
 	Ranks       int    `json:"ranks"`
 	Fingerprint string `json:"fingerprint"`
+	// Layout is the cluster.Format of the k3 that cut it: which rows of
+	// each matrix a rank holds (3: the KDA matrices in whole heads).
+	Layout int `json:"layout"`
 	// Bytes is what the slice holds of the shards' data; Total what the
 	// whole checkpoint's shards hold.
 	Bytes int64 `json:"bytes"`
@@ -46,7 +50,7 @@ const sliceGap = 4 << 10
 // whole, and SliceFile records the rank. out must not exist or be empty;
 // dir is only read. progress, if set, hears of the bytes copied.
 func Slice(ctx context.Context, dir, out string, rank, ranks int, progress func(done, total int64)) (_ SliceInfo, err error) {
-	info := SliceInfo{Rank: rank, Ranks: ranks}
+	info := SliceInfo{Rank: rank, Ranks: ranks, Layout: cluster.Format}
 	if ranks < 2 || rank < 0 || rank >= ranks {
 		return info, fmt.Errorf("k3: slice: %w: rank %d of %d ranks (a cluster has at least 2)", ErrBadOptions, rank, ranks)
 	}
@@ -277,6 +281,10 @@ func checkSlice(dir string, rank, ranks int) error {
 			what = fmt.Sprintf("rank %d of %d", rank, ranks)
 		}
 		return fmt.Errorf("k3: %w: %s holds only what rank %d of %d reads (k3 slice), and this is %s", ErrSlice, dir, s.Rank, s.Ranks, what)
+	}
+	if s.Layout != cluster.Format {
+		// Its holes would be read as the rows this k3's ranks hold.
+		return fmt.Errorf("k3: %w: %s was cut for ranks that hold other rows of the matrices (layout %d; this k3's is %d): run k3 slice again", ErrSlice, dir, s.Layout, cluster.Format)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -53,6 +54,12 @@ type Client struct {
 	hdr   []byte
 	parts [][]byte
 	pf    []byte
+
+	// forgot are states rank 0 no longer has (ForgetState), told to the
+	// workers with the next round.
+	forgetMu sync.Mutex
+	forgot   []uint64
+	forgets  []byte
 
 	closed    atomic.Bool
 	stop      chan struct{}
@@ -198,6 +205,7 @@ func (c *Client) Round(ctx context.Context, rd *model.Round, local func() error)
 	for _, p := range c.peers {
 		p.talk.Lock()
 	}
+	c.sendForgets()
 	answered := false
 	defer func() {
 		for _, p := range c.peers {
@@ -249,6 +257,135 @@ func (c *Client) Prefetch(ctx context.Context, layer, half int, experts []int32)
 		// dozen bytes per MoE layer.
 	}
 	return nil
+}
+
+// ForgetState implements model.StateRanks: the workers drop their heads
+// of state id with the next round.
+func (c *Client) ForgetState(id uint64) {
+	c.forgetMu.Lock()
+	c.forgot = append(c.forgot, id)
+	c.forgetMu.Unlock()
+}
+
+// sendForgets tells every connected worker the states forgotten since the
+// last round (every peer's talk is held). A worker that misses the note
+// (down, or its link fails) has lost its states anyway.
+func (c *Client) sendForgets() {
+	c.forgetMu.Lock()
+	c.forgets = c.forgets[:0]
+	for _, id := range c.forgot {
+		c.forgets = binary.LittleEndian.AppendUint64(c.forgets, id)
+	}
+	c.forgot = c.forgot[:0]
+	c.forgetMu.Unlock()
+	if len(c.forgets) == 0 {
+		return
+	}
+	for _, p := range c.peers {
+		if conn := p.current(); conn != nil {
+			if err := conn.Send(kindForget, c.forgets); err != nil {
+				p.drop(conn, fmt.Errorf("sending a forget note: %w", err))
+			}
+		}
+	}
+}
+
+// current returns p's connection, nil while it is down.
+func (p *peer) current() Conn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.conn
+}
+
+// PutState implements model.StateRanks: rank's heads of state id go to
+// it ahead of the rounds that use them (no reply: a worker that cannot
+// take them ends the link, and the next round reports it).
+func (c *Client) PutState(ctx context.Context, rank int, id uint64, parts [][]float32) error {
+	p, err := c.peer(rank)
+	if err != nil {
+		return err
+	}
+	p.talk.Lock()
+	defer p.talk.Unlock()
+	conn := p.current()
+	if conn == nil {
+		return p.downErr()
+	}
+	frame := make([][]byte, 0, len(parts)+1)
+	frame = append(frame, binary.LittleEndian.AppendUint64(nil, id))
+	for _, part := range parts {
+		frame = append(frame, floatBytes(part))
+	}
+	if err := conn.Send(kindPutState, frame...); err != nil {
+		err = fmt.Errorf("sending a state: %w", err)
+		p.drop(conn, err)
+		return fmt.Errorf("rank %d: %w", rank, err)
+	}
+	return nil
+}
+
+// GetState implements model.StateRanks: rank sends its heads of state id,
+// which fill parts.
+func (c *Client) GetState(ctx context.Context, rank int, id uint64, parts [][]float32) error {
+	p, err := c.peer(rank)
+	if err != nil {
+		return err
+	}
+	p.talk.Lock()
+	defer p.talk.Unlock()
+	conn := p.current()
+	if conn == nil {
+		return p.downErr()
+	}
+	fail := func(err error) error {
+		p.drop(conn, err)
+		return fmt.Errorf("rank %d: %w", rank, err)
+	}
+	if err := conn.Send(kindGetState, binary.LittleEndian.AppendUint64(nil, id)); err != nil {
+		return fail(fmt.Errorf("asking for a state: %w", err))
+	}
+	p.buf = alignedGrow(p.buf)
+	kind, msg, err := conn.Recv(p.buf)
+	if err != nil {
+		return fail(fmt.Errorf("waiting for a state: %w", err))
+	}
+	if cap(msg) > cap(p.buf) {
+		p.buf = msg[:cap(msg)]
+	}
+	switch kind {
+	case kindError:
+		return fmt.Errorf("%s: %s", conn.Peer(), string(msg))
+	case kindState:
+	default:
+		return fail(fmt.Errorf("%s: %w: a reply of kind %d to a state request", conn.Peer(), ErrMessage, kind))
+	}
+	want := 0
+	for _, part := range parts {
+		want += len(part)
+	}
+	if len(msg) != 4*want {
+		return fail(fmt.Errorf("%s: %w: a state of %d bytes, want %d floats", conn.Peer(), ErrMessage, len(msg), want))
+	}
+	all := bytesFloats(msg)
+	for _, part := range parts {
+		all = all[copy(part, all):]
+	}
+	return nil
+}
+
+// peer returns worker rank's peer.
+func (c *Client) peer(rank int) (*peer, error) {
+	if rank < 1 || rank > len(c.peers) {
+		return nil, fmt.Errorf("cluster: rank %d of %d", rank, c.n)
+	}
+	return c.peers[rank-1], nil
+}
+
+// downErr says why p is not connected.
+func (p *peer) downErr() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return fmt.Errorf("%w: rank %d: %w", ErrRankDown, p.rank, p.down)
 }
 
 // ping checks that an idle, connected p answers.

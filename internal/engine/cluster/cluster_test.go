@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -267,6 +268,11 @@ func FuzzRoundDecode(f *testing.F) {
 		Products: []model.Product{{Mat: model.MatSharedDown, Layer: true, In: 1, N: 1, Rows: 2},
 			{Expert: 3, W: 0, GLU: true, In: 0, N: 2, Rows: 4, Pick: []int32{1, 0}}}}
 	f.Add(append(append(append([]byte{}, encodeRound(nil, &ex)...), floatBytes(ex.Inputs[0])...), floatBytes(ex.Inputs[1])...))
+	// A KDA round: its output in whole heads, its sequences.
+	kda := model.Round{Layer: 0, Kind: model.RoundKDA, Inputs: [][]float32{{1, 2, 3, 4, 5, 6}},
+		Products: []model.Product{{Mat: model.MatOProj, In: 0, N: 3, Rows: 8, Unit: 4}},
+		Seqs:     []model.RoundSeq{{ID: 1 << 40, Lo: 0, N: 2, Fresh: true}, {ID: 7, Lo: 2, N: 1}}}
+	f.Add(append(append([]byte{}, encodeRound(nil, &kda)...), floatBytes(kda.Inputs[0])...))
 	f.Add(msg[:roundHeader])
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -277,6 +283,11 @@ func FuzzRoundDecode(f *testing.F) {
 			t.Fatalf("prefetch error %v is not ErrMessage", err)
 		} else if err == nil && len(ids) != (len(msg)-prefetchHeader)/4 {
 			t.Fatalf("a prefetch of %d bytes gave %d ids", len(msg), len(ids))
+		}
+		if id, rest, err := decodeStateID(msg); err != nil && !errors.Is(err, ErrMessage) {
+			t.Fatalf("state message error %v is not ErrMessage", err)
+		} else if err == nil && (len(rest) != len(msg)-stateHeader || id != binary.LittleEndian.Uint64(msg)) {
+			t.Fatalf("a state message of %d bytes gave id %d and %d bytes", len(msg), id, len(rest))
 		}
 		var got model.Round
 		if err := decodeRound(msg, &got); err != nil {

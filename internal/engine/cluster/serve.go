@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -15,6 +16,9 @@ type RoundServer interface {
 	// Prefetch begins reading experts' halves a coming round needs; its
 	// error is that round's to report, so it is not answered.
 	Prefetch(ctx context.Context, layer, half int, experts []int32) error
+	// Heads holds this rank's KDA heads of rank 0's sequences' states
+	// (model.RoundKDA), for as long as the connection lasts.
+	Heads() *model.HeadStore
 	End()
 }
 
@@ -54,6 +58,42 @@ func Serve(ctx context.Context, conn Conn, srv RoundServer) error {
 			}
 			ids = got
 			srv.Prefetch(ctx, layer, half, ids)
+		case kindPutState:
+			id, data, err := decodeStateID(msg)
+			if err == nil {
+				err = srv.Heads().Put(id, bytesFloats(data))
+			}
+			if err != nil {
+				// rank 0 sent heads this rank would not hold: the next
+				// round could not be right.
+				return fmt.Errorf("%s: %w: %w", conn.Peer(), ErrMessage, err)
+			}
+		case kindGetState:
+			id, rest, err := decodeStateID(msg)
+			if err != nil || len(rest) != 0 {
+				return fmt.Errorf("%s: %w: a state request of %d bytes", conn.Peer(), ErrMessage, len(msg))
+			}
+			got, err := srv.Heads().Get(id)
+			if err != nil {
+				if err := conn.Send(kindError, []byte(err.Error())); err != nil {
+					return err
+				}
+				continue
+			}
+			parts = parts[:0]
+			for _, s := range got {
+				parts = append(parts, floatBytes(s))
+			}
+			if err := conn.Send(kindState, parts...); err != nil {
+				return err
+			}
+		case kindForget:
+			if len(msg)%8 != 0 {
+				return fmt.Errorf("%s: %w: a forget note of %d bytes", conn.Peer(), ErrMessage, len(msg))
+			}
+			for b := msg; len(b) > 0; b = b[8:] {
+				srv.Heads().Forget(binary.LittleEndian.Uint64(b))
+			}
 		case kindRound:
 			if err := decodeRound(msg, &rd); err != nil {
 				conn.Send(kindError, []byte(err.Error()))

@@ -17,7 +17,7 @@ func TestTraffic(t *testing.T) {
 	for _, ranks := range []int{2, 3} {
 		m, c := cluster(t, name, ranks, nil)
 		cfg := m.Cfg
-		if s, r := Traffic(1, model.CountRounds(cfg, 1, 0, 1, 2)); s != 0 || r != 0 {
+		if s, r := Traffic(1, model.CountRounds(cfg, 1, 1, 0, 1, 2)); s != 0 || r != 0 {
 			t.Fatalf("one rank sends %d and receives %d bytes", s, r)
 		}
 		for _, tc := range []struct {
@@ -40,7 +40,7 @@ func TestTraffic(t *testing.T) {
 			}
 			st, ms := c.Stats(), m.Stats()
 			union := float64(ms.ExpertUnion-ms0.ExpertUnion) / float64(ms.MoELayerPasses-ms0.MoELayerPasses)
-			r := model.CountRounds(cfg, rows, sc.Tile(), tc.seqs, union)
+			r := model.CountRounds(cfg, rows, tc.seqs, sc.Tile(), tc.seqs, union)
 			sent, received := Traffic(ranks, r)
 			got := [3]int64{st.Rounds - st0.Rounds, st.BytesSent - st0.BytesSent, st.BytesReceived - st0.BytesReceived}
 			if want := [3]int64{int64(r.Rounds), sent, received}; got != want {

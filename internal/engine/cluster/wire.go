@@ -1,10 +1,14 @@
 // Package cluster runs one model over several processes (ranks), each
 // reading its rows of every weight matrix from its own disk (issue 32):
-// rank 0, the process that serves requests, holds every sequence's state
-// and computes everything but the products of weight matrices; every rank
-// computes whole dot products for its rows of each product, and the rows
-// are placed side by side on rank 0, never summed, so that the logits are
-// the same bits at every rank count (model.Plan.Shard, model.Round).
+// rank 0, the process that serves requests, holds every sequence's MLA
+// cache and computes everything but the products of weight matrices and
+// the KDA heads; every rank computes whole dot products for its rows of
+// each product, and the rows are placed side by side on rank 0, never
+// summed, so that the logits are the same bits at every rank count
+// (model.Plan.Shard, model.Round). Every rank also keeps its KDA heads of
+// each sequence's state and runs them (model.RoundKDA); states move
+// between rank 0 and the workers only when one needs them whole
+// (model.Model.Home).
 //
 // Client is rank 0's side: a model.Ranks that sends each round to every
 // worker over its link.Conn, computes rank 0's rows meanwhile, and places
@@ -34,6 +38,10 @@ const (
 	kindPing                      // rank 0 → worker: are you there (health)
 	kindPong                      // worker → rank 0
 	kindPrefetch                  // rank 0 → worker: start reading these experts' halves (no reply)
+	kindPutState                  // rank 0 → worker: its KDA heads of a state (no reply)
+	kindGetState                  // rank 0 → worker: send your KDA heads of a state
+	kindState                     // worker → rank 0: its KDA heads of a state
+	kindForget                    // rank 0 → worker: these states are gone (no reply)
 )
 
 // A product's flags.
@@ -47,8 +55,11 @@ const (
 // handshake (HelloVersion), so that ranks that would read one round two
 // ways refuse each other there. 2: an expert round may carry products of
 // layer matrices (model.Product.Layer), a product may be a GLU pair
-// (model.Product.GLU) and pick its input rows (model.Product.Pick).
-const Format = 2
+// (model.Product.GLU) and pick its input rows (model.Product.Pick). 3:
+// the KDA layers split by heads (model.RoundKDA, its sequences, the
+// states' messages; a product's Unit), and the ranks hold the KDA
+// matrices' rows in whole heads (model.SplitUnit).
+const Format = 3
 
 // HelloVersion is the version a rank of k3 version states at the
 // handshake: the version and the rounds' Format.
@@ -65,18 +76,21 @@ const (
 	maxInputs      = 1 << 16
 	maxProducts    = 1 << 16
 	maxRows        = 1 << 26 // rows of one matrix (the head's vocabulary is 163,840)
+	maxSeqs        = 1 << 16
 )
 
-// round header: layer int32, kind u8, 3 pad, inputs u32, products u32;
-// then per input its length in floats (u32); then per product: mat u8, w
-// u8, flags u8 (flagF64, flagGLU), layer u8, expert i32, in u32, n u32,
-// rows u32, picks u32 (0, or n: model.Product.Pick); then every product's
-// picks (i32 each), in product order; then the inputs' floats,
-// little-endian. Every part is a multiple of 4 bytes, so the floats of a
-// message received into an aligned buffer are aligned.
+// round header: layer int32, kind u8, 3 pad, inputs u32, products u32,
+// sequences u32; then per input its length in floats (u32); then per
+// product: mat u8, w u8, flags u8 (flagF64, flagGLU), layer u8, expert
+// i32, in u32, n u32, rows u32, picks u32 (0, or n: model.Product.Pick),
+// unit u32; then every product's picks (i32 each), in product order; then
+// per sequence (model.RoundSeq): id u64, lo u32, n u32, fresh u32; then
+// the inputs' floats, little-endian. Every part is a multiple of 4 bytes,
+// so the floats of a message received into an aligned buffer are aligned.
 const (
-	roundHeader = 16
-	productSize = 24
+	roundHeader = 20
+	productSize = 28
+	seqSize     = 20
 )
 
 // encodeRound writes rd's header and tables into hdr (reused) and returns
@@ -88,6 +102,7 @@ func encodeRound(hdr []byte, rd *model.Round) []byte {
 	hdr = append(hdr, byte(rd.Kind), 0, 0, 0)
 	hdr = binary.LittleEndian.AppendUint32(hdr, uint32(len(rd.Inputs)))
 	hdr = binary.LittleEndian.AppendUint32(hdr, uint32(len(rd.Products)))
+	hdr = binary.LittleEndian.AppendUint32(hdr, uint32(len(rd.Seqs)))
 	for _, in := range rd.Inputs {
 		hdr = binary.LittleEndian.AppendUint32(hdr, uint32(len(in)))
 	}
@@ -110,11 +125,22 @@ func encodeRound(hdr []byte, rd *model.Round) []byte {
 		hdr = binary.LittleEndian.AppendUint32(hdr, uint32(pr.N))
 		hdr = binary.LittleEndian.AppendUint32(hdr, uint32(pr.Rows))
 		hdr = binary.LittleEndian.AppendUint32(hdr, uint32(len(pr.Pick)))
+		hdr = binary.LittleEndian.AppendUint32(hdr, uint32(pr.Unit))
 	}
 	for i := range rd.Products {
 		for _, r := range rd.Products[i].Pick {
 			hdr = binary.LittleEndian.AppendUint32(hdr, uint32(r))
 		}
+	}
+	for _, rs := range rd.Seqs {
+		fresh := uint32(0)
+		if rs.Fresh {
+			fresh = 1
+		}
+		hdr = binary.LittleEndian.AppendUint64(hdr, rs.ID)
+		hdr = binary.LittleEndian.AppendUint32(hdr, uint32(rs.Lo))
+		hdr = binary.LittleEndian.AppendUint32(hdr, uint32(rs.N))
+		hdr = binary.LittleEndian.AppendUint32(hdr, fresh)
 	}
 	return hdr
 }
@@ -166,19 +192,19 @@ func decodeRound(msg []byte, rd *model.Round) error {
 	le := binary.LittleEndian
 	layer := int(int32(le.Uint32(msg)))
 	kind := model.RoundKind(msg[4])
-	nIn, nPr := le.Uint32(msg[8:]), le.Uint32(msg[12:])
+	nIn, nPr, nSeq := le.Uint32(msg[8:]), le.Uint32(msg[12:]), le.Uint32(msg[16:])
 	if kind >= model.NumRoundKinds || msg[5]|msg[6]|msg[7] != 0 {
 		return fmt.Errorf("%w: round kind %d (header %x)", ErrMessage, kind, msg[4:8])
 	}
-	if nIn > maxInputs || nPr > maxProducts {
-		return fmt.Errorf("%w: %d inputs, %d products", ErrMessage, nIn, nPr)
+	if nIn > maxInputs || nPr > maxProducts || nSeq > maxSeqs {
+		return fmt.Errorf("%w: %d inputs, %d products, %d sequences", ErrMessage, nIn, nPr, nSeq)
 	}
 	tables := roundHeader + 4*int(nIn) + productSize*int(nPr)
 	if len(msg) < tables {
 		return fmt.Errorf("%w: a round of %d bytes cannot hold its %d inputs' and %d products' tables", ErrMessage, len(msg), nIn, nPr)
 	}
 	rd.Layer, rd.Kind = layer, kind
-	rd.Inputs, rd.Products = rd.Inputs[:0], rd.Products[:0]
+	rd.Inputs, rd.Products, rd.Seqs = rd.Inputs[:0], rd.Products[:0], rd.Seqs[:0]
 	// The picks' section: its length from the product table, checked
 	// against the message before anything is read from it.
 	p := roundHeader + 4*int(nIn)
@@ -190,7 +216,19 @@ func decodeRound(msg []byte, rd *model.Round) error {
 		}
 		picks += int(n)
 	}
-	off := tables + 4*picks
+	seqs := tables + 4*picks
+	if int64(nSeq)*seqSize > int64(len(msg)-seqs) {
+		return fmt.Errorf("%w: %d sequences overrun the message", ErrMessage, nSeq)
+	}
+	for i := 0; i < int(nSeq); i++ {
+		b := msg[seqs+seqSize*i:]
+		rs := model.RoundSeq{ID: le.Uint64(b), Lo: int(le.Uint32(b[8:])), N: int(le.Uint32(b[12:])), Fresh: le.Uint32(b[16:]) == 1}
+		if le.Uint32(b[16:]) > 1 || rs.Lo > maxRows || rs.N > maxRows {
+			return fmt.Errorf("%w: sequence %d (rows %d+%d, fresh %d)", ErrMessage, i, rs.Lo, rs.N, le.Uint32(b[16:]))
+		}
+		rd.Seqs = append(rd.Seqs, rs)
+	}
+	off := seqs + seqSize*int(nSeq)
 	for i := 0; i < int(nIn); i++ {
 		n := int(le.Uint32(msg[roundHeader+4*i:]))
 		if n > (len(msg)-off)/4 {
@@ -207,9 +245,11 @@ func decodeRound(msg []byte, rd *model.Round) error {
 	for i := 0; i < int(nPr); i++ {
 		b := msg[p+productSize*i:]
 		pr := model.Product{Mat: model.MatID(b[0]), W: b[1], F64: b[2]&flagF64 != 0, GLU: b[2]&flagGLU != 0, Layer: b[3] == 1,
-			Expert: int32(le.Uint32(b[4:])), In: int(le.Uint32(b[8:])), N: int(le.Uint32(b[12:])), Rows: int(le.Uint32(b[16:]))}
-		if b[2]&^(flagF64|flagGLU) != 0 || b[3] > 1 || pr.In < 0 || pr.In >= len(rd.Inputs) || pr.Rows <= 0 || pr.Rows > maxRows || pr.Expert < 0 {
-			return fmt.Errorf("%w: product %d (matrix %d, expert %d, input %d, %d rows)", ErrMessage, i, pr.Mat, pr.Expert, pr.In, pr.Rows)
+			Expert: int32(le.Uint32(b[4:])), In: int(le.Uint32(b[8:])), N: int(le.Uint32(b[12:])), Rows: int(le.Uint32(b[16:])),
+			Unit: int(le.Uint32(b[24:]))}
+		if b[2]&^(flagF64|flagGLU) != 0 || b[3] > 1 || pr.In < 0 || pr.In >= len(rd.Inputs) || pr.Rows <= 0 || pr.Rows > maxRows || pr.Expert < 0 ||
+			pr.Unit < 0 || pr.Unit > pr.Rows || (pr.Unit > 1 && pr.Rows%pr.Unit != 0) {
+			return fmt.Errorf("%w: product %d (matrix %d, expert %d, input %d, %d rows in units of %d)", ErrMessage, i, pr.Mat, pr.Expert, pr.In, pr.Rows, pr.Unit)
 		}
 		// Every input row has at least one column.
 		if pr.N <= 0 || pr.N > len(rd.Inputs[pr.In]) {
@@ -314,11 +354,29 @@ func Traffic(ranks int, r model.PassRounds) (sent, received int64) {
 		return 0, 0
 	}
 	workers := int64(ranks - 1)
-	tables := float64(roundHeader*r.Rounds) + 4*r.Inputs + productSize*r.Products
+	tables := float64(roundHeader*r.Rounds) + 4*r.Inputs + productSize*r.Products + float64(seqSize*r.Seqs)
 	sent = workers * (int64(math.Round(tables)) + 4*r.InputFloats)
 	for rows, n := range r.Out {
 		_, hi := model.RowRange(rows, 0, ranks) // rank 0's rows are [0, hi)
 		received += 4 * n * int64(rows-hi)
 	}
+	if r.HeadRows > 0 {
+		_, hi := model.UnitRange(r.HeadWidth, r.HeadDim, 0, ranks)
+		received += 4 * r.HeadRows * int64(r.HeadWidth-hi)
+	}
 	return sent, received
+}
+
+// A state message (kindPutState, kindGetState): the state's id, u64; a
+// put's floats follow (model.HeadParts, end to end). A forget message is
+// ids, u64 each.
+const stateHeader = 8
+
+// decodeStateID decodes the id a state message begins with and returns
+// the rest.
+func decodeStateID(msg []byte) (uint64, []byte, error) {
+	if len(msg) < stateHeader || len(msg)%4 != 0 {
+		return 0, nil, fmt.Errorf("%w: a state message of %d bytes", ErrMessage, len(msg))
+	}
+	return binary.LittleEndian.Uint64(msg), msg[stateHeader:], nil
 }

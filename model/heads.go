@@ -1,0 +1,460 @@
+package model
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"runtime"
+	"sync/atomic"
+)
+
+// KDA heads over a cluster. A KDA head's projections, convolutions,
+// recurrence and output norm read nothing of the other heads, so a
+// cluster splits the layer by heads (HeadRange): each rank projects its
+// heads' rows of the layer's input, keeps its heads of every sequence's
+// recurrent state and conv histories, and returns its heads' gated
+// outputs, in one round (RoundKDA) where one process's arithmetic would
+// need the projections gathered first. The state never crosses the
+// network on a pass; rank 0 holds its own heads, the workers theirs, each
+// under the sequence's id.
+//
+// What needs a whole state (a snapshot for the prefix cache or a file, a
+// speculative pass's copy and replay) first brings the other ranks' heads
+// home (Model.Home); a pass over a state that is home with positions
+// already consumed sends the workers their heads first. A state is away
+// from its first split pass until Home or Reset.
+
+// RoundSeq is one sequence of a RoundKDA round: rows [Lo, Lo+N) of the
+// round's input are its next positions, and every rank keeps its heads of
+// the sequence's state under ID.
+type RoundSeq struct {
+	ID    uint64
+	Lo, N int
+	// Fresh says the sequence starts here: every rank zeroes its heads of
+	// the state (making them if new) before the rows run.
+	Fresh bool
+}
+
+// HeadRange returns the KDA heads [h0, h1) rank of ranks holds.
+func HeadRange(c *Config, rank, ranks int) (h0, h1 int) { return RowRange(c.KDAHeads, rank, ranks) }
+
+// StateRanks is implemented by Ranks that keep KDA heads of sequences'
+// states on the other ranks (RoundKDA). Without it a cluster's KDA layers
+// run their products as rounds and their heads on rank 0.
+type StateRanks interface {
+	Ranks
+	// PutState gives rank its heads of state id: parts as HeadParts lays
+	// them out, replacing what it held under id.
+	PutState(ctx context.Context, rank int, id uint64, parts [][]float32) error
+	// GetState fills parts (HeadParts) with rank's heads of state id.
+	GetState(ctx context.Context, rank int, id uint64, parts [][]float32) error
+	// ForgetState tells every rank that state id is gone; it may be called
+	// from any goroutine and must not block.
+	ForgetState(id uint64)
+}
+
+// stateIDs numbers States, so that a cluster's ranks key their heads of
+// each by an id no other State of the process has had.
+var stateIDs atomic.Uint64
+
+// HeadParts returns the parts of s that rank of ranks holds, in the order
+// the ranks exchange them: for each KDA layer, its heads of S, then its
+// channels of the q, k and v conv histories. They alias s.
+func HeadParts(s *State, rank, ranks int) [][]float32 {
+	c := s.cfg
+	h0, h1 := HeadRange(c, rank, ranks)
+	D, h := c.KDAHeadDim, c.ConvKernel-1
+	var out [][]float32
+	for l := range s.kda {
+		if c.IsMLA(l) {
+			continue
+		}
+		k := &s.kda[l]
+		out = append(out, k.S[h0*D*D:h1*D*D], k.qh[h0*D*h:h1*D*h], k.kh[h0*D*h:h1*D*h], k.vh[h0*D*h:h1*D*h])
+	}
+	return out
+}
+
+// headParts is HeadParts of one rank's own state (heads h1-h0 only).
+func headFloats(c *Config, h0, h1 int) int {
+	D, h := c.KDAHeadDim, c.ConvKernel-1
+	return (c.Layers - c.NumMLA()) * (h1 - h0) * D * (D + 3*h)
+}
+
+// Home brings the other ranks' heads of s's KDA state into s, so that s
+// is whole on rank 0 (nothing to do in one process, or when s is home).
+// A failure leaves s away, its heads where they were.
+func (m *Model) Home(ctx context.Context, s *State) error {
+	if !s.away {
+		return nil
+	}
+	sr, ok := m.ranks.(StateRanks)
+	if !ok {
+		return fmt.Errorf("model: a state away on ranks of a model without them")
+	}
+	ranks := sr.Size()
+	for r := 1; r < ranks; r++ {
+		if err := sr.GetState(ctx, r, s.id, HeadParts(s, r, ranks)); err != nil {
+			return fmt.Errorf("bringing the state's KDA heads home: %w", err)
+		}
+	}
+	s.away = false
+	return nil
+}
+
+// send gives every other rank its heads of s, which is home with
+// positions consumed, and makes s away.
+func (m *Model) send(ctx context.Context, sr StateRanks, s *State) error {
+	ranks := sr.Size()
+	for r := 1; r < ranks; r++ {
+		if err := sr.PutState(ctx, r, s.id, HeadParts(s, r, ranks)); err != nil {
+			return fmt.Errorf("sending the state's KDA heads: %w", err)
+		}
+	}
+	s.leave(sr)
+	return nil
+}
+
+// leave marks s away on sr's ranks; once s is garbage, they are told to
+// forget it.
+func (s *State) leave(sr StateRanks) {
+	s.away = true
+	if !s.tracked {
+		s.tracked = true
+		runtime.AddCleanup(s, sr.ForgetState, s.id)
+	}
+}
+
+// placeStates readies the states of a cluster pass: the pass splits its
+// KDA layers by heads (p.split) unless it speculates over a sequence,
+// whose state's copy and record need it whole; then every state of the
+// pass comes home (and a speculation begun while its state was away takes
+// its copy now). A split pass sends the workers their heads of a state
+// that is home with positions consumed.
+func (p *pass) placeStates(ctx context.Context) error {
+	sr, ok := p.m.ranks.(StateRanks)
+	p.split = ok && p.c.NumMLA() < p.c.Layers
+	for i := range p.all {
+		if sp := p.all[i].st.spec; sp != nil && sp.active {
+			p.split = false
+		}
+	}
+	for i := range p.all {
+		st := p.all[i].st
+		switch {
+		case p.split && !st.away && st.pos > 0:
+			if err := p.m.send(ctx, sr, st); err != nil {
+				return err
+			}
+		case !p.split:
+			if err := p.m.Home(ctx, st); err != nil {
+				return err
+			}
+			if sp := st.spec; sp != nil && sp.active && sp.pending {
+				st.snapshot()
+			}
+		}
+	}
+	return nil
+}
+
+// kdaSplit runs KDA layer l of a split cluster pass: one RoundKDA for
+// every rank's heads of the tile's rows (rank 0's on the states
+// themselves), then the output projection.
+func (p *pass) kdaSplit(l int, mats *LayerMats) error {
+	c, sc, T := p.c, p.sc, p.T
+	E, P := c.Hidden, c.KDAWidth()
+	xn, o := sc.xn[:T*E], sc.o[:T*P]
+	sr := p.m.ranks.(StateRanks)
+	rd := p.round(l, RoundKDA)
+	for i := range p.segs {
+		sg := &p.segs[i]
+		st := sg.st
+		// A state that is home here is at position 0 (placeStates sent
+		// the others), hence zero on every rank once told so.
+		rd.Seqs = append(rd.Seqs, RoundSeq{ID: st.id, Lo: sg.lo, N: sg.n, Fresh: !st.away})
+		st.leave(sr)
+	}
+	p.add(rd, Product{Mat: MatOProj, N: T, Rows: P, Unit: c.KDAHeadDim, Out: o}, xn)
+	sc.rwork.states = &sc.passHeads
+	sc.passHeads = passHeads{p: p}
+	err := p.finish(rd, mats)
+	sc.rwork.states, sc.passHeads = nil, passHeads{}
+	if err != nil {
+		return err
+	}
+	rd = p.round(l, RoundAttn)
+	p.prod(rd, &mats.OProj, MatOProj, sc.attn[:T*E], o, T)
+	return p.finish(rd, mats)
+}
+
+// headStates gives a rank its heads of a RoundKDA round's sequences.
+type headStates interface {
+	// heads returns this rank's heads of layer l of sequence i of the
+	// round (rs), zeroed first when rs is Fresh.
+	heads(i int, rs *RoundSeq, l int) (kdaState, error)
+}
+
+// passHeads is rank 0's headStates: its heads (the first ones) of the
+// pass's states, which are the round's sequences in order.
+type passHeads struct{ p *pass }
+
+func (h *passHeads) heads(i int, rs *RoundSeq, l int) (kdaState, error) {
+	p := h.p
+	if i >= len(p.segs) || p.segs[i].st.id != rs.ID {
+		return kdaState{}, fmt.Errorf("model: sequence %d of a KDA round is not the pass's", i)
+	}
+	c := p.c
+	_, ranks := p.m.Plan.Rank()
+	_, h1 := HeadRange(c, 0, ranks)
+	D, hl := c.KDAHeadDim, c.ConvKernel-1
+	k := &p.segs[i].st.kda[l]
+	return kdaState{S: k.S[:h1*D*D], qh: k.qh[:h1*D*hl], kh: k.kh[:h1*D*hl], vh: k.vh[:h1*D*hl]}, nil
+}
+
+// HeadStore is a worker's heads of the states of one rank 0's sequences,
+// by id: what RoundKDA rounds run on, and what PutState and GetState
+// exchange. It is not safe for concurrent use.
+type HeadStore struct {
+	c      *Config
+	h0, h1 int
+	states map[uint64][]kdaState
+}
+
+// NewHeadStore returns an empty store of the heads of m's plan's rank.
+func (m *Model) NewHeadStore() *HeadStore {
+	rank, ranks := m.Plan.Rank()
+	h0, h1 := HeadRange(m.Cfg, rank, ranks)
+	return &HeadStore{c: m.Cfg, h0: h0, h1: h1, states: map[uint64][]kdaState{}}
+}
+
+// Len returns how many states the store holds.
+func (hs *HeadStore) Len() int { return len(hs.states) }
+
+// Bytes returns the bytes one state's heads take in the store.
+func (hs *HeadStore) Bytes() int64 { return 4 * int64(headFloats(hs.c, hs.h0, hs.h1)) }
+
+// state returns the heads of id, made (zero) if new.
+func (hs *HeadStore) state(id uint64) []kdaState {
+	if st, ok := hs.states[id]; ok {
+		return st
+	}
+	c := hs.c
+	n := hs.h1 - hs.h0
+	D, h := c.KDAHeadDim, c.ConvKernel-1
+	st := make([]kdaState, c.Layers)
+	for l := range st {
+		if c.IsMLA(l) {
+			continue
+		}
+		st[l] = kdaState{S: make([]float32, n*D*D), qh: make([]float32, n*D*h), kh: make([]float32, n*D*h), vh: make([]float32, n*D*h)}
+	}
+	hs.states[id] = st
+	return st
+}
+
+// parts lays st out as HeadParts does.
+func (hs *HeadStore) parts(st []kdaState) [][]float32 {
+	var out [][]float32
+	for l := range st {
+		if hs.c.IsMLA(l) {
+			continue
+		}
+		k := &st[l]
+		out = append(out, k.S, k.qh, k.kh, k.vh)
+	}
+	return out
+}
+
+// Put replaces the heads of id with data (HeadParts' parts, end to end).
+func (hs *HeadStore) Put(id uint64, data []float32) error {
+	if want := headFloats(hs.c, hs.h0, hs.h1); len(data) != want {
+		return fmt.Errorf("model: a state of %d floats for heads [%d, %d), which take %d", len(data), hs.h0, hs.h1, want)
+	}
+	for _, part := range hs.parts(hs.state(id)) {
+		data = data[copy(part, data):]
+	}
+	return nil
+}
+
+// Get returns the heads of id as HeadParts lays them out (aliasing the
+// store), or an error if the store has none.
+func (hs *HeadStore) Get(id uint64) ([][]float32, error) {
+	st, ok := hs.states[id]
+	if !ok {
+		return nil, fmt.Errorf("model: no state %d here (the rank restarted since it was made?)", id)
+	}
+	return hs.parts(st), nil
+}
+
+// Forget drops the heads of id.
+func (hs *HeadStore) Forget(id uint64) { delete(hs.states, id) }
+
+func (hs *HeadStore) heads(_ int, rs *RoundSeq, l int) (kdaState, error) {
+	st, ok := hs.states[rs.ID]
+	switch {
+	case rs.Fresh:
+		st = hs.state(rs.ID)
+		for j := range st {
+			k := &st[j]
+			clear(k.S)
+			clear(k.qh)
+			clear(k.kh)
+			clear(k.vh)
+		}
+	case !ok:
+		return kdaState{}, fmt.Errorf("model: no state %d here (the rank restarted since it was made?)", rs.ID)
+	}
+	return st[l], nil
+}
+
+// kdaHeads computes this rank's heads of a RoundKDA round into out[0]
+// (N rows × its heads' channels): the same functions in the same order as
+// one process's kda, per head, so every head's output is the same bits.
+func (m *Model) kdaHeads(rd *Round, mats *LayerMats, w *RoundWork, out [][]float32) error {
+	c := m.Cfg
+	l := rd.Layer
+	if l < 0 || l >= c.Layers || c.IsMLA(l) {
+		return fmt.Errorf("model: a KDA round of layer %d, which is not a KDA layer", l)
+	}
+	E, P, D, kc := c.Hidden, c.KDAWidth(), c.KDAHeadDim, c.ConvKernel
+	if len(rd.Products) != 1 || len(rd.Inputs) != 1 {
+		return fmt.Errorf("model: a KDA round of %d products and %d inputs", len(rd.Products), len(rd.Inputs))
+	}
+	pr := &rd.Products[0]
+	if pr.Rows != P || pr.Unit != D || pr.In != 0 || pr.Pick != nil {
+		return fmt.Errorf("model: a KDA round's output of %d rows in units of %d, want %d in units of %d", pr.Rows, pr.Unit, P, D)
+	}
+	T := pr.N
+	xn := rd.Inputs[0]
+	if len(xn) < T*E {
+		return fmt.Errorf("model: a KDA round of %d rows with %d input floats", T, len(xn))
+	}
+	next := 0
+	for i := range rd.Seqs {
+		rs := &rd.Seqs[i]
+		if rs.Lo != next || rs.N <= 0 || rs.Lo+rs.N > T {
+			return fmt.Errorf("model: sequence %d of a KDA round has rows [%d, %d) after row %d of %d", i, rs.Lo, rs.Lo+rs.N, next, T)
+		}
+		next = rs.Lo + rs.N
+	}
+	if next != T {
+		return fmt.Errorf("model: a KDA round's sequences hold %d of its %d rows", next, T)
+	}
+	rank, ranks := m.Plan.Rank()
+	h0, h1 := HeadRange(c, rank, ranks)
+	nh := h1 - h0
+	W := nh * D
+	dst := out[0]
+	if nh == 0 || T == 0 {
+		return nil
+	}
+	if w.states == nil {
+		return fmt.Errorf("model: a KDA round with no states to run on")
+	}
+	for _, x := range []struct {
+		lin  *Linear
+		rows int
+		name string
+	}{{&mats.QProj, W, "q"}, {&mats.KProj, W, "k"}, {&mats.VProj, W, "v"}, {&mats.GProj, W, "g"},
+		{&mats.BProj, nh, "b"}, {&mats.FAProj, D, "f_a"}, {&mats.FBProj, W, "f_b"}} {
+		if x.lin.Rows() != x.rows {
+			return fmt.Errorf("model: layer %d: this rank holds %d rows of %s_proj, its heads [%d, %d) need %d", l, x.lin.Rows(), x.name, h0, h1, x.rows)
+		}
+	}
+	need := T * (5*W + 2*nh + D)
+	if cap(w.kda) < need {
+		w.kda = make([]float32, need, need+need/4)
+	}
+	buf := w.kda[:need]
+	take := func(n int) []float32 { s := buf[:n:n]; buf = buf[n:]; return s }
+	q, k, v, g, z := take(T*W), take(T*W), take(T*W), take(T*W), take(T*W)
+	bl, beta, fa := take(T*nh), take(T*nh), take(T*D)
+	pool := m.pool
+	mats.QProj.MatMul(pool, q, xn, T)
+	mats.KProj.MatMul(pool, k, xn, T)
+	mats.VProj.MatMul(pool, v, xn, T)
+	mats.GProj.MatMul(pool, g, xn, T)
+	mats.BProj.MatMul(pool, bl, xn, T)
+	mats.FAProj.MatMul(pool, fa, xn, T)
+	mats.FBProj.MatMul(pool, z, fa, T)
+
+	vec := &m.Plan.vecs[l]
+	w.kst = w.kst[:0]
+	for i := range rd.Seqs {
+		st, err := w.states.heads(i, &rd.Seqs[i], l)
+		if err != nil {
+			return err
+		}
+		if len(st.S) != nh*D*D || len(st.qh) != W*(kc-1) {
+			return fmt.Errorf("model: layer %d: a state of %d floats for heads [%d, %d)", l, len(st.S), h0, h1)
+		}
+		w.kst = append(w.kst, st)
+	}
+	qConv, kConv, vConv := vec.QConv[h0*D*kc:h1*D*kc], vec.KConv[h0*D*kc:h1*D*kc], vec.VConv[h0*D*kc:h1*D*kc]
+	for i := range rd.Seqs {
+		rs, st := &rd.Seqs[i], &w.kst[i]
+		for t := rs.Lo; t < rs.Lo+rs.N; t++ {
+			qt, kt, vt := q[t*W:(t+1)*W], k[t*W:(t+1)*W], v[t*W:(t+1)*W]
+			shortConv(qt, qt, qConv, st.qh, kc)
+			shortConv(kt, kt, kConv, st.kh, kc)
+			shortConv(vt, vt, vConv, st.vh, kc)
+		}
+	}
+	qScale := float32(1 / math.Sqrt(float64(D)))
+	glb := c.GateLowerBound
+	for t := 0; t < T; t++ {
+		qt, kt, zt := q[t*W:(t+1)*W], k[t*W:(t+1)*W], z[t*W:(t+1)*W]
+		for j := 0; j < nh; j++ {
+			h := h0 + j
+			qh := qt[j*D : (j+1)*D]
+			l2Norm(qh)
+			for i := range qh {
+				qh[i] *= qScale
+			}
+			l2Norm(kt[j*D : (j+1)*D])
+			beta[t*nh+j] = sigmoid(bl[t*nh+j])
+			zh := zt[j*D : (j+1)*D]
+			kdaDecay(zh, zh, zh, vec.DTBias[h*D:(h+1)*D], vec.ALog[h], glb) // z becomes α
+		}
+	}
+	o := dst[:T*W]
+	w.hjob = headJob{w: w, seqs: rd.Seqs, nh: nh, D: D, q: q, k: k, v: v, alpha: z, beta: beta, o: o}
+	pool.Run(len(rd.Seqs)*nh, 1, &w.hjob)
+	w.hjob = headJob{}
+	for t := 0; t < T; t++ {
+		for j := 0; j < nh; j++ {
+			oh := o[t*W+j*D : t*W+(j+1)*D]
+			rmsNorm(oh, oh, vec.ONorm, c.RMSNormEps)
+		}
+		ot, gt := o[t*W:(t+1)*W], g[t*W:(t+1)*W]
+		for i := range ot {
+			ot[i] *= sigmoid(gt[i])
+		}
+	}
+	return nil
+}
+
+// headJob runs the recurrence of a KDA round, one (sequence, head) per
+// index: index i is head i mod nh of sequence i / nh, on its state in
+// w.kst.
+type headJob struct {
+	w                 *RoundWork
+	seqs              []RoundSeq
+	nh, D             int
+	q, k, v, alpha, o []float32
+	beta              []float32
+}
+
+func (j *headJob) Range(lo, hi int) {
+	D, nh := j.D, j.nh
+	W := nh * D
+	for i := lo; i < hi; i++ {
+		rs, h := &j.seqs[i/nh], i%nh
+		S := j.w.kst[i/nh].S[h*D*D : (h+1)*D*D]
+		for t := rs.Lo; t < rs.Lo+rs.N; t++ {
+			base := t*W + h*D
+			kdaStep(S, j.q[base:base+D], j.k[base:base+D], j.v[base:base+D], j.alpha[base:base+D], j.beta[t*nh+h], j.o[base:base+D])
+		}
+	}
+}
