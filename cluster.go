@@ -84,6 +84,10 @@ type WorkerOptions struct {
 	// rank 0 that expects another (a StatefulSet's ordinal); zero learns
 	// them from the first rank 0 that connects.
 	Rank, Ranks int
+	// Sessions is the sequences rank 0 keeps at once (its
+	// Options.Sessions; 0: 1): the worker's budget holds its heads of
+	// each one's KDA state (the ranks split KDA by heads).
+	Sessions int
 	// Key, TLS and Timeout are as in ClusterOptions.
 	Key     []byte
 	TLS     *tls.Config
@@ -108,7 +112,7 @@ func NewWorkerContext(ctx context.Context, dir string, opts WorkerOptions) (*Wor
 		return nil, err
 	}
 	w, err := engine.OpenWorker(ctx, dir, cfg, engine.WorkerOptions{RAMBudget: opts.RAMBudget, Threads: opts.Threads,
-		IOQueueDepth: opts.IOQueueDepth, Rank: opts.Rank, Ranks: opts.Ranks, Version: Version, Key: opts.Key, TLS: opts.TLS,
+		IOQueueDepth: opts.IOQueueDepth, Rank: opts.Rank, Ranks: opts.Ranks, Sessions: opts.Sessions, Version: Version, Key: opts.Key, TLS: opts.TLS,
 		Timeout: opts.Timeout, Logger: opts.Logger})
 	if err != nil {
 		return nil, err

@@ -101,7 +101,7 @@ func (in *Inspection) PlanCluster(budget int64, ranks, sessions int) (*ClusterPl
 	if err != nil {
 		return nil, fmt.Errorf("k3: rank 0 of %d: %w", ranks, err)
 	}
-	wp, err := planner.Plan(ws[1].Weights, in.x.WorkerRequest(budget, ranks))
+	wp, err := planner.Plan(ws[1].Weights, in.x.WorkerRequest(budget, ranks, r.Sessions))
 	if err != nil {
 		return nil, fmt.Errorf("k3: rank 1 of %d: %w", ranks, err)
 	}

@@ -50,7 +50,7 @@ func TestPlanCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 		r0, w := cp.Rank0, cp.Worker
-		if r0.TotalBytes > budget || w.TotalBytes > budget || r0.Sessions != 4 || r0.StateBytes != want.StateBytes || w.StateBytes != 0 || w.KVBytes != 0 {
+		if r0.TotalBytes > budget || w.TotalBytes > budget || r0.Sessions != 4 || r0.StateBytes != want.StateBytes || w.StateBytes != workerHeads(c, ranks, 4, r0.StateBytes, r0.Sessions) || w.StateBytes == 0 || w.KVBytes != 0 {
 			t.Fatalf("%d ranks: rank 0 plans %d bytes for %d sessions (state %d), the worker %d (state %d, KV %d); budget %d",
 				ranks, r0.TotalBytes, r0.Sessions, r0.StateBytes, w.TotalBytes, w.StateBytes, w.KVBytes, int64(budget))
 		}
@@ -89,4 +89,12 @@ func TestPlanCluster(t *testing.T) {
 	if _, err := in.PlanCluster(1e8, 2, 1); !errors.Is(err, k3.ErrBudget) {
 		t.Fatalf("a budget below a rank's floor: %v", err)
 	}
+}
+
+// workerHeads is what a worker of ranks keeps of sessions sequences' KDA
+// state: its heads (the first rank's share, the most) of each, a head
+// being an equal share of rank 0's whole state (r0State for r0Sessions).
+func workerHeads(c k3.Config, ranks, sessions int, r0State int64, r0Sessions int) int64 {
+	perHead := r0State / int64(r0Sessions*c.KDAHeads)
+	return int64(sessions*((c.KDAHeads+ranks-1)/ranks)) * perHead
 }

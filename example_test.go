@@ -288,7 +288,7 @@ func ExampleInspection_PlanCluster() {
 	pass := cp.DecodePass(1, float64(in.Config.TopK))
 	fmt.Println("gathers per token:", pass.Gathers)
 	// Output:
-	// rank 0 sessions: 2 worker sessions' state: 0
+	// rank 0 sessions: 2 worker sessions' state: 28800
 	// expert halves each rank's cache chooses from: 192
 	// gathers per token: 93
 }

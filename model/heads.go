@@ -102,6 +102,25 @@ func (m *Model) Home(ctx context.Context, s *State) error {
 	return nil
 }
 
+// Forget tells the ranks that hold heads of s to drop them (the caller is
+// done with s, or is about to Reset it for another sequence): the workers'
+// memory follows rank 0's sequences without waiting for the collector.
+// Nothing to do in one process or for a state never split.
+func (m *Model) Forget(s *State) {
+	if sr, ok := m.ranks.(StateRanks); ok && s.tracked {
+		sr.ForgetState(s.id)
+		s.away = false
+	}
+}
+
+// HeadStateBytes returns the bytes a rank of a cluster of ranks keeps per
+// sequence for its KDA heads (the most any rank holds: the first ranks'
+// share).
+func HeadStateBytes(c *Config, ranks int) int64 {
+	h0, h1 := HeadRange(c, 0, max(ranks, 1))
+	return 4 * int64(headFloats(c, h0, h1))
+}
+
 // send gives every other rank its heads of s, which is home with
 // positions consumed, and makes s away.
 func (m *Model) send(ctx context.Context, sr StateRanks, s *State) error {

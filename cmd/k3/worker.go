@@ -16,12 +16,13 @@ import (
 // answers the rounds of the rank 0 (a k3 command with --peers) that
 // connects, until SIGINT or SIGTERM.
 func runWorker(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fs := cli.NewFlags("worker", "--model DIR --listen HOST:PORT --budget SIZE [--threads N] [--rank R --ranks N] (--cluster-key-file FILE | $K3_CLUSTER_KEY)", stderr)
+	fs := cli.NewFlags("worker", "--model DIR --listen HOST:PORT --budget SIZE [--threads N] [--sessions N] [--rank R --ranks N] (--cluster-key-file FILE | $K3_CLUSTER_KEY)", stderr)
 	dir := fs.String("model", "", "checkpoint `directory`: the same checkpoint as rank 0's (its fingerprint is compared)")
 	listen := fs.String("listen", "", "the `HOST:PORT` to listen on (and nowhere else), e.g. 0.0.0.0:7070 in a pod, 127.0.0.1:7070 on one machine")
 	threads := fs.Int("threads", 0, "kernel threads (0 = GOMAXPROCS)")
 	rank := fs.Int("rank", 0, "this worker's rank, 1..N-1: load its rows at once and refuse a rank 0 that expects another (0 = learn it from rank 0)")
 	ranks := fs.Int("ranks", 0, "the cluster's size N, with --rank")
+	sessions := fs.Int("sessions", 1, "sequences rank 0 keeps at once (its --sessions): the worker's budget holds its KDA heads of each")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the worker's whole run to `file` (go tool pprof), written when it stops")
 	var budget cli.BudgetFlags
 	budget.Register(fs)
@@ -31,7 +32,7 @@ func runWorker(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
-	if err := cli.FirstError(cli.NotNegative("threads", *threads, "GOMAXPROCS"), cli.NotNegative("rank", *rank, "learn it from rank 0"),
+	if err := cli.FirstError(cli.NotNegative("threads", *threads, "GOMAXPROCS"), cli.NotNegative("rank", *rank, "learn it from rank 0"), cli.Positive("sessions", *sessions),
 		cli.NotNegative("ranks", *ranks, "learn it from rank 0")); err != nil {
 		return err
 	}
@@ -55,7 +56,7 @@ func runWorker(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	opts := k3.WorkerOptions{RAMBudget: b, Threads: *threads, Rank: *rank, Ranks: *ranks,
+	opts := k3.WorkerOptions{RAMBudget: b, Threads: *threads, Rank: *rank, Ranks: *ranks, Sessions: *sessions,
 		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))}
 	if err := cf.WorkerOptions(&opts); err != nil {
 		return err

@@ -49,19 +49,20 @@ func (x *Inspection) Shard(rank, ranks int) (*RankWeights, error) {
 }
 
 // WorkerRequest is the planner's request of a rank other than 0 of a
-// cluster of ranks ranks with budget bytes (the one a Worker plans with):
-// no sequence's state, no scratch beyond the rounds it serves.
-func (x *Inspection) WorkerRequest(budget int64, ranks int) planner.Request {
-	return workerRequest(budget, x.Request.Threads, x.Request.IOQueueDepth, ranks)
+// cluster of ranks ranks with budget bytes (the one a Worker plans with),
+// for rank 0's sessions sessions: its KDA heads of their states, no other state, no
+// scratch beyond the rounds it serves.
+func (x *Inspection) WorkerRequest(budget int64, ranks, sessions int) planner.Request {
+	return workerRequest(budget, x.Request.Threads, x.Request.IOQueueDepth, ranks, sessions)
 }
 
 // workerRequest is a worker's planner request: threads (0: GOMAXPROCS)
-// and reads in flight as given.
-func workerRequest(budget int64, threads, ioDepth, ranks int) planner.Request {
+// and reads in flight as given, heads of sessions (0: 1) states.
+func workerRequest(budget int64, threads, ioDepth, ranks, sessions int) planner.Request {
 	if threads <= 0 {
 		threads = runtime.GOMAXPROCS(0)
 	}
-	return planner.Request{Budget: budget, Sessions: 1, MaxContext: 1, Threads: threads,
+	return planner.Request{Budget: budget, Sessions: max(sessions, 1), MaxContext: 1, Threads: threads,
 		IOQueueDepth: ioDepth, Executable: rss.ExecutableBytes(), Ranks: ranks, Worker: true}
 }
 

@@ -143,6 +143,7 @@ func (s *Seq) Close() {
 // next needs state (the default sequence gives its place away so).
 func (s *Seq) release() {
 	if s.st != nil {
+		s.e.m.Forget(s.st)
 		s.st = nil
 		s.e.releaseSlot()
 	}

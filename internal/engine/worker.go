@@ -34,6 +34,9 @@ type WorkerOptions struct {
 	// StatefulSet knows its ordinal) and refuse a rank 0 that expects
 	// another; zero learns them from the first rank 0 that connects.
 	Rank, Ranks int
+	// Sessions is rank 0's sequences at once (0: 1), whose KDA heads the
+	// budget holds.
+	Sessions int
 	// Key, TLS, Timeout and Version are the links' (ClusterOptions).
 	Version string
 	Key     []byte
@@ -141,7 +144,7 @@ func (w *Worker) load(ctx context.Context, rank, ranks int) error {
 		return err
 	}
 	lay := trunk.NewLayout(plan)
-	req := workerRequest(e.opts.RAMBudget, e.opts.Threads, e.opts.IOQueueDepth, ranks) // as Inspection.WorkerRequest
+	req := workerRequest(e.opts.RAMBudget, e.opts.Threads, e.opts.IOQueueDepth, ranks, w.opts.Sessions) // as Inspection.WorkerRequest
 	if e.mem, err = planner.Plan(lay.Weights(), req); err != nil {
 		return fmt.Errorf("k3: worker rank %d of %d: %w", rank, ranks, err)
 	}

@@ -79,8 +79,8 @@ type Request struct {
 	// 1: one process), Worker whether it is a rank other than 0: the
 	// weights are then its slice (model.Plan.Shard), rank 0 holds a
 	// cluster pass's buffers besides its scratch, and another rank holds
-	// no sequence's state, no scratch and no embeddings, only the
-	// buffers of the rounds it serves.
+	// no sequence's state but its KDA heads of Sessions' states, no
+	// scratch and no embeddings, only the buffers of the rounds it serves.
 	Ranks  int
 	Worker bool
 
@@ -413,8 +413,9 @@ func planRows(w *Weights, req Request, rows int, auto bool) (*MemoryPlan, error)
 	mp.ScratchArena = model.ScratchArenaBytes(c, mp.Rows, mp.Tile)
 	switch {
 	case req.Worker:
-		// Rounds of rank 0's passes, of its widest rows.
-		mp.State, mp.KV, mp.Embed = 0, 0, 0
+		// Rounds of rank 0's passes, of its widest rows; its KDA heads
+		// of every session's state.
+		mp.State, mp.KV, mp.Embed = s*model.HeadStateBytes(c, req.Ranks), 0, 0
 		mp.Spec, mp.Drafter, mp.SpecSlots, mp.SpecRows = 0, 0, 0, 0
 		mp.ScratchArena = 0
 		mp.Scratch = model.WorkerBufferBytes(c, MaxAutoRowsResident*4, model.DefaultTile)
