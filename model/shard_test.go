@@ -379,3 +379,34 @@ func TestHeadsUnknownState(t *testing.T) {
 		t.Fatalf("the state's next round: %v", err)
 	}
 }
+
+// TestHeadsRoundAllocs checks that a worker's KDA round allocates
+// nothing once its buffers have grown: the projections, the heads' state
+// lookups and the recurrence run every token.
+func TestHeadsRoundAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates on its own")
+	}
+	m, cl := loadCluster(t, oracle.Names[0], 2, 1)
+	c := m.Cfg
+	l := 0
+	for c.IsMLA(l) {
+		l++
+	}
+	in := make([]float32, 2*c.Hidden)
+	for i := range in {
+		in[i] = float32(i%9-4) / 8
+	}
+	rd := &model.Round{Layer: l, Kind: model.RoundKDA, Inputs: [][]float32{in},
+		Products: []model.Product{{Mat: model.MatOProj, N: 2, Rows: c.KDAWidth(), Unit: c.KDAHeadDim}},
+		Seqs:     []model.RoundSeq{{ID: 1 << 61, N: 1, Fresh: true}, {ID: 1<<61 + 1, Lo: 1, N: 1, Fresh: true}}}
+	s := cl.servers[0]
+	if _, err := s.Round(context.Background(), rd); err != nil {
+		t.Fatal(err)
+	}
+	rd.Seqs[0].Fresh, rd.Seqs[1].Fresh = false, false
+	var err error
+	if n := testing.AllocsPerRun(20, func() { _, err = s.Round(context.Background(), rd) }); n != 0 || err != nil {
+		t.Fatalf("a KDA round allocates %v times (err %v)", n, err)
+	}
+}
