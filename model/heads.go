@@ -75,7 +75,7 @@ func HeadParts(s *State, rank, ranks int) [][]float32 {
 	return out
 }
 
-// headParts is HeadParts of one rank's own state (heads h1-h0 only).
+// headFloats is the floats of heads [h0, h1) of one state (HeadParts).
 func headFloats(c *Config, h0, h1 int) int {
 	D, h := c.KDAHeadDim, c.ConvKernel-1
 	return (c.Layers - c.NumMLA()) * (h1 - h0) * D * (D + 3*h)
@@ -441,16 +441,7 @@ func (m *Model) kdaHeads(rd *Round, mats *LayerMats, w *RoundWork, out [][]float
 	w.hjob = headJob{w: w, seqs: rd.Seqs, nh: nh, D: D, q: q, k: k, v: v, alpha: z, beta: beta, o: o}
 	pool.Run(len(rd.Seqs)*nh, 1, &w.hjob)
 	w.hjob = headJob{}
-	for t := 0; t < T; t++ {
-		for j := 0; j < nh; j++ {
-			oh := o[t*W+j*D : t*W+(j+1)*D]
-			rmsNorm(oh, oh, vec.ONorm, c.RMSNormEps)
-		}
-		ot, gt := o[t*W:(t+1)*W], g[t*W:(t+1)*W]
-		for i := range ot {
-			ot[i] *= sigmoid(gt[i])
-		}
-	}
+	normGate(o, g, T, nh, D, vec.ONorm, c.RMSNormEps)
 	return nil
 }
 

@@ -71,19 +71,27 @@ func (p *pass) kda(l int, mats *LayerMats, vec *LayerVecs) error {
 	*j = kdaJob{}
 
 	o := sc.o[:T*P]
+	normGate(o, g, T, Hk, D, vec.ONorm, c.RMSNormEps)
+	rd = p.round(l, RoundAttn)
+	p.prod(rd, &mats.OProj, MatOProj, sc.attn[:T*E], o, T)
+	return p.finish(rd, mats)
+}
+
+// normGate finishes T rows of nh heads' outputs o (D channels a head, rows
+// nh·D wide): each head's RMSNorm, then the full-rank output gate g. One
+// process and every rank of a cluster (kdaHeads) run it.
+func normGate(o, g []float32, T, nh, D int, norm []float32, eps float32) {
+	W := nh * D
 	for t := 0; t < T; t++ {
-		for h := 0; h < Hk; h++ {
-			oh := o[t*P+h*D : t*P+(h+1)*D]
-			rmsNorm(oh, oh, vec.ONorm, c.RMSNormEps)
+		for h := 0; h < nh; h++ {
+			oh := o[t*W+h*D : t*W+(h+1)*D]
+			rmsNorm(oh, oh, norm, eps)
 		}
-		ot, gt := o[t*P:(t+1)*P], g[t*P:(t+1)*P]
+		ot, gt := o[t*W:(t+1)*W], g[t*W:(t+1)*W]
 		for i := range ot {
 			ot[i] *= sigmoid(gt[i])
 		}
 	}
-	rd = p.round(l, RoundAttn)
-	p.prod(rd, &mats.OProj, MatOProj, sc.attn[:T*E], o, T)
-	return p.finish(rd, mats)
 }
 
 // kdaDecay computes one head's decay (§6.5 step 5): with a single
