@@ -301,16 +301,11 @@ func (p *peer) current() Conn {
 // it ahead of the rounds that use them (no reply: a worker that cannot
 // take them ends the link, and the next round reports it).
 func (c *Client) PutState(ctx context.Context, rank int, id uint64, parts [][]float32) error {
-	p, err := c.peer(rank)
+	p, conn, err := c.talkTo(rank)
 	if err != nil {
 		return err
 	}
-	p.talk.Lock()
 	defer p.talk.Unlock()
-	conn := p.current()
-	if conn == nil {
-		return p.downErr()
-	}
 	frame := make([][]byte, 0, len(parts)+1)
 	frame = append(frame, binary.LittleEndian.AppendUint64(nil, id))
 	for _, part := range parts {
@@ -327,16 +322,11 @@ func (c *Client) PutState(ctx context.Context, rank int, id uint64, parts [][]fl
 // GetState implements model.StateRanks: rank sends its heads of state id,
 // which fill parts.
 func (c *Client) GetState(ctx context.Context, rank int, id uint64, parts [][]float32) error {
-	p, err := c.peer(rank)
+	p, conn, err := c.talkTo(rank)
 	if err != nil {
 		return err
 	}
-	p.talk.Lock()
 	defer p.talk.Unlock()
-	conn := p.current()
-	if conn == nil {
-		return p.downErr()
-	}
 	fail := func(err error) error {
 		p.drop(conn, err)
 		return fmt.Errorf("rank %d: %w", rank, err)
@@ -373,12 +363,20 @@ func (c *Client) GetState(ctx context.Context, rank int, id uint64, parts [][]fl
 	return nil
 }
 
-// peer returns worker rank's peer.
-func (c *Client) peer(rank int) (*peer, error) {
+// talkTo takes worker rank's talk and returns its connection, for one
+// exchange of frames; the caller unlocks p.talk. A rank that is not
+// connected is an error (and talk is not held).
+func (c *Client) talkTo(rank int) (p *peer, conn Conn, err error) {
 	if rank < 1 || rank > len(c.peers) {
-		return nil, fmt.Errorf("cluster: rank %d of %d", rank, c.n)
+		return nil, nil, fmt.Errorf("cluster: rank %d of %d", rank, c.n)
 	}
-	return c.peers[rank-1], nil
+	p = c.peers[rank-1]
+	p.talk.Lock()
+	if conn = p.current(); conn == nil {
+		p.talk.Unlock()
+		return nil, nil, p.downErr()
+	}
+	return p, conn, nil
 }
 
 // downErr says why p is not connected.
