@@ -59,6 +59,12 @@ type ClusterStats struct {
 	// rows were done.
 	Rounds, BytesSent, BytesReceived int64
 	RoundTime, WaitTime              time.Duration
+	// StateBytes counts the KDA heads of sequences' states moved whole
+	// between rank 0 and the workers, both ways: a speculative pass
+	// brings its states home, a saved or forked session needs them whole,
+	// the next plain pass sends them back. Prefix-cache saves and
+	// restores move none (each rank keeps its own slice).
+	StateBytes int64
 }
 
 // Cluster returns the model's cluster's health and counters.
@@ -66,7 +72,7 @@ func (m *Model) Cluster() ClusterStats {
 	c := m.e.Cluster()
 	st := c.Stats
 	return ClusterStats{Ranks: c.Ranks, Up: c.Up, Health: c.Health, Rounds: st.Rounds, BytesSent: st.BytesSent, BytesReceived: st.BytesReceived,
-		RoundTime: st.RoundTime, WaitTime: st.WaitTime}
+		RoundTime: st.RoundTime, WaitTime: st.WaitTime, StateBytes: st.StateBytes}
 }
 
 // Version is this k3's version, which the ranks of a cluster compare at
@@ -88,6 +94,16 @@ type WorkerOptions struct {
 	// Options.Sessions; 0: 1): the worker's budget holds its heads of
 	// each one's KDA state (the ranks split KDA by heads).
 	Sessions int
+	// PrefixCache keeps the worker's slices of rank 0's prefix-cache
+	// entries (Options.PrefixCache): each rank keeps its KDA heads of
+	// every state entry under rank 0's key, so that a save or a restore
+	// moves no state between the ranks. RAMBytes is its RAM tier inside
+	// RAMBudget (0: room for two slices per session; negative: none), Dir
+	// and DiskBytes its disk tier as for rank 0; BlockTokens and
+	// CheckpointBlocks are rank 0's and ignored here. Nil: the default RAM
+	// tier and no disk tier. A worker that keeps no slice of an entry
+	// makes rank 0 prefill instead of restoring it.
+	PrefixCache *PrefixCacheOptions
 	// Key, TLS and Timeout are as in ClusterOptions.
 	Key     []byte
 	TLS     *tls.Config
@@ -112,7 +128,7 @@ func NewWorkerContext(ctx context.Context, dir string, opts WorkerOptions) (*Wor
 		return nil, err
 	}
 	w, err := engine.OpenWorker(ctx, dir, cfg, engine.WorkerOptions{RAMBudget: opts.RAMBudget, Threads: opts.Threads,
-		IOQueueDepth: opts.IOQueueDepth, Rank: opts.Rank, Ranks: opts.Ranks, Sessions: opts.Sessions, Version: Version, Key: opts.Key, TLS: opts.TLS,
+		IOQueueDepth: opts.IOQueueDepth, Rank: opts.Rank, Ranks: opts.Ranks, Sessions: opts.Sessions, Prefix: opts.PrefixCache.engineOptions(), Version: Version, Key: opts.Key, TLS: opts.TLS,
 		Timeout: opts.Timeout, Logger: opts.Logger})
 	if err != nil {
 		return nil, err

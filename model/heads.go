@@ -102,6 +102,51 @@ func (m *Model) Home(ctx context.Context, s *State) error {
 	return nil
 }
 
+// SplitHeads reports whether m is rank 0 of a cluster whose ranks keep
+// their KDA heads of every state (RoundKDA): a snapshot of a state's
+// recurrent arrays then needs them home, or each rank's own (LocalHeads).
+func (m *Model) SplitHeads() bool {
+	_, ok := m.ranks.(StateRanks)
+	return ok && m.Cfg.NumMLA() < m.Cfg.Layers
+}
+
+// LocalHeads returns the recurrent arrays rank 0 keeps of s itself, in
+// HeadParts' order (rank 0's heads: its share of Recurrent): what rank 0
+// saves of s where every rank saves its own. In one process it is
+// Recurrent. They alias s.
+func (m *Model) LocalHeads(s *State) [][]float32 {
+	_, ranks := m.Plan.Rank()
+	if !m.SplitHeads() {
+		return s.Recurrent()
+	}
+	return HeadParts(s, 0, ranks)
+}
+
+// Away makes the other ranks hold the current values of their heads of s
+// (it sends them if s is home with positions consumed), so that each rank
+// can save its own heads of s (a prefix-cache entry kept in slices).
+// Nothing to do in one process or when s is away already.
+func (m *Model) Away(ctx context.Context, s *State) error {
+	sr, ok := m.ranks.(StateRanks)
+	if !ok || !m.SplitHeads() || s.away {
+		return nil
+	}
+	if s.pos == 0 {
+		// Zero on every rank once the next round says so; nothing to send.
+		return nil
+	}
+	return m.send(ctx, sr, s)
+}
+
+// Placed records that every other rank has just filled its heads of s
+// (a prefix restore on each rank, under s's ID) while rank 0 filled its
+// own (LocalHeads): s is away from now on.
+func (m *Model) Placed(s *State) {
+	if sr, ok := m.ranks.(StateRanks); ok && m.SplitHeads() {
+		s.leave(sr)
+	}
+}
+
 // Forget tells the ranks that hold heads of s to drop them (the caller is
 // done with s, or is about to Reset it for another sequence): the workers'
 // memory follows rank 0's sequences without waiting for the collector.
@@ -305,6 +350,10 @@ func (hs *HeadStore) Get(id uint64) ([][]float32, error) {
 	}
 	return hs.parts(st), nil
 }
+
+// Make returns the heads of id as HeadParts lays them out (aliasing the
+// store), made (zero) if new: for a restore to fill.
+func (hs *HeadStore) Make(id uint64) [][]float32 { return hs.parts(hs.state(id)) }
 
 // Forget drops the heads of id.
 func (hs *HeadStore) Forget(id uint64) { delete(hs.states, id) }

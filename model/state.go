@@ -70,6 +70,10 @@ func StateBytes(cfg *Config) (fixed, perPosition int64) {
 	return fixed, perPosition
 }
 
+// ID returns the id the ranks of a cluster keep their KDA heads of s
+// under (no other State of the process has had it).
+func (s *State) ID() uint64 { return s.id }
+
 // Len returns the number of positions consumed.
 func (s *State) Len() int { return s.pos }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/k3go/k3/internal/engine/cluster"
 	"github.com/k3go/k3/internal/engine/prefix"
 	"github.com/k3go/k3/iox"
 	"github.com/k3go/k3/model"
@@ -55,12 +56,17 @@ const (
 //
 // A block entry holds the MLA cache rows (latents and rope keys of every
 // MLA layer, model.State.Cached order) of B positions. A state entry at p
-// holds the recurrent arrays (model.State.Recurrent order), the MLA cache
+// holds the recurrent arrays (model.State.Recurrent order; in a cluster,
+// rank 0's heads of them, model.Model.LocalHeads), the MLA cache
 // rows of the tail [⌊p/B⌋·B, p), and, when it has them, the logits of
 // position p−1, all as little-endian float32s.
 type prefixCache struct {
-	store  *prefix.Store
-	m      *model.Model // brings a cluster's KDA heads home before a save
+	store *prefix.Store
+	m     *model.Model
+	// ranks, in a cluster, keep their own KDA heads of each state entry
+	// (headcache.go): rank 0's payload then holds only its heads of the
+	// recurrent arrays (model.Model.LocalHeads).
+	ranks  *cluster.Client
 	cfg    *model.Config
 	b      int   // tokens per block
 	every  int   // blocks between state checkpoints
@@ -102,6 +108,15 @@ func (e *Engine) openPrefixCache(o *PrefixOptions) error {
 	}
 	fixed, perPos := model.StateBytes(c)
 	pc := &prefixCache{m: e.m, cfg: c, b: b, fixed: fixed, perPos: perPos}
+	fp := e.Fingerprint() + "/" + prefixPayloadVersion
+	if e.cluster != nil && e.m.SplitHeads() {
+		// Each rank keeps its heads of the entries: rank 0's entries are
+		// of another layout, and their keys another chain, for each rank
+		// count.
+		pc.ranks = e.cluster
+		pc.fixed = model.HeadStateBytes(c, e.cluster.Size())
+		fp += fmt.Sprintf("/heads of rank 0 of %d", e.cluster.Size())
+	}
 	// A prompt's prefill runs in the widest passes the budget affords
 	// (planner.Residency): checkpoints at least a pass apart, and a token's
 	// share of the trunk read per such pass.
@@ -111,7 +126,7 @@ func (e *Engine) openPrefixCache(o *PrefixOptions) error {
 		pc.perToken = wide.TrunkBytesPerPass / int64(max(wide.Rows, 1))
 	}
 	st, err := prefix.Open(prefix.Options{
-		Fingerprint: e.Fingerprint() + "/" + prefixPayloadVersion, BlockSize: b,
+		Fingerprint: fp, BlockSize: b,
 		RAMBytes: ram, Alloc: offHeap, Dir: dir, DiskBytes: disk, Logger: e.log,
 	})
 	if err != nil {
@@ -163,15 +178,33 @@ func (pc *prefixCache) restore(st *model.State, p *prefix.Prompt, limit int, log
 	start := time.Now()
 	defer func() { pc.restoreNanos.Add(int64(time.Since(start))) }()
 	st.Reset()
+	var workers chan error
+	if pc.ranks != nil {
+		// Every worker fills its heads of st from its slice while rank 0
+		// reads its part.
+		workers = make(chan error, 1)
+		e := cluster.HeadEntry{Key: m.State, Pos: m.Pos, Tail: m.Pos - m.Anchor*pc.b, Block: pc.b}
+		id := st.ID()
+		go func() { workers <- pc.ranks.RestoreHeads(context.Background(), id, e) }()
+	}
 	withLogits, err := pc.read(st, p, m, logits)
+	if workers != nil {
+		if werr := <-workers; err == nil {
+			err = werr
+		}
+	}
 	if err != nil {
-		// Evicted since the lookup, or corrupt (the store removed it):
-		// prefill from the start.
+		// Evicted since the lookup, or corrupt (the store removed it), or
+		// a worker's slice is: prefill from the start. In a cluster the
+		// workers that did fill their heads are told to zero them by the
+		// next round (a Reset state is fresh). A prefill saves the entry
+		// again on every rank.
 		st.Reset()
 		pc.failed.Add(1)
 		pc.misses.Add(1)
 		return 0, false, 0
 	}
+	pc.m.Placed(st)
 	pc.hits.Add(1)
 	pc.restores.Add(1)
 	pc.reused.Add(int64(m.Pos))
@@ -203,7 +236,7 @@ func (pc *prefixCache) read(st *model.State, p *prefix.Prompt, m prefix.Match, l
 	if meta.Kind != prefix.KindState || meta.Pos != m.Pos || meta.Tail != m.Pos-m.Anchor*pc.b || meta.Size != want {
 		return false, fmt.Errorf("state entry %v does not match the prompt", m.State)
 	}
-	if err := readFloats(r, st.Recurrent()...); err != nil {
+	if err := readFloats(r, pc.m.LocalHeads(st)...); err != nil {
 		return false, err
 	}
 	tail, err := st.Extend(meta.Tail)
@@ -249,11 +282,14 @@ func (pc *prefixCache) get(k prefix.Key, rows [][]float32) error {
 func (pc *prefixCache) save(st *model.State, p *prefix.Prompt, from, to int, logits []float32) {
 	start := time.Now()
 	defer func() { pc.saveNanos.Add(int64(time.Since(start))) }()
-	// In a cluster the state's KDA heads come home to be written (the
-	// link's timeout bounds it); a state that cannot come is not saved,
-	// which costs a later prefill, never a wrong restore.
-	if err := pc.m.Home(context.Background(), st); err != nil {
-		return
+	// In a cluster every rank saves its own KDA heads of the state, which
+	// must be theirs (Away; the link's timeout bounds it). A state that
+	// cannot be placed is not saved, which costs a later prefill, never a
+	// wrong restore.
+	if pc.ranks != nil {
+		if err := pc.m.Away(context.Background(), st); err != nil {
+			return
+		}
 	}
 	for i := from / pc.b; i < to/pc.b; i++ {
 		k, meta := p.BlockMeta(i)
@@ -266,6 +302,11 @@ func (pc *prefixCache) save(st *model.State, p *prefix.Prompt, from, to int, log
 		pc.store.Put(k, meta, func(w io.Writer) error { return writeFloats(w, rows...) })
 	}
 	k, meta := p.StateMeta(to)
+	if pc.ranks != nil {
+		// Told even when rank 0 has the entry: a worker that lost its
+		// slice (it restarted, or evicted it) files it again.
+		pc.ranks.SaveHeads(st.ID(), cluster.HeadEntry{Key: k, Anchor: meta.Anchor, Pos: to, Tail: meta.Tail, Block: pc.b, Saves: pc.perToken * int64(to)})
+	}
 	if pc.store.Has(k) {
 		return
 	}
@@ -278,7 +319,7 @@ func (pc *prefixCache) save(st *model.State, p *prefix.Prompt, from, to int, log
 		meta.Sections = append(meta.Sections, int64(4*len(logits)))
 	}
 	meta.Saves = pc.perToken * int64(to)
-	rec := st.Recurrent()
+	rec := pc.m.LocalHeads(st)
 	if stored, _ := pc.store.Put(k, meta, func(w io.Writer) error {
 		if err := writeFloats(w, rec...); err != nil {
 			return err

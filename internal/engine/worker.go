@@ -16,6 +16,7 @@ import (
 	"github.com/k3go/k3/internal/engine/cluster"
 	"github.com/k3go/k3/internal/engine/cluster/link"
 	"github.com/k3go/k3/internal/engine/planner"
+	"github.com/k3go/k3/internal/engine/prefix"
 	"github.com/k3go/k3/internal/engine/trunk"
 	"github.com/k3go/k3/internal/platform/par"
 	"github.com/k3go/k3/internal/platform/rss"
@@ -37,6 +38,12 @@ type WorkerOptions struct {
 	// Sessions is rank 0's sequences at once (0: 1), whose KDA heads the
 	// budget holds.
 	Sessions int
+	// Prefix keeps the worker's slices of rank 0's prefix-cache entries
+	// (its KDA heads of each state entry): RAMBytes (0: two slices per
+	// session; negative: none), Dir and DiskBytes as in PrefixOptions.
+	// Nil: the RAM tier's default, no disk tier. BlockTokens and
+	// CheckpointBlocks are rank 0's.
+	Prefix *PrefixOptions
 	// Key, TLS, Timeout and Version are the links' (ClusterOptions).
 	Version string
 	Key     []byte
@@ -62,6 +69,7 @@ type Worker struct {
 	rank  int
 	ranks int
 	srv   *model.Server
+	heads *headCache         // its slices of rank 0's prefix-cache entries
 	serve context.CancelFunc // ends the connection being served
 	done  chan struct{}      // closed when it has ended
 }
@@ -116,7 +124,18 @@ func OpenWorker(ctx context.Context, dir string, cfg *model.Config, opts WorkerO
 		return nil, fmt.Errorf("k3: worker: %w", err)
 	}
 	e.pool = par.New(opts.Threads)
-	w := &Worker{e: e, whole: plan, fp: fp, opts: opts}
+	w := &Worker{e: e, whole: plan, fp: fp, opts: opts, heads: &headCache{log: log, fp: fp, alloc: offHeap}}
+	if p := opts.Prefix; p != nil && p.DiskBytes >= 0 {
+		w.heads.dir, w.heads.disk = p.Dir, p.DiskBytes
+		if w.heads.disk == 0 {
+			w.heads.disk = DefaultPrefixDiskBytes
+		}
+		if w.heads.dir == "" {
+			if w.heads.dir, err = prefix.DefaultDir(); err != nil {
+				log.Warn("k3: worker: prefix cache: no user cache directory; the cache keeps to RAM", "err", err)
+			}
+		}
+	}
 	if opts.Rank != 0 {
 		if err := w.load(ctx, opts.Rank, opts.Ranks); err != nil {
 			return nil, err
@@ -144,7 +163,12 @@ func (w *Worker) load(ctx context.Context, rank, ranks int) error {
 		return err
 	}
 	lay := trunk.NewLayout(plan)
-	req := workerRequest(e.opts.RAMBudget, e.opts.Threads, e.opts.IOQueueDepth, ranks, w.opts.Sessions) // as Inspection.WorkerRequest
+	var asked int64
+	if w.opts.Prefix != nil {
+		asked = w.opts.Prefix.RAMBytes
+	}
+	w.heads.ram = headCacheRAM(w.whole.Cfg, ranks, w.opts.Sessions, asked)
+	req := workerRequest(e.opts.RAMBudget, e.opts.Threads, e.opts.IOQueueDepth, ranks, w.opts.Sessions, w.heads.ram) // as Inspection.WorkerRequest
 	if e.mem, err = planner.Plan(lay.Weights(), req); err != nil {
 		return fmt.Errorf("k3: worker rank %d of %d: %w", rank, ranks, err)
 	}
@@ -193,6 +217,7 @@ func (w *Worker) unload() {
 	}
 	e.bufs = nil
 	e.mu.Unlock()
+	w.heads.close() // its RAM tier is the plan's
 	w.srv, w.rank, w.ranks = nil, 0, 0
 	debug.FreeOSMemory()
 }
@@ -267,7 +292,7 @@ func (w *Worker) serveConn(ctx context.Context, conn *link.Conn, peer link.Hello
 	defer conn.Close()
 	w.mu.Lock()
 	err := w.load(ctx, peer.Rank, peer.Ranks)
-	srv := w.srv
+	srv := workerServer{Server: w.srv, hc: w.heads, rank: w.rank, ranks: w.ranks}
 	w.mu.Unlock()
 	if err := cluster.Ready(conn, err); err != nil {
 		return err

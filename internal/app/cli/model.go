@@ -91,6 +91,30 @@ func (p *PrefixFlags) register(fs *flag.FlagSet, byDefault bool) {
 	fs.IntVar(&p.BlockTokens, "prefix-cache-block", 0, "the prefix cache's block of `tokens` (default 256)")
 }
 
+// RegisterWorker defines a worker's prefix-cache flags on fs: where it
+// keeps its slices of rank 0's entries (on unless --no-prefix-cache; the
+// block is rank 0's).
+func (p *PrefixFlags) RegisterWorker(fs *flag.FlagSet) {
+	p.byDefault = true
+	fs.BoolVar(&p.off, "no-prefix-cache", false, "keep no slices of rank 0's prefix-cache entries (rank 0 then prefills what it would restore)")
+	fs.StringVar(&p.RAM, "prefix-cache-ram", "", "the RAM `size` of this rank's slices of rank 0's prefix-cache entries, inside the budget (default: two per session; 0 = none)")
+	fs.StringVar(&p.Disk, "prefix-cache-disk", "", "the disk `size` of this rank's slices of rank 0's prefix-cache entries (default 32GiB; 0 = none)")
+	fs.StringVar(&p.Dir, "prefix-cache-dir", "", "the `directory` of this rank's slices of rank 0's prefix-cache entries (default: k3/prefix in the user's cache directory)")
+}
+
+// WorkerOptions returns a worker's prefix-cache options (RegisterWorker):
+// none at all with --no-prefix-cache.
+func (p *PrefixFlags) WorkerOptions() (*k3.PrefixCacheOptions, error) {
+	o, err := p.Settings()
+	if err != nil {
+		return nil, err
+	}
+	if p.off {
+		return &k3.PrefixCacheOptions{RAMBytes: -1, DiskBytes: -1}, nil
+	}
+	return o, nil
+}
+
 // Options returns the prefix cache's options, nil when it is off (its
 // flags are checked either way).
 func (p *PrefixFlags) Options() (*k3.PrefixCacheOptions, error) {

@@ -47,6 +47,9 @@ type ClusterJSON struct {
 	// WaitPerGather is the part of a gather rank 0 waited for the other
 	// ranks after its own rows were done.
 	WaitPerGather float64 `json:"wait_seconds_per_gather"`
+	// StateBytes is the bytes of sequences' KDA heads moved whole
+	// between the ranks (k3.ClusterStats.StateBytes).
+	StateBytes int64 `json:"state_bytes"`
 }
 
 // NewClusterJSON returns the cluster's keys for tokens generated tokens,
@@ -55,7 +58,7 @@ func NewClusterJSON(cs k3.ClusterStats, tokens int) *ClusterJSON {
 	if cs.Ranks <= 1 {
 		return nil
 	}
-	j := &ClusterJSON{Ranks: cs.Ranks, Gathers: cs.Rounds}
+	j := &ClusterJSON{Ranks: cs.Ranks, Gathers: cs.Rounds, StateBytes: cs.StateBytes}
 	if tokens > 0 {
 		j.GathersPerToken = float64(cs.Rounds) / float64(tokens)
 	}
@@ -69,8 +72,8 @@ func NewClusterJSON(cs k3.ClusterStats, tokens int) *ClusterJSON {
 
 // String is the cluster's line of --stats.
 func (j *ClusterJSON) String() string {
-	return fmt.Sprintf("cluster of %d ranks: %d gathers (%.1f per token), %.1f kB and %.3f ms each (rank 0 waited %.3f ms of it)",
-		j.Ranks, j.Gathers, j.GathersPerToken, j.BytesPerGather/1e3, 1e3*j.SecondsPerGather, 1e3*j.WaitPerGather)
+	return fmt.Sprintf("cluster of %d ranks: %d gathers (%.1f per token), %.1f kB and %.3f ms each (rank 0 waited %.3f ms of it); %.1f MB of states moved",
+		j.Ranks, j.Gathers, j.GathersPerToken, j.BytesPerGather/1e3, 1e3*j.SecondsPerGather, 1e3*j.WaitPerGather, float64(j.StateBytes)/1e6)
 }
 
 // NewStatsJSON converts s.

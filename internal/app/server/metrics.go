@@ -118,12 +118,13 @@ var (
 	descRanksUp       = prometheus.NewDesc("k3_cluster_ranks_up", "Ranks connected now (rank 0 included).", nil, nil)
 	descGathers       = prometheus.NewDesc("k3_cluster_gathers_total", "Rounds of products exchanged with the other ranks (each carries every row of a pass's group of products).", nil, nil)
 	descGatherBytes   = prometheus.NewDesc("k3_cluster_gather_bytes_total", "Bytes of the rounds, by direction (sent: inputs to all workers; received: their rows).", []string{"direction"}, nil)
+	descStateBytes    = prometheus.NewDesc("k3_cluster_state_bytes_total", "Bytes of sequences' KDA heads moved whole between rank 0 and the other ranks, both ways (speculative passes, saved or forked sessions; prefix-cache saves and restores move none).", nil, nil)
 	descGatherSeconds = prometheus.NewDesc("k3_cluster_gather_seconds_total", "Wall time of the rounds, and the part rank 0 waited for workers after its own rows (wait).", []string{"part"}, nil)
 )
 
 var allDescs = []*prometheus.Desc{descBytesRead, descCacheHits, descCacheMiss, descHitRate, descPasses, descRows, descRSS, descPeakRSS, descBudget,
 	descPrefixHits, descPrefixMisses, descPrefixTokens, descPrefixSaves, descPrefixEvicted, descPrefixBad, descPrefixBytes, descPrefixSeconds,
-	descConstrained, descMaskedTokens, descMaskSeconds, descRanks, descRanksUp, descGathers, descGatherBytes, descGatherSeconds}
+	descConstrained, descMaskedTokens, descMaskSeconds, descRanks, descRanksUp, descGathers, descGatherBytes, descGatherSeconds, descStateBytes}
 
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range allDescs {
@@ -171,4 +172,5 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descGatherBytes, float64(cs.BytesReceived), "received")
 	counter(descGatherSeconds, cs.RoundTime.Seconds(), "round")
 	counter(descGatherSeconds, cs.WaitTime.Seconds(), "wait")
+	counter(descStateBytes, float64(cs.StateBytes))
 }

@@ -68,6 +68,9 @@ type Client struct {
 
 	rounds, sent, received atomic.Int64
 	roundNanos, waitNanos  atomic.Int64
+	// stateBytes counts the KDA heads moved whole between rank 0 and the
+	// workers (PutState, GetState), which the rounds' counters do not.
+	stateBytes atomic.Int64
 }
 
 // peer is one worker: its connection, and the buffers its replies are
@@ -316,6 +319,9 @@ func (c *Client) PutState(ctx context.Context, rank int, id uint64, parts [][]fl
 		p.drop(conn, err)
 		return fmt.Errorf("rank %d: %w", rank, err)
 	}
+	for _, part := range parts {
+		c.stateBytes.Add(4 * int64(len(part)))
+	}
 	return nil
 }
 
@@ -360,7 +366,85 @@ func (c *Client) GetState(ctx context.Context, rank int, id uint64, parts [][]fl
 	for _, part := range parts {
 		all = all[copy(part, all):]
 	}
+	c.stateBytes.Add(int64(len(msg)))
 	return nil
+}
+
+// SaveHeads tells every connected worker to file its heads of state id
+// under e (no reply). It must follow the last round that changed the state
+// and precede the next, as it does on the state's own goroutine: the
+// frames of one link are read in order. A worker that misses it (down, or
+// its link fails) has no slice of e, which a restore will find.
+func (c *Client) SaveHeads(id uint64, e HeadEntry) {
+	msg := encodeHeadEntry(nil, id, &e)
+	for _, p := range c.peers {
+		p.talk.Lock()
+		if conn := p.current(); conn != nil {
+			if err := conn.Send(kindSaveHeads, msg); err != nil {
+				p.drop(conn, fmt.Errorf("sending a prefix-cache save: %w", err))
+			}
+		}
+		p.talk.Unlock()
+	}
+}
+
+// RestoreHeads has every worker fill its heads of state id from its slice
+// of e, all of them at once. An error (a worker without its slice, or not
+// connected) names the first rank that failed; the workers that did fill
+// theirs hold heads of a state rank 0 must then Reset (its next round
+// zeroes them).
+func (c *Client) RestoreHeads(ctx context.Context, id uint64, e HeadEntry) error {
+	msg := encodeHeadEntry(nil, id, &e)
+	for _, p := range c.peers {
+		p.talk.Lock()
+	}
+	defer func() {
+		for _, p := range c.peers {
+			p.talk.Unlock()
+		}
+	}()
+	sent := make([]Conn, len(c.peers))
+	var first error
+	fail := func(err error) {
+		if first == nil {
+			first = err
+		}
+	}
+	for i, p := range c.peers {
+		conn := p.current()
+		if conn == nil {
+			fail(p.downErr())
+			continue
+		}
+		if err := conn.Send(kindRestoreHeads, msg); err != nil {
+			err = fmt.Errorf("asking for a prefix-cache restore: %w", err)
+			p.drop(conn, err)
+			fail(fmt.Errorf("rank %d: %w", p.rank, err))
+			continue
+		}
+		sent[i] = conn
+	}
+	for i, p := range c.peers {
+		conn := sent[i]
+		if conn == nil {
+			continue
+		}
+		p.buf = alignedGrow(p.buf)
+		kind, reply, err := conn.Recv(p.buf)
+		switch {
+		case err != nil:
+			err = fmt.Errorf("waiting for a prefix-cache restore: %w", err)
+			p.drop(conn, err)
+			fail(fmt.Errorf("rank %d: %w", p.rank, err))
+		case kind == kindError:
+			fail(fmt.Errorf("%s: %s", conn.Peer(), reply))
+		case kind != kindRestored || len(reply) != 0:
+			err := fmt.Errorf("%s: %w: a reply of kind %d to a prefix-cache restore", conn.Peer(), ErrMessage, kind)
+			p.drop(conn, err)
+			fail(err)
+		}
+	}
+	return first
 }
 
 // talkTo takes worker rank's talk and returns its connection, for one
@@ -562,12 +646,16 @@ func (c *Client) Health() error {
 type Stats struct {
 	Rounds, BytesSent, BytesReceived int64
 	RoundTime, WaitTime              time.Duration
+	// StateBytes is the bytes of KDA heads of states moved whole between
+	// rank 0 and the workers, both ways (a speculative pass's, a state
+	// file's, a fork's; model.Model.Home).
+	StateBytes int64
 }
 
 // Stats returns the counters since NewClient.
 func (c *Client) Stats() Stats {
 	return Stats{Rounds: c.rounds.Load(), BytesSent: c.sent.Load(), BytesReceived: c.received.Load(),
-		RoundTime: time.Duration(c.roundNanos.Load()), WaitTime: time.Duration(c.waitNanos.Load())}
+		RoundTime: time.Duration(c.roundNanos.Load()), WaitTime: time.Duration(c.waitNanos.Load()), StateBytes: c.stateBytes.Load()}
 }
 
 // Close closes every connection and stops reconnecting. No round may be

@@ -275,6 +275,8 @@ func FuzzRoundDecode(f *testing.F) {
 	f.Add(append(append([]byte{}, encodeRound(nil, &kda)...), floatBytes(kda.Inputs[0])...))
 	f.Add(msg[:roundHeader])
 	f.Add([]byte{})
+	// A prefix-cache entry message.
+	f.Add(encodeHeadEntry(nil, 1<<50, &HeadEntry{Key: [32]byte{1, 2}, Anchor: [32]byte{3}, Pos: 300, Tail: 44, Block: 256, Saves: 1 << 40}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		buf := make([]float32, (len(b)+3)/4) // aligned
 		msg := floatBytes(buf)[:len(b)]
@@ -288,6 +290,11 @@ func FuzzRoundDecode(f *testing.F) {
 			t.Fatalf("state message error %v is not ErrMessage", err)
 		} else if err == nil && (len(rest) != len(msg)-stateHeader || id != binary.LittleEndian.Uint64(msg)) {
 			t.Fatalf("a state message of %d bytes gave id %d and %d bytes", len(msg), id, len(rest))
+		}
+		if id, e, err := decodeHeadEntry(msg); err != nil && !errors.Is(err, ErrMessage) {
+			t.Fatalf("entry message error %v is not ErrMessage", err)
+		} else if err == nil && string(encodeHeadEntry(nil, id, &e)) != string(msg) {
+			t.Fatalf("an entry message decoded and encoded again: %x, was %x", encodeHeadEntry(nil, id, &e), msg)
 		}
 		var got model.Round
 		if err := decodeRound(msg, &got); err != nil {

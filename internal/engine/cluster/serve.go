@@ -22,6 +22,20 @@ type RoundServer interface {
 	End()
 }
 
+// HeadCache is implemented by RoundServers that keep their heads of
+// states in a prefix cache of their own, as slices of rank 0's entries
+// under rank 0's keys. Without it a worker refuses every restore (rank 0
+// then prefills instead) and ignores saves.
+type HeadCache interface {
+	// SaveHeads files this rank's heads of state id under e (nothing if
+	// it holds them already, or holds no such state); a failure costs a
+	// later restore, so it is not answered.
+	SaveHeads(id uint64, e HeadEntry)
+	// RestoreHeads fills this rank's heads of state id (made if new) from
+	// its slice of e, or says why it cannot (its slice was evicted).
+	RestoreHeads(id uint64, e HeadEntry) error
+}
+
 // Serve answers rank 0's rounds on conn with srv, its rows of every
 // product, until conn fails, rank 0 leaves or ctx ends (it then closes
 // conn). A round that fails here (a read of this rank's weights) is
@@ -93,6 +107,32 @@ func Serve(ctx context.Context, conn Conn, srv RoundServer) error {
 			}
 			for b := msg; len(b) > 0; b = b[8:] {
 				srv.Heads().Forget(binary.LittleEndian.Uint64(b))
+			}
+		case kindSaveHeads, kindRestoreHeads:
+			id, e, err := decodeHeadEntry(msg)
+			if err != nil {
+				return fmt.Errorf("%s: %w", conn.Peer(), err)
+			}
+			hc, ok := srv.(HeadCache)
+			if kind == kindSaveHeads {
+				if ok {
+					hc.SaveHeads(id, e)
+				}
+				continue
+			}
+			if !ok {
+				err = errors.New("this rank keeps no prefix cache")
+			} else {
+				err = hc.RestoreHeads(id, e)
+			}
+			if err != nil {
+				if err := conn.Send(kindError, []byte(err.Error())); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := conn.Send(kindRestored); err != nil {
+				return err
 			}
 		case kindRound:
 			if err := decodeRound(msg, &rd); err != nil {

@@ -31,17 +31,20 @@ import (
 
 // Message kinds on a rank-0-to-worker connection.
 const (
-	kindRound    uint8 = 1 + iota // rank 0 → worker: a round's products and inputs
-	kindSlices                    // worker → rank 0: its rows of every product
-	kindError                     // worker → rank 0: the round failed there (text)
-	kindReady                     // worker → rank 0: its rank's slice is loaded
-	kindPing                      // rank 0 → worker: are you there (health)
-	kindPong                      // worker → rank 0
-	kindPrefetch                  // rank 0 → worker: start reading these experts' halves (no reply)
-	kindPutState                  // rank 0 → worker: its KDA heads of a state (no reply)
-	kindGetState                  // rank 0 → worker: send your KDA heads of a state
-	kindState                     // worker → rank 0: its KDA heads of a state
-	kindForget                    // rank 0 → worker: these states are gone (no reply)
+	kindRound        uint8 = 1 + iota // rank 0 → worker: a round's products and inputs
+	kindSlices                        // worker → rank 0: its rows of every product
+	kindError                         // worker → rank 0: the round failed there (text)
+	kindReady                         // worker → rank 0: its rank's slice is loaded
+	kindPing                          // rank 0 → worker: are you there (health)
+	kindPong                          // worker → rank 0
+	kindPrefetch                      // rank 0 → worker: start reading these experts' halves (no reply)
+	kindPutState                      // rank 0 → worker: its KDA heads of a state (no reply)
+	kindGetState                      // rank 0 → worker: send your KDA heads of a state
+	kindState                         // worker → rank 0: its KDA heads of a state
+	kindForget                        // rank 0 → worker: these states are gone (no reply)
+	kindSaveHeads                     // rank 0 → worker: file your heads of a state under a prefix-cache key (no reply)
+	kindRestoreHeads                  // rank 0 → worker: fill your heads of a state from a prefix-cache entry
+	kindRestored                      // worker → rank 0: it did
 )
 
 // A product's flags.
@@ -58,8 +61,10 @@ const (
 // (model.Product.GLU) and pick its input rows (model.Product.Pick). 3:
 // the KDA layers split by heads (model.RoundKDA, its sequences, the
 // states' messages; a product's Unit), and the ranks hold the KDA
-// matrices' rows in whole heads (model.SplitUnit).
-const Format = 3
+// matrices' rows in whole heads (model.SplitUnit). 4: every rank keeps its
+// heads of rank 0's prefix-cache entries (kindSaveHeads,
+// kindRestoreHeads).
+const Format = 4
 
 // HelloVersion is the version a rank of k3 version states at the
 // handshake: the version and the rounds' Format.
@@ -379,4 +384,49 @@ func decodeStateID(msg []byte) (uint64, []byte, error) {
 		return 0, nil, fmt.Errorf("%w: a state message of %d bytes", ErrMessage, len(msg))
 	}
 	return binary.LittleEndian.Uint64(msg), msg[stateHeader:], nil
+}
+
+// HeadEntry names a prefix-cache state entry whose KDA heads every rank
+// keeps its own slice of: rank 0's key, and what a worker's store files
+// its slice with (the entry's position, tail, anchor and block size, and
+// the reads a hit saves, which rank its slice against the others for
+// eviction).
+type HeadEntry struct {
+	Key, Anchor      [32]byte
+	Pos, Tail, Block int
+	Saves            int64
+}
+
+// A head-entry message (kindSaveHeads, kindRestoreHeads): the state's id
+// u64, the key and the anchor (32 bytes each), pos, tail and block (u32
+// each), 4 pad, saves (i64).
+const headEntrySize = 96
+
+// encodeHeadEntry writes a head-entry message into dst (reused).
+func encodeHeadEntry(dst []byte, id uint64, e *HeadEntry) []byte {
+	dst = binary.LittleEndian.AppendUint64(dst[:0], id)
+	dst = append(append(dst, e.Key[:]...), e.Anchor[:]...)
+	for _, v := range []int{e.Pos, e.Tail, e.Block, 0} {
+		dst = binary.LittleEndian.AppendUint32(dst, uint32(v))
+	}
+	return binary.LittleEndian.AppendUint64(dst, uint64(e.Saves))
+}
+
+// decodeHeadEntry decodes a head-entry message. The numbers are checked
+// only for their range here; the store that files the entry checks them
+// against each other.
+func decodeHeadEntry(msg []byte) (id uint64, e HeadEntry, err error) {
+	if len(msg) != headEntrySize {
+		return 0, e, fmt.Errorf("%w: a prefix-cache entry message of %d bytes", ErrMessage, len(msg))
+	}
+	id = binary.LittleEndian.Uint64(msg)
+	copy(e.Key[:], msg[8:40])
+	copy(e.Anchor[:], msg[40:72])
+	u := func(i int) uint32 { return binary.LittleEndian.Uint32(msg[72+4*i:]) }
+	if u(0) > math.MaxInt32 || u(1) > math.MaxInt32 || u(2) > math.MaxInt32 || u(3) != 0 {
+		return 0, HeadEntry{}, fmt.Errorf("%w: a prefix-cache entry at %d (tail %d, block %d)", ErrMessage, u(0), u(1), u(2))
+	}
+	e.Pos, e.Tail, e.Block = int(u(0)), int(u(1)), int(u(2))
+	e.Saves = int64(binary.LittleEndian.Uint64(msg[88:]))
+	return id, e, nil
 }
