@@ -94,6 +94,12 @@ type WorkerOptions struct {
 	// Options.Sessions; 0: 1): the worker's budget holds its heads of
 	// each one's KDA state (the ranks split KDA by heads).
 	Sessions int
+	// Speculate is rank 0's Options.Speculate (a number, or
+	// SpeculateAuto; 0: none): each rank copies, records and rolls back
+	// its own KDA heads of a speculating sequence, and the worker's budget
+	// holds them for each session. A worker told less allocates what rank
+	// 0's speculation needs anyway, beyond its plan.
+	Speculate int
 	// PrefixCache keeps the worker's slices of rank 0's prefix-cache
 	// entries (Options.PrefixCache): each rank keeps its KDA heads of
 	// every state entry under rank 0's key, so that a save or a restore
@@ -109,6 +115,15 @@ type WorkerOptions struct {
 	TLS     *tls.Config
 	Timeout time.Duration
 	Logger  *slog.Logger
+}
+
+// workerSpeculate is the draft length a worker plans for rank 0's
+// Options.Speculate.
+func workerSpeculate(n int) int {
+	if n == SpeculateAuto {
+		return AutoDraft
+	}
+	return max(n, 0)
 }
 
 // Worker is a rank other than 0 of a cluster: it serves one rank 0 (the
@@ -128,7 +143,7 @@ func NewWorkerContext(ctx context.Context, dir string, opts WorkerOptions) (*Wor
 		return nil, err
 	}
 	w, err := engine.OpenWorker(ctx, dir, cfg, engine.WorkerOptions{RAMBudget: opts.RAMBudget, Threads: opts.Threads,
-		IOQueueDepth: opts.IOQueueDepth, Rank: opts.Rank, Ranks: opts.Ranks, Sessions: opts.Sessions, Prefix: opts.PrefixCache.engineOptions(), Version: Version, Key: opts.Key, TLS: opts.TLS,
+		IOQueueDepth: opts.IOQueueDepth, Rank: opts.Rank, Ranks: opts.Ranks, Sessions: opts.Sessions, Speculate: workerSpeculate(opts.Speculate), Prefix: opts.PrefixCache.engineOptions(), Version: Version, Key: opts.Key, TLS: opts.TLS,
 		Timeout: opts.Timeout, Logger: opts.Logger})
 	if err != nil {
 		return nil, err

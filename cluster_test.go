@@ -194,4 +194,9 @@ func TestClusterModes(t *testing.T) {
 	if ids := generateIDs(t, m, full, k3.GenerateOptions{MaxTokens: 12, Speculate: 4}); !slices.Equal(ids, wantIDs) {
 		t.Fatalf("2 ranks speculative %v, one process %v", ids, wantIDs)
 	}
+	// Prefix saves and restores, speculation and its rollbacks all run on
+	// each rank's own KDA heads.
+	if sb := m.Cluster().StateBytes; sb != 0 {
+		t.Fatalf("2 ranks moved %d bytes of states between them", sb)
+	}
 }

@@ -66,7 +66,9 @@ type clusterShards struct {
 
 // PlanCluster returns the plans of the ranks of a cluster of ranks ranks,
 // each with budget bytes (0: unlimited), rank 0 with room for sessions
-// sessions (0: the inspected value): the plans Open with
+// sessions (0: the inspected value), speculating as inspected
+// (Options.Speculate; a worker given the same WorkerOptions.Speculate):
+// the plans Open with
 // Options.Cluster and a Worker would make, each rank's slice of the
 // weights summarised from the headers once per rank count.
 func (in *Inspection) PlanCluster(budget int64, ranks, sessions int) (*ClusterPlan, error) {
@@ -101,7 +103,7 @@ func (in *Inspection) PlanCluster(budget int64, ranks, sessions int) (*ClusterPl
 	if err != nil {
 		return nil, fmt.Errorf("k3: rank 0 of %d: %w", ranks, err)
 	}
-	wp, err := planner.Plan(ws[1].Weights, in.x.WorkerRequest(budget, ranks, r.Sessions))
+	wp, err := planner.Plan(ws[1].Weights, in.x.WorkerRequest(budget, ranks, r.Sessions, r.Speculate))
 	if err != nil {
 		return nil, fmt.Errorf("k3: rank 1 of %d: %w", ranks, err)
 	}

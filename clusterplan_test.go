@@ -83,6 +83,31 @@ func TestPlanCluster(t *testing.T) {
 			t.Fatalf("%d ranks: a token sends %d bytes and receives %d", ranks, pass.SentBytes, pass.ReceivedBytes)
 		}
 	}
+	// Speculation: every rank keeps the copy and record of its own heads,
+	// a worker for every session, rank 0 in its rollback buffers; both
+	// about 1/ranks of one process's buffer.
+	spec, err := k3.Inspect(dir, k3.Options{MaxContext: 4096, Speculate: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	solo, err := spec.PlanCluster(0, 1, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	perSlot := solo.Rank0.SpecBytes / int64(solo.Rank0.SpecSlots)
+	for _, ranks := range []int{2, 3} {
+		cp, err := spec.PlanCluster(0, ranks, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		share := workerHeads(c, ranks, 1, perSlot, 1) // the first rank's heads of one buffer
+		r0, w := cp.Rank0, cp.Worker
+		if w.SpecSlots != 4 || w.SpecRows != 5 || r0.SpecSlots != solo.Rank0.SpecSlots ||
+			w.SpecBytes < 4*share*9/10 || w.SpecBytes > 4*share*11/10 || r0.SpecBytes < int64(r0.SpecSlots)*share*9/10 || r0.SpecBytes > int64(r0.SpecSlots)*share*11/10 {
+			t.Fatalf("%d ranks: speculation plans %d bytes in %d slots of %d rows on rank 0, %d in %d slots of %d rows on a worker; one process %d bytes a slot",
+				ranks, r0.SpecBytes, r0.SpecSlots, r0.SpecRows, w.SpecBytes, w.SpecSlots, w.SpecRows, perSlot)
+		}
+	}
 	if _, err := in.PlanCluster(budget, 0, 1); !errors.Is(err, k3.ErrBadOptions) {
 		t.Fatalf("a cluster of 0 ranks: %v", err)
 	}

@@ -18,11 +18,16 @@ import (
 // network on a pass; rank 0 holds its own heads, the workers theirs, each
 // under the sequence's id.
 //
-// What needs a whole state (a snapshot for the prefix cache or a file, a
-// speculative pass's copy and replay) first brings the other ranks' heads
-// home (Model.Home); a pass over a state that is home with positions
-// already consumed sends the workers their heads first. A state is away
-// from its first split pass until Home or Reset.
+// A speculative pass runs split too: each rank copies its heads of a
+// speculating sequence's state as the pass reaches each layer and records
+// the rows' recurrence inputs for them (RoundSeq.Spec), and a rollback
+// replays the kept rows on every rank's heads (StateRanks.RollbackState).
+// A prefix-cache entry is kept in slices, each rank's heads by the rank
+// (Model.LocalHeads, Model.Away, Model.Placed). What needs a whole state
+// (a session's file, a fork) first brings the other ranks' heads home
+// (Model.Home); a pass over a state that is home with positions already
+// consumed sends the workers their heads first. A state is away from its
+// first split pass until Home or Reset.
 
 // RoundSeq is one sequence of a RoundKDA round: rows [Lo, Lo+N) of the
 // round's input are its next positions, and every rank keeps its heads of
@@ -33,6 +38,12 @@ type RoundSeq struct {
 	// Fresh says the sequence starts here: every rank zeroes its heads of
 	// the state (making them if new) before the rows run.
 	Fresh bool
+	// Spec, when not 0, says the rows are rows [At, At+N) of a speculation
+	// of up to Spec rows: every rank copies its heads of the state before
+	// the speculation's first rows and records the rows' recurrence
+	// inputs, so that a rollback (StateRanks.RollbackState) replays the
+	// kept rows on its heads.
+	Spec, At int
 }
 
 // HeadRange returns the KDA heads [h0, h1) rank of ranks holds.
@@ -51,6 +62,10 @@ type StateRanks interface {
 	// ForgetState tells every rank that state id is gone; it may be called
 	// from any goroutine and must not block.
 	ForgetState(id uint64)
+	// RollbackState tells rank to keep the first keep rows of the
+	// speculation over state id its last rounds recorded (RoundSeq.Spec)
+	// and roll its heads back to them. It precedes the next round.
+	RollbackState(ctx context.Context, rank int, id uint64, keep int) error
 }
 
 // stateIDs numbers States, so that a cluster's ranks key their heads of
@@ -87,6 +102,11 @@ func headFloats(c *Config, h0, h1 int) int {
 func (m *Model) Home(ctx context.Context, s *State) error {
 	if !s.away {
 		return nil
+	}
+	if sp := s.spec; sp != nil && sp.active && sp.ran {
+		// Its heads on the ranks are a speculation's, which only a
+		// Rollback on each rank can cut back.
+		return fmt.Errorf("model: bringing home a state between a speculative pass and its Rollback")
 	}
 	sr, ok := m.ranks.(StateRanks)
 	if !ok {
@@ -166,6 +186,18 @@ func HeadStateBytes(c *Config, ranks int) int64 {
 	return 4 * int64(headFloats(c, h0, h1))
 }
 
+// HeadSpecBytes returns the bytes a rank of a cluster of ranks keeps for
+// one sequence's speculation over passes of rows rows (RoundSeq.Spec): a
+// copy of its heads of the state and the record of the rows' recurrence
+// inputs for them (the most any rank keeps: the first ranks' share).
+func HeadSpecBytes(c *Config, ranks, rows int) int64 {
+	h0, h1 := HeadRange(c, 0, max(ranks, 1))
+	nh := int64(h1 - h0)
+	W := nh * int64(c.KDAHeadDim)
+	nKDA := int64(c.Layers - c.NumMLA())
+	return HeadStateBytes(c, ranks) + 4*(nKDA*int64(rows)*(4*W+nh)+W)
+}
+
 // send gives every other rank its heads of s, which is home with
 // positions consumed, and makes s away.
 func (m *Model) send(ctx context.Context, sr StateRanks, s *State) error {
@@ -190,19 +222,13 @@ func (s *State) leave(sr StateRanks) {
 }
 
 // placeStates readies the states of a cluster pass: the pass splits its
-// KDA layers by heads (p.split) unless it speculates over a sequence,
-// whose state's copy and record need it whole; then every state of the
-// pass comes home (and a speculation begun while its state was away takes
-// its copy now). A split pass sends the workers their heads of a state
-// that is home with positions consumed.
+// KDA layers by heads (p.split) where the ranks keep heads (StateRanks),
+// speculative or not (each rank copies, records and rolls back its own
+// heads), and sends the workers their heads of a state that is home with
+// positions consumed. Otherwise every state of the pass comes home.
 func (p *pass) placeStates(ctx context.Context) error {
 	sr, ok := p.m.ranks.(StateRanks)
 	p.split = ok && p.c.NumMLA() < p.c.Layers
-	for i := range p.all {
-		if sp := p.all[i].st.spec; sp != nil && sp.active {
-			p.split = false
-		}
-	}
 	for i := range p.all {
 		st := p.all[i].st
 		switch {
@@ -213,9 +239,6 @@ func (p *pass) placeStates(ctx context.Context) error {
 		case !p.split:
 			if err := p.m.Home(ctx, st); err != nil {
 				return err
-			}
-			if sp := st.spec; sp != nil && sp.active && sp.pending {
-				st.snapshot()
 			}
 		}
 	}
@@ -236,7 +259,11 @@ func (p *pass) kdaSplit(l int, mats *LayerMats) error {
 		st := sg.st
 		// A state that is home here is at position 0 (placeStates sent
 		// the others), hence zero on every rank once told so.
-		rd.Seqs = append(rd.Seqs, RoundSeq{ID: st.id, Lo: sg.lo, N: sg.n, Fresh: !st.away})
+		rs := RoundSeq{ID: st.id, Lo: sg.lo, N: sg.n, Fresh: !st.away}
+		if sp := st.spec; sp != nil && sp.active {
+			rs.Spec, rs.At = sp.rows, sg.p0-sp.p0
+		}
+		rd.Seqs = append(rd.Seqs, rs)
 		st.leave(sr)
 	}
 	p.add(rd, Product{Mat: MatOProj, N: T, Rows: P, Unit: c.KDAHeadDim, Out: o}, xn)
@@ -255,25 +282,34 @@ func (p *pass) kdaSplit(l int, mats *LayerMats) error {
 // headStates gives a rank its heads of a RoundKDA round's sequences.
 type headStates interface {
 	// heads returns this rank's heads of layer l of sequence i of the
-	// round (rs), zeroed first when rs is Fresh.
-	heads(i int, rs *RoundSeq, l int) (kdaState, error)
+	// round (rs), zeroed first when rs is Fresh, and the record of its
+	// speculation when rs is speculative (nil otherwise).
+	heads(i int, rs *RoundSeq, l int) (kdaState, *specRecord, error)
 }
 
 // passHeads is rank 0's headStates: its heads (the first ones) of the
 // pass's states, which are the round's sequences in order.
 type passHeads struct{ p *pass }
 
-func (h *passHeads) heads(i int, rs *RoundSeq, l int) (kdaState, error) {
+func (h *passHeads) heads(i int, rs *RoundSeq, l int) (kdaState, *specRecord, error) {
 	p := h.p
 	if i >= len(p.segs) || p.segs[i].st.id != rs.ID {
-		return kdaState{}, fmt.Errorf("model: sequence %d of a KDA round is not the pass's", i)
+		return kdaState{}, nil, fmt.Errorf("model: sequence %d of a KDA round is not the pass's", i)
 	}
 	c := p.c
 	_, ranks := p.m.Plan.Rank()
 	_, h1 := HeadRange(c, 0, ranks)
 	D, hl := c.KDAHeadDim, c.ConvKernel-1
-	k := &p.segs[i].st.kda[l]
-	return kdaState{S: k.S[:h1*D*D], qh: k.qh[:h1*D*hl], kh: k.kh[:h1*D*hl], vh: k.vh[:h1*D*hl]}, nil
+	st := p.segs[i].st
+	k := &st.kda[l]
+	var sp *specRecord
+	if rs.Spec > 0 {
+		sp = st.spec
+		if !sp.ran {
+			sp.begin(c, 0, h1)
+		}
+	}
+	return kdaState{S: k.S[:h1*D*D], qh: k.qh[:h1*D*hl], kh: k.kh[:h1*D*hl], vh: k.vh[:h1*D*hl]}, sp, nil
 }
 
 // HeadStore is a worker's heads of the states of one rank 0's sequences,
@@ -283,13 +319,21 @@ type HeadStore struct {
 	c      *Config
 	h0, h1 int
 	states map[uint64][]kdaState
+	// specs are the sequences' speculations (RoundSeq.Spec), kept per
+	// sequence once it has speculated, until it is forgotten.
+	specs map[uint64]*specRecord
+	first int // the first KDA layer
 }
 
 // NewHeadStore returns an empty store of the heads of m's plan's rank.
 func (m *Model) NewHeadStore() *HeadStore {
 	rank, ranks := m.Plan.Rank()
 	h0, h1 := HeadRange(m.Cfg, rank, ranks)
-	return &HeadStore{c: m.Cfg, h0: h0, h1: h1, states: map[uint64][]kdaState{}}
+	first := 0
+	for first < m.Cfg.Layers && m.Cfg.IsMLA(first) {
+		first++
+	}
+	return &HeadStore{c: m.Cfg, h0: h0, h1: h1, states: map[uint64][]kdaState{}, specs: map[uint64]*specRecord{}, first: first}
 }
 
 // Len returns how many states the store holds.
@@ -356,9 +400,12 @@ func (hs *HeadStore) Get(id uint64) ([][]float32, error) {
 func (hs *HeadStore) Make(id uint64) [][]float32 { return hs.parts(hs.state(id)) }
 
 // Forget drops the heads of id.
-func (hs *HeadStore) Forget(id uint64) { delete(hs.states, id) }
+func (hs *HeadStore) Forget(id uint64) {
+	delete(hs.states, id)
+	delete(hs.specs, id)
+}
 
-func (hs *HeadStore) heads(_ int, rs *RoundSeq, l int) (kdaState, error) {
+func (hs *HeadStore) heads(_ int, rs *RoundSeq, l int) (kdaState, *specRecord, error) {
 	st, ok := hs.states[rs.ID]
 	switch {
 	case rs.Fresh:
@@ -371,9 +418,47 @@ func (hs *HeadStore) heads(_ int, rs *RoundSeq, l int) (kdaState, error) {
 			clear(k.vh)
 		}
 	case !ok:
-		return kdaState{}, fmt.Errorf("model: no state %d here (the rank restarted since it was made?)", rs.ID)
+		return kdaState{}, nil, fmt.Errorf("model: no state %d here (the rank restarted since it was made?)", rs.ID)
 	}
-	return st[l], nil
+	if rs.Spec == 0 {
+		return st[l], nil, nil
+	}
+	sp := hs.specs[rs.ID]
+	if sp == nil {
+		sp = &specRecord{}
+		hs.specs[rs.ID] = sp
+	}
+	if rs.At == 0 && l == hs.first {
+		// The speculation's first rows reach its first KDA layer: it
+		// begins (each layer's copy is taken as its round comes).
+		sp.active, sp.ran, sp.p0, sp.rows, sp.done = true, false, 0, rs.Spec, 0
+		sp.begin(hs.c, hs.h0, hs.h1)
+	}
+	if !sp.active || sp.rows != rs.Spec {
+		return kdaState{}, nil, fmt.Errorf("model: rows [%d, %d) of a speculation over state %d that did not begin here", rs.At, rs.At+rs.N, rs.ID)
+	}
+	sp.done = max(sp.done, rs.At+rs.N)
+	return st[l], sp, nil
+}
+
+// Rollback keeps the first keep rows of the speculation over state id
+// that the last rounds recorded, rolling this rank's heads back to them.
+func (s *Server) Rollback(id uint64, keep int) error {
+	hs := s.heads
+	sp, st := hs.specs[id], hs.states[id]
+	if sp == nil || !sp.active || st == nil {
+		return fmt.Errorf("model: a rollback of state %d, which is not speculating here", id)
+	}
+	if keep < 0 || keep > sp.done {
+		return fmt.Errorf("model: a rollback of state %d to %d of the %d rows recorded", id, keep, sp.done)
+	}
+	sp.active = false
+	for l := range st {
+		if !hs.c.IsMLA(l) {
+			sp.replay(s.m, l, keep, st[l])
+		}
+	}
+	return nil
 }
 
 // kdaHeads computes this rank's heads of a RoundKDA round into out[0]
@@ -450,12 +535,20 @@ func (m *Model) kdaHeads(rd *Round, mats *LayerMats, w *RoundWork, out [][]float
 	vec := &m.Plan.vecs[l]
 	w.kst = w.kst[:0]
 	for i := range rd.Seqs {
-		st, err := w.states.heads(i, &rd.Seqs[i], l)
+		rs := &rd.Seqs[i]
+		st, sp, err := w.states.heads(i, rs, l)
 		if err != nil {
 			return err
 		}
 		if len(st.S) != nh*D*D || len(st.qh) != W*(kc-1) {
 			return fmt.Errorf("model: layer %d: a state of %d floats for heads [%d, %d)", l, len(st.S), h0, h1)
+		}
+		if sp != nil {
+			if sp.h0 != h0 || sp.h1 != h1 || rs.At+rs.N > sp.rows {
+				return fmt.Errorf("model: layer %d: rows [%d, %d) of a speculation of %d rows over heads [%d, %d), recorded for [%d, %d)", l, rs.At, rs.At+rs.N, sp.rows, h0, h1, sp.h0, sp.h1)
+			}
+			r0 := rs.Lo
+			sp.take(c, l, rs.At, rs.N, st, q[r0*W:], k[r0*W:], v[r0*W:], z[r0*W:], bl[r0*nh:])
 		}
 		w.kst = append(w.kst, st)
 	}

@@ -39,7 +39,11 @@ func (p *pass) kda(l int, mats *LayerMats, vec *LayerVecs) error {
 	for i := range p.segs {
 		sg := &p.segs[i]
 		if sp := sg.st.spec; sp != nil && sp.active {
-			sp.record(c, l, sg, q, k, v, z, sc.bl)
+			if !sp.ran {
+				sp.begin(c, 0, Hk)
+			}
+			r0 := sg.lo
+			sp.take(c, l, sg.p0-sp.p0, sg.n, sg.st.kda[l], q[r0*P:], k[r0*P:], v[r0*P:], z[r0*P:], sc.bl[r0*Hk:])
 		}
 		st := &sg.st.kda[l]
 		for t := sg.lo; t < sg.lo+sg.n; t++ {

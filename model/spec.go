@@ -1,6 +1,7 @@
 package model
 
 import (
+	"context"
 	"fmt"
 	"math"
 )
@@ -26,17 +27,23 @@ import (
 // (tens of seconds at an 8 GB budget) either is small; record and replay
 // costs less memory and less time when drafts are accepted.
 
-// specRecord is a State's speculation bookkeeping, kept between uses.
+// specRecord is a State's speculation bookkeeping, kept between uses; in
+// a cluster it covers the heads the rank holds ([h0, h1); every head in
+// one process), and a worker keeps one per sequence (HeadStore).
 type specRecord struct {
-	active  bool
-	pending bool // the copy is not taken yet (the state was away)
-	p0      int  // position before the pass
-	rows    int  // rows it may record
-	// Per KDA layer: the state before the pass, and per row the recurrence
-	// inputs [rows][4P + Hk] (q, k, v before the convolutions, z, β logits).
+	active bool
+	ran    bool // the pass has recorded rows (and taken the copy)
+	p0     int  // position before the pass
+	rows   int  // rows it may record
+	done   int  // rows recorded (a worker's: rank 0 counts its own)
+	h0, h1 int  // the heads covered
+	// Per KDA layer: the heads before the pass, taken as the pass reaches
+	// the layer (nothing changes a layer's state before that), and per row
+	// the recurrence inputs [rows][4W + nh] (q, k, v before the
+	// convolutions, z, β logits; W = nh·D, nh = h1−h0).
 	snap []kdaState
 	rec  [][]float32
-	out  []float32 // [Hk][D] replay outputs, discarded
+	out  []float32 // [nh][D] replay outputs, discarded
 	job  replayJob
 }
 
@@ -45,7 +52,7 @@ type specRecord struct {
 // holds one from BeginSpeculationIn until Rollback or EndSpeculation (or
 // Reset, Extend) and then lets it go, so that a few buffers serve many
 // states, one pass at a time. Its memory is allocated on first use, for
-// the config and rows of that use, and kept.
+// the config, rows and heads of that use, and kept.
 type SpecBuffer struct {
 	rec specRecord
 }
@@ -68,84 +75,84 @@ func (s *State) endSpec() {
 }
 
 // BeginSpeculation prepares the state for a pass of up to rows rows of
-// which only a prefix may be kept: it copies the KDA state and conv
-// histories and makes room to record the pass's recurrence inputs. The next
-// forward pass over this state must carry at most rows rows; then call
-// Rollback (or EndSpeculation to keep them all). The first call allocates
-// about StateBytes' fixed bytes plus rows·(4·KDAWidth+KDAHeads)·4 bytes per
-// KDA layer; later calls reuse them.
+// which only a prefix may be kept: the pass copies the KDA state and conv
+// histories of each layer as it reaches it and records the rows'
+// recurrence inputs. The next forward pass over this state must carry at
+// most rows rows; then call Rollback (or EndSpeculation to keep them
+// all). The first use allocates about StateBytes' fixed bytes plus
+// rows·(4·KDAWidth+KDAHeads)·4 bytes per KDA layer (in a cluster, the
+// share of the heads rank 0 holds); later uses reuse them.
 func (s *State) BeginSpeculation(rows int) {
-	c := s.cfg
 	sp := s.spec
 	if sp == nil {
 		sp = &specRecord{}
 		s.spec = sp
 	}
+	sp.active, sp.ran, sp.p0, sp.rows = true, false, s.pos, rows
+}
+
+// begin readies sp for a pass over heads [h0, h1) of c's KDA layers,
+// allocating what it lacks.
+func (sp *specRecord) begin(c *Config, h0, h1 int) {
+	nh := h1 - h0
+	W := nh * c.KDAHeadDim
 	if len(sp.snap) != c.Layers {
-		sp.snap, sp.rec, sp.out = make([]kdaState, c.Layers), make([][]float32, c.Layers), make([]float32, c.KDAHeads*c.KDAHeadDim)
+		sp.snap, sp.rec = make([]kdaState, c.Layers), make([][]float32, c.Layers)
 	}
-	P, Hk := c.KDAWidth(), c.KDAHeads
-	for l := range s.kda {
+	if cap(sp.out) < W {
+		sp.out = make([]float32, W)
+	}
+	sp.out = sp.out[:W]
+	for l := range sp.rec {
 		if c.IsMLA(l) {
 			continue
 		}
-		if n := rows * (4*P + Hk); cap(sp.rec[l]) < n {
+		if n := sp.rows * (4*W + nh); cap(sp.rec[l]) < n {
 			sp.rec[l] = make([]float32, n)
 		} else {
 			sp.rec[l] = sp.rec[l][:n]
 		}
 	}
-	sp.active, sp.p0, sp.rows = true, s.pos, rows
-	sp.pending = true
-	if !s.away {
-		s.snapshot()
-	}
-	// Else the pass brings the state home and takes the copy then.
+	sp.h0, sp.h1, sp.ran = h0, h1, true
 }
 
-// snapshot copies the KDA state and conv histories for a speculation.
-func (s *State) snapshot() {
-	sp := s.spec
-	for l := range s.kda {
-		if s.cfg.IsMLA(l) {
-			continue
-		}
-		k, sn := &s.kda[l], &sp.snap[l]
-		sn.S = append(sn.S[:0], k.S...)
-		sn.qh = append(sn.qh[:0], k.qh...)
-		sn.kh = append(sn.kh[:0], k.kh...)
-		sn.vh = append(sn.vh[:0], k.vh...)
+// take records rows [at, at+n) of the speculation for KDA layer l over
+// the record's heads, whose state before the pass is st (copied first
+// when at is 0, the pass's first rows of the sequence): q, k, v and z
+// hold the rows' projections (W wide, the record's heads) before the
+// convolutions and the decay, bl their β logits (nh wide).
+func (sp *specRecord) take(c *Config, l, at, n int, st kdaState, q, k, v, z, bl []float32) {
+	if at == 0 {
+		sn := &sp.snap[l]
+		sn.S = append(sn.S[:0], st.S...)
+		sn.qh = append(sn.qh[:0], st.qh...)
+		sn.kh = append(sn.kh[:0], st.kh...)
+		sn.vh = append(sn.vh[:0], st.vh...)
 	}
-	sp.pending = false
+	nh := sp.h1 - sp.h0
+	W := nh * c.KDAHeadDim
+	w := 4*W + nh
+	if at+n > sp.rows {
+		panic(fmt.Sprintf("model: speculative pass over more rows than BeginSpeculation(%d) allowed", sp.rows))
+	}
+	for t := 0; t < n; t++ {
+		r := sp.rec[l][(at+t)*w : (at+t+1)*w]
+		copy(r[0:W], q[t*W:(t+1)*W])
+		copy(r[W:2*W], k[t*W:(t+1)*W])
+		copy(r[2*W:3*W], v[t*W:(t+1)*W])
+		copy(r[3*W:4*W], z[t*W:(t+1)*W])
+		copy(r[4*W:], bl[t*nh:(t+1)*nh])
+	}
 }
 
 // EndSpeculation keeps every row of the speculative pass.
 func (s *State) EndSpeculation() { s.endSpec() }
 
-// record stores the recurrence inputs of rows [lo, lo+n) of the pass, which
-// are this state's rows from position p0 on, for KDA layer l.
-func (sp *specRecord) record(c *Config, l int, sg *segment, q, k, v, z, bl []float32) {
-	P, Hk := c.KDAWidth(), c.KDAHeads
-	w := 4*P + Hk
-	for t := 0; t < sg.n; t++ {
-		i := sg.p0 - sp.p0 + t
-		if i >= sp.rows {
-			panic(fmt.Sprintf("model: speculative pass over more rows than BeginSpeculation(%d) allowed", sp.rows))
-		}
-		r := sp.rec[l][i*w : (i+1)*w]
-		row := sg.lo + t
-		copy(r[0:P], q[row*P:(row+1)*P])
-		copy(r[P:2*P], k[row*P:(row+1)*P])
-		copy(r[2*P:3*P], v[row*P:(row+1)*P])
-		copy(r[3*P:4*P], z[row*P:(row+1)*P])
-		copy(r[4*P:], bl[row*Hk:(row+1)*Hk])
-	}
-}
-
 // Rollback keeps the first keep rows of the speculative pass begun with
 // BeginSpeculation and forgets the rest: the MLA caches are cut back, the
 // KDA state and conv histories restored and advanced over the kept rows by
-// replaying the recorded recurrence. It reads no weights.
+// replaying the recorded recurrence, on every rank for its heads in a
+// cluster. It reads no weights.
 func (m *Model) Rollback(s *State, keep int) error {
 	sp := s.spec
 	if sp == nil || !sp.active {
@@ -160,7 +167,7 @@ func (m *Model) Rollback(s *State, keep int) error {
 	if keep == done {
 		return nil
 	}
-	if sp.pending {
+	if !sp.ran {
 		return fmt.Errorf("model: Rollback of a speculation whose pass did not run")
 	}
 	c := m.Cfg
@@ -172,70 +179,96 @@ func (m *Model) Rollback(s *State, keep int) error {
 			ml.lat, ml.kr = ml.lat[:pos*ckv], ml.kr[:pos*r]
 		}
 	}
-	P, D, Hk, kc := c.KDAWidth(), c.KDAHeadDim, c.KDAHeads, c.ConvKernel
-	w := 4*P + Hk
-	qScale := float32(1 / math.Sqrt(float64(D)))
+	if s.away {
+		// The other ranks roll their heads back as rank 0 does its own.
+		sr := m.ranks.(StateRanks)
+		for rk := 1; rk < sr.Size(); rk++ {
+			if err := sr.RollbackState(context.Background(), rk, s.id, keep); err != nil {
+				return fmt.Errorf("rolling back the state's KDA heads: %w", err)
+			}
+		}
+	}
+	D, hl := c.KDAHeadDim, c.ConvKernel-1
 	for l := range s.kda {
 		if c.IsMLA(l) {
 			continue
 		}
-		st, sn := &s.kda[l], &sp.snap[l]
-		copy(st.S, sn.S)
-		copy(st.qh, sn.qh)
-		copy(st.kh, sn.kh)
-		copy(st.vh, sn.vh)
-		vec := &m.Plan.vecs[l]
-		// The pass's order: the three convolutions row by row, then per
-		// row and head the norms, β and the decay, then the recurrence
-		// (heads in parallel, rows in order).
-		for t := 0; t < keep; t++ {
-			rec := sp.rec[l][t*w : (t+1)*w]
-			q, k, v, z := rec[0:P], rec[P:2*P], rec[2*P:3*P], rec[3*P:4*P]
-			shortConv(q, q, vec.QConv, st.qh, kc)
-			shortConv(k, k, vec.KConv, st.kh, kc)
-			shortConv(v, v, vec.VConv, st.vh, kc)
-			for h := 0; h < Hk; h++ {
-				qh := q[h*D : (h+1)*D]
-				l2Norm(qh)
-				for i := range qh {
-					qh[i] *= qScale
-				}
-				l2Norm(k[h*D : (h+1)*D])
-				zh := z[h*D : (h+1)*D]
-				kdaDecay(zh, zh, zh, vec.DTBias[h*D:(h+1)*D], vec.ALog[h], c.GateLowerBound)
-			}
-		}
-		sp.job = replayJob{sp: sp, st: st, l: l, keep: keep, c: c}
-		if m.pool != nil {
-			m.pool.Run(Hk, 1, &sp.job)
-		} else {
-			sp.job.Range(0, Hk)
-		}
-		sp.job = replayJob{}
+		k := &s.kda[l]
+		st := kdaState{S: k.S[sp.h0*D*D : sp.h1*D*D], qh: k.qh[sp.h0*D*hl : sp.h1*D*hl], kh: k.kh[sp.h0*D*hl : sp.h1*D*hl], vh: k.vh[sp.h0*D*hl : sp.h1*D*hl]}
+		sp.replay(m, l, keep, st)
 	}
 	s.pos = pos
 	return nil
 }
 
-// replayJob replays the recurrence of layer l over the kept rows, one head
-// per index; each head has its own output buffer in the record.
+// replay restores layer l's heads st (the record's) to their copy and
+// advances them over the first keep recorded rows: the pass's functions
+// in the pass's order (the three convolutions row by row, then per row
+// and head the norms, β and the decay, then the recurrence, heads in
+// parallel and rows in order), so that every head ends bit for bit as a
+// pass over the kept rows alone would leave it.
+func (sp *specRecord) replay(m *Model, l, keep int, st kdaState) {
+	c := m.Cfg
+	D, kc := c.KDAHeadDim, c.ConvKernel
+	h0, h1 := sp.h0, sp.h1
+	nh := h1 - h0
+	W := nh * D
+	w := 4*W + nh
+	sn := &sp.snap[l]
+	copy(st.S, sn.S)
+	copy(st.qh, sn.qh)
+	copy(st.kh, sn.kh)
+	copy(st.vh, sn.vh)
+	vec := &m.Plan.vecs[l]
+	qConv, kConv, vConv := vec.QConv[h0*D*kc:h1*D*kc], vec.KConv[h0*D*kc:h1*D*kc], vec.VConv[h0*D*kc:h1*D*kc]
+	qScale := float32(1 / math.Sqrt(float64(D)))
+	for t := 0; t < keep; t++ {
+		rec := sp.rec[l][t*w : (t+1)*w]
+		q, k, v, z := rec[0:W], rec[W:2*W], rec[2*W:3*W], rec[3*W:4*W]
+		shortConv(q, q, qConv, st.qh, kc)
+		shortConv(k, k, kConv, st.kh, kc)
+		shortConv(v, v, vConv, st.vh, kc)
+		for j := 0; j < nh; j++ {
+			h := h0 + j
+			qh := q[j*D : (j+1)*D]
+			l2Norm(qh)
+			for i := range qh {
+				qh[i] *= qScale
+			}
+			l2Norm(k[j*D : (j+1)*D])
+			zh := z[j*D : (j+1)*D]
+			kdaDecay(zh, zh, zh, vec.DTBias[h*D:(h+1)*D], vec.ALog[h], c.GateLowerBound)
+		}
+	}
+	sp.job = replayJob{sp: sp, st: st, l: l, keep: keep, D: D}
+	if m.pool != nil {
+		m.pool.Run(nh, 1, &sp.job)
+	} else {
+		sp.job.Range(0, nh)
+	}
+	sp.job = replayJob{}
+}
+
+// replayJob replays the recurrence of layer l over the kept rows, one of
+// the record's heads per index; each head has its own output buffer.
 type replayJob struct {
-	sp      *specRecord
-	st      *kdaState
-	c       *Config
-	l, keep int
+	sp         *specRecord
+	st         kdaState
+	l, keep, D int
 }
 
 func (j *replayJob) Range(lo, hi int) {
-	P, D, Hk := j.c.KDAWidth(), j.c.KDAHeadDim, j.c.KDAHeads
-	w := 4*P + Hk
+	D := j.D
+	nh := j.sp.h1 - j.sp.h0
+	W := nh * D
+	w := 4*W + nh
 	for h := lo; h < hi; h++ {
 		out := j.sp.out[h*D : (h+1)*D]
 		S := j.st.S[h*D*D : (h+1)*D*D]
 		for t := 0; t < j.keep; t++ {
 			rec := j.sp.rec[j.l][t*w : (t+1)*w]
-			kdaStep(S, rec[h*D:(h+1)*D], rec[P+h*D:P+(h+1)*D], rec[2*P+h*D:2*P+(h+1)*D], rec[3*P+h*D:3*P+(h+1)*D],
-				sigmoid(rec[4*P+h]), out)
+			kdaStep(S, rec[h*D:(h+1)*D], rec[W+h*D:W+(h+1)*D], rec[2*W+h*D:2*W+(h+1)*D], rec[3*W+h*D:3*W+(h+1)*D],
+				sigmoid(rec[4*W+h]), out)
 		}
 	}
 }

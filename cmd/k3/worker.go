@@ -16,7 +16,7 @@ import (
 // answers the rounds of the rank 0 (a k3 command with --peers) that
 // connects, until SIGINT or SIGTERM.
 func runWorker(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fs := cli.NewFlags("worker", "--model DIR --listen HOST:PORT --budget SIZE [--threads N] [--sessions N] [--rank R --ranks N] [--prefix-cache-dir DIR] (--cluster-key-file FILE | $K3_CLUSTER_KEY)", stderr)
+	fs := cli.NewFlags("worker", "--model DIR --listen HOST:PORT --budget SIZE [--threads N] [--sessions N] [--spec auto|N] [--rank R --ranks N] [--prefix-cache-dir DIR] (--cluster-key-file FILE | $K3_CLUSTER_KEY)", stderr)
 	dir := fs.String("model", "", "checkpoint `directory`: the same checkpoint as rank 0's (its fingerprint is compared)")
 	listen := fs.String("listen", "", "the `HOST:PORT` to listen on (and nowhere else), e.g. 0.0.0.0:7070 in a pod, 127.0.0.1:7070 on one machine")
 	threads := fs.Int("threads", 0, "kernel threads (0 = GOMAXPROCS)")
@@ -30,6 +30,8 @@ func runWorker(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	cf.RegisterWorker(fs)
 	var pf cli.PrefixFlags
 	pf.RegisterWorker(fs)
+	var spec cli.SpecFlag
+	spec.RegisterWorker(fs)
 	cli.InputDirs(fs, "model")
 	if err := cli.Parse(fs, args); err != nil {
 		return err
@@ -62,7 +64,7 @@ func runWorker(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	opts := k3.WorkerOptions{RAMBudget: b, Threads: *threads, Rank: *rank, Ranks: *ranks, Sessions: *sessions, PrefixCache: prefix,
+	opts := k3.WorkerOptions{RAMBudget: b, Threads: *threads, Rank: *rank, Ranks: *ranks, Sessions: *sessions, Speculate: spec.N, PrefixCache: prefix,
 		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))}
 	if err := cf.WorkerOptions(&opts); err != nil {
 		return err

@@ -50,23 +50,27 @@ func (x *Inspection) Shard(rank, ranks int) (*RankWeights, error) {
 
 // WorkerRequest is the planner's request of a rank other than 0 of a
 // cluster of ranks ranks with budget bytes (the one a Worker plans with),
-// for rank 0's sessions sessions: its KDA heads of their states and the
-// default RAM tier of its slices of the prefix cache's entries, no other
-// state, no scratch beyond the rounds it serves.
-func (x *Inspection) WorkerRequest(budget int64, ranks, sessions int) planner.Request {
+// for rank 0's sessions sessions speculating up to speculate drafts a
+// pass (0: none): its KDA heads of their states and of their
+// speculations, and the default RAM tier of its slices of the prefix
+// cache's entries, no other state, no scratch beyond the rounds it
+// serves.
+func (x *Inspection) WorkerRequest(budget int64, ranks, sessions, speculate int) planner.Request {
 	ram := headCacheRAM(x.plan.Cfg, ranks, sessions, 0)
-	return workerRequest(budget, x.Request.Threads, x.Request.IOQueueDepth, ranks, sessions, ram)
+	return workerRequest(budget, x.Request.Threads, x.Request.IOQueueDepth, ranks, sessions, speculate, ram)
 }
 
 // workerRequest is a worker's planner request: threads (0: GOMAXPROCS)
-// and reads in flight as given, heads of sessions (0: 1) states, and
-// prefixRAM for its slices of the prefix cache's entries.
-func workerRequest(budget int64, threads, ioDepth, ranks, sessions int, prefixRAM int64) planner.Request {
+// and reads in flight as given, heads of sessions (0: 1) states and of
+// their speculations of up to speculate drafts, and prefixRAM for its
+// slices of the prefix cache's entries.
+func workerRequest(budget int64, threads, ioDepth, ranks, sessions, speculate int, prefixRAM int64) planner.Request {
 	if threads <= 0 {
 		threads = runtime.GOMAXPROCS(0)
 	}
 	return planner.Request{Budget: budget, Sessions: max(sessions, 1), MaxContext: 1, Threads: threads,
-		IOQueueDepth: ioDepth, Executable: rss.ExecutableBytes(), Ranks: ranks, Worker: true, PrefixRAM: prefixRAM}
+		IOQueueDepth: ioDepth, Executable: rss.ExecutableBytes(), Ranks: ranks, Worker: true, PrefixRAM: prefixRAM,
+		Speculate: max(speculate, 0)}
 }
 
 // DecodeTraffic returns the rounds of one decoding pass of rows sequences

@@ -36,8 +36,9 @@ type WorkerOptions struct {
 	// another; zero learns them from the first rank 0 that connects.
 	Rank, Ranks int
 	// Sessions is rank 0's sequences at once (0: 1), whose KDA heads the
-	// budget holds.
-	Sessions int
+	// budget holds; Speculate the most drafts rank 0 verifies a pass (0:
+	// none), whose copies and records of its heads the budget holds too.
+	Sessions, Speculate int
 	// Prefix keeps the worker's slices of rank 0's prefix-cache entries
 	// (its KDA heads of each state entry): RAMBytes (0: two slices per
 	// session; negative: none), Dir and DiskBytes as in PrefixOptions.
@@ -168,7 +169,7 @@ func (w *Worker) load(ctx context.Context, rank, ranks int) error {
 		asked = w.opts.Prefix.RAMBytes
 	}
 	w.heads.ram = headCacheRAM(w.whole.Cfg, ranks, w.opts.Sessions, asked)
-	req := workerRequest(e.opts.RAMBudget, e.opts.Threads, e.opts.IOQueueDepth, ranks, w.opts.Sessions, w.heads.ram) // as Inspection.WorkerRequest
+	req := workerRequest(e.opts.RAMBudget, e.opts.Threads, e.opts.IOQueueDepth, ranks, w.opts.Sessions, w.opts.Speculate, w.heads.ram) // as Inspection.WorkerRequest
 	if e.mem, err = planner.Plan(lay.Weights(), req); err != nil {
 		return fmt.Errorf("k3: worker rank %d of %d: %w", rank, ranks, err)
 	}

@@ -24,6 +24,14 @@ func (f *SpecFlag) Register(fs *flag.FlagSet, def int) {
 	fs.Var(f, "spec", "speculative decoding: auto (verify the drafted tokens that pay for their rows, pass by pass: none where every weight is resident or the batch is large), off, or `N` (up to N drafts per pass whenever the drafter has some, whatever they cost); the output is exactly that of plain decoding")
 }
 
+// RegisterWorker defines a worker's --spec on fs (default off): rank
+// 0's, so that the worker's budget holds its heads' share of each
+// speculating session.
+func (f *SpecFlag) RegisterWorker(fs *flag.FlagSet) {
+	f.N = 0
+	fs.Var(f, "spec", "rank 0's --spec (auto, off or `N`): the budget holds this rank's copy and record of its KDA heads for each session's speculation")
+}
+
 // String implements flag.Value.
 func (f *SpecFlag) String() string {
 	switch {

@@ -325,6 +325,23 @@ func (c *Client) PutState(ctx context.Context, rank int, id uint64, parts [][]fl
 	return nil
 }
 
+// RollbackState implements model.StateRanks: rank keeps the first keep
+// rows of the speculation over state id (no reply: a worker that cannot
+// ends the link, and the next round reports it).
+func (c *Client) RollbackState(ctx context.Context, rank int, id uint64, keep int) error {
+	p, conn, err := c.talkTo(rank)
+	if err != nil {
+		return err
+	}
+	defer p.talk.Unlock()
+	if err := conn.Send(kindRollback, encodeRollback(nil, id, keep)); err != nil {
+		err = fmt.Errorf("sending a rollback: %w", err)
+		p.drop(conn, err)
+		return fmt.Errorf("rank %d: %w", rank, err)
+	}
+	return nil
+}
+
 // GetState implements model.StateRanks: rank sends its heads of state id,
 // which fill parts.
 func (c *Client) GetState(ctx context.Context, rank int, id uint64, parts [][]float32) error {

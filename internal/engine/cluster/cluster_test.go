@@ -271,10 +271,11 @@ func FuzzRoundDecode(f *testing.F) {
 	// A KDA round: its output in whole heads, its sequences.
 	kda := model.Round{Layer: 0, Kind: model.RoundKDA, Inputs: [][]float32{{1, 2, 3, 4, 5, 6}},
 		Products: []model.Product{{Mat: model.MatOProj, In: 0, N: 3, Rows: 8, Unit: 4}},
-		Seqs:     []model.RoundSeq{{ID: 1 << 40, Lo: 0, N: 2, Fresh: true}, {ID: 7, Lo: 2, N: 1}}}
+		Seqs:     []model.RoundSeq{{ID: 1 << 40, Lo: 0, N: 2, Fresh: true}, {ID: 7, Lo: 2, N: 1, Spec: 5, At: 3}}}
 	f.Add(append(append([]byte{}, encodeRound(nil, &kda)...), floatBytes(kda.Inputs[0])...))
 	f.Add(msg[:roundHeader])
 	f.Add([]byte{})
+	f.Add(encodeRollback(nil, 9, 3))
 	// A prefix-cache entry message.
 	f.Add(encodeHeadEntry(nil, 1<<50, &HeadEntry{Key: [32]byte{1, 2}, Anchor: [32]byte{3}, Pos: 300, Tail: 44, Block: 256, Saves: 1 << 40}))
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -290,6 +291,11 @@ func FuzzRoundDecode(f *testing.F) {
 			t.Fatalf("state message error %v is not ErrMessage", err)
 		} else if err == nil && (len(rest) != len(msg)-stateHeader || id != binary.LittleEndian.Uint64(msg)) {
 			t.Fatalf("a state message of %d bytes gave id %d and %d bytes", len(msg), id, len(rest))
+		}
+		if id, keep, err := decodeRollback(msg); err != nil && !errors.Is(err, ErrMessage) {
+			t.Fatalf("rollback message error %v is not ErrMessage", err)
+		} else if err == nil && string(encodeRollback(nil, id, keep)) != string(msg) {
+			t.Fatalf("a rollback message decoded and encoded again: %x, was %x", encodeRollback(nil, id, keep), msg)
 		}
 		if id, e, err := decodeHeadEntry(msg); err != nil && !errors.Is(err, ErrMessage) {
 			t.Fatalf("entry message error %v is not ErrMessage", err)

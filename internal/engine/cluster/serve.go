@@ -19,6 +19,9 @@ type RoundServer interface {
 	// Heads holds this rank's KDA heads of rank 0's sequences' states
 	// (model.RoundKDA), for as long as the connection lasts.
 	Heads() *model.HeadStore
+	// Rollback keeps the first keep rows of the speculation the last
+	// rounds recorded over state id (model.RoundSeq.Spec).
+	Rollback(id uint64, keep int) error
 	End()
 }
 
@@ -107,6 +110,15 @@ func Serve(ctx context.Context, conn Conn, srv RoundServer) error {
 			}
 			for b := msg; len(b) > 0; b = b[8:] {
 				srv.Heads().Forget(binary.LittleEndian.Uint64(b))
+			}
+		case kindRollback:
+			id, keep, err := decodeRollback(msg)
+			if err == nil {
+				err = srv.Rollback(id, keep)
+			}
+			if err != nil {
+				// The next round would run on heads rank 0 did not keep.
+				return fmt.Errorf("%s: %w: %w", conn.Peer(), ErrMessage, err)
 			}
 		case kindSaveHeads, kindRestoreHeads:
 			id, e, err := decodeHeadEntry(msg)

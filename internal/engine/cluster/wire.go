@@ -45,6 +45,7 @@ const (
 	kindSaveHeads                     // rank 0 → worker: file your heads of a state under a prefix-cache key (no reply)
 	kindRestoreHeads                  // rank 0 → worker: fill your heads of a state from a prefix-cache entry
 	kindRestored                      // worker → rank 0: it did
+	kindRollback                      // rank 0 → worker: keep the first rows of a state's speculation (no reply)
 )
 
 // A product's flags.
@@ -63,7 +64,8 @@ const (
 // states' messages; a product's Unit), and the ranks hold the KDA
 // matrices' rows in whole heads (model.SplitUnit). 4: every rank keeps its
 // heads of rank 0's prefix-cache entries (kindSaveHeads,
-// kindRestoreHeads).
+// kindRestoreHeads), and speculates on its own heads (a sequence's spec
+// and at, kindRollback).
 const Format = 4
 
 // HelloVersion is the version a rank of k3 version states at the
@@ -89,13 +91,14 @@ const (
 // product: mat u8, w u8, flags u8 (flagF64, flagGLU), layer u8, expert
 // i32, in u32, n u32, rows u32, picks u32 (0, or n: model.Product.Pick),
 // unit u32; then every product's picks (i32 each), in product order; then
-// per sequence (model.RoundSeq): id u64, lo u32, n u32, fresh u32; then
+// per sequence (model.RoundSeq): id u64, lo u32, n u32, fresh u32, spec
+// u32, at u32; then
 // the inputs' floats, little-endian. Every part is a multiple of 4 bytes,
 // so the floats of a message received into an aligned buffer are aligned.
 const (
 	roundHeader = 20
 	productSize = 28
-	seqSize     = 20
+	seqSize     = 28
 )
 
 // encodeRound writes rd's header and tables into hdr (reused) and returns
@@ -146,6 +149,8 @@ func encodeRound(hdr []byte, rd *model.Round) []byte {
 		hdr = binary.LittleEndian.AppendUint32(hdr, uint32(rs.Lo))
 		hdr = binary.LittleEndian.AppendUint32(hdr, uint32(rs.N))
 		hdr = binary.LittleEndian.AppendUint32(hdr, fresh)
+		hdr = binary.LittleEndian.AppendUint32(hdr, uint32(rs.Spec))
+		hdr = binary.LittleEndian.AppendUint32(hdr, uint32(rs.At))
 	}
 	return hdr
 }
@@ -227,9 +232,11 @@ func decodeRound(msg []byte, rd *model.Round) error {
 	}
 	for i := 0; i < int(nSeq); i++ {
 		b := msg[seqs+seqSize*i:]
-		rs := model.RoundSeq{ID: le.Uint64(b), Lo: int(le.Uint32(b[8:])), N: int(le.Uint32(b[12:])), Fresh: le.Uint32(b[16:]) == 1}
-		if le.Uint32(b[16:]) > 1 || rs.Lo > maxRows || rs.N > maxRows {
-			return fmt.Errorf("%w: sequence %d (rows %d+%d, fresh %d)", ErrMessage, i, rs.Lo, rs.N, le.Uint32(b[16:]))
+		rs := model.RoundSeq{ID: le.Uint64(b), Lo: int(le.Uint32(b[8:])), N: int(le.Uint32(b[12:])), Fresh: le.Uint32(b[16:]) == 1,
+			Spec: int(le.Uint32(b[20:])), At: int(le.Uint32(b[24:]))}
+		if le.Uint32(b[16:]) > 1 || rs.Lo > maxRows || rs.N > maxRows || rs.Spec > maxRows || rs.At > maxRows ||
+			(rs.Spec == 0 && rs.At != 0) || (rs.Spec > 0 && rs.At+rs.N > rs.Spec) {
+			return fmt.Errorf("%w: sequence %d (rows %d+%d, fresh %d, rows %d+%d of a speculation of %d)", ErrMessage, i, rs.Lo, rs.N, le.Uint32(b[16:]), rs.At, rs.N, rs.Spec)
 		}
 		rd.Seqs = append(rd.Seqs, rs)
 	}
@@ -376,6 +383,24 @@ func Traffic(ranks int, r model.PassRounds) (sent, received int64) {
 // put's floats follow (model.HeadParts, end to end). A forget message is
 // ids, u64 each.
 const stateHeader = 8
+
+// A rollback message: the state's id u64, the rows kept u32, 4 pad.
+const rollbackSize = 16
+
+// encodeRollback writes a rollback message into dst (reused).
+func encodeRollback(dst []byte, id uint64, keep int) []byte {
+	dst = binary.LittleEndian.AppendUint64(dst[:0], id)
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(keep))
+	return append(dst, 0, 0, 0, 0)
+}
+
+// decodeRollback decodes a rollback message.
+func decodeRollback(msg []byte) (id uint64, keep int, err error) {
+	if len(msg) != rollbackSize || binary.LittleEndian.Uint32(msg[12:]) != 0 || binary.LittleEndian.Uint32(msg[8:]) > maxRows {
+		return 0, 0, fmt.Errorf("%w: a rollback message of %d bytes", ErrMessage, len(msg))
+	}
+	return binary.LittleEndian.Uint64(msg), int(binary.LittleEndian.Uint32(msg[8:])), nil
+}
 
 // decodeStateID decodes the id a state message begins with and returns
 // the rest.

@@ -417,10 +417,20 @@ func planRows(w *Weights, req Request, rows int, auto bool) (*MemoryPlan, error)
 		// of every session's state.
 		mp.State, mp.KV, mp.Embed = s*model.HeadStateBytes(c, req.Ranks), 0, 0
 		mp.Spec, mp.Drafter, mp.SpecSlots, mp.SpecRows = 0, 0, 0, 0
+		if req.Speculate > 0 {
+			// Each sequence that speculates keeps the copy and record of
+			// its heads (model.HeadStore) until it is forgotten.
+			mp.SpecSlots, mp.SpecRows = req.Sessions, req.Speculate+1
+			mp.Spec = s * model.HeadSpecBytes(c, req.Ranks, req.Speculate+1)
+		}
 		mp.ScratchArena = 0
 		mp.Scratch = model.WorkerBufferBytes(c, MaxAutoRowsResident*4, model.DefaultTile)
 	case req.Ranks > 1:
 		mp.Scratch += model.ClusterScratchBytes(c, mp.Rows, mp.Tile)
+		if mp.SpecSlots > 0 {
+			// Rank 0 copies and records only its own KDA heads.
+			mp.Spec = int64(mp.SpecSlots) * model.HeadSpecBytes(c, req.Ranks, mp.SpecRows)
+		}
 	}
 	mp.Index = int64(w.Sizes.Tensors) * perTensorOverhead
 	mp.Tokenizer = req.Tokenizer
