@@ -87,6 +87,11 @@ type Request struct {
 	// keepEmbed plans the embeddings resident from the start (a wider
 	// plan of a Residency whose resting plan keeps them so).
 	keepEmbed bool
+	// clusterRows and clusterTile, when set, are the widest pass of a
+	// Residency on rank 0 of a cluster: every plan counts its cluster
+	// buffers (the workers' replies, the expert chunk), which the Go heap
+	// keeps once a wide pass has grown them.
+	clusterRows, clusterTile int
 
 	// What the process holds besides the engine's own buffers, so that a
 	// budget bounds the peak resident set of the whole process:
@@ -426,7 +431,11 @@ func planRows(w *Weights, req Request, rows int, auto bool) (*MemoryPlan, error)
 		mp.ScratchArena = 0
 		mp.Scratch = model.WorkerBufferBytes(c, MaxAutoRowsResident*4, model.DefaultTile)
 	case req.Ranks > 1:
-		mp.Scratch += model.ClusterScratchBytes(c, mp.Rows, mp.Tile)
+		rows, tile := mp.Rows, mp.Tile
+		if req.clusterRows > rows {
+			rows, tile = req.clusterRows, req.clusterTile
+		}
+		mp.Scratch += model.ClusterScratchBytes(c, rows, tile)
 		if mp.SpecSlots > 0 {
 			// Rank 0 copies and records only its own KDA heads.
 			mp.Spec = int64(mp.SpecSlots) * model.HeadSpecBytes(c, req.Ranks, mp.SpecRows)

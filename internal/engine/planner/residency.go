@@ -79,7 +79,42 @@ func NewResidency(w *Weights, req Request) (*Residency, error) {
 			break
 		}
 	}
+	if req.Ranks > 1 && !req.Worker && len(r.Plans) > 1 {
+		// Rank 0's cluster buffers grow with its widest pass and stay:
+		// every plan counts those of the widest (a narrower plan that
+		// pinned their room would make the process exceed its budget
+		// after a prefill). The widest plan whose buffers the others
+		// can hold too is kept, and the ones below it.
+		r.Plans = clusterPlans(w, req, wr, r.Plans)
+	}
 	return r, nil
+}
+
+// clusterPlans re-plans a cluster rank 0's resting and wider plans so
+// that each counts the cluster buffers of the widest of them, dropping the
+// widest ones while the resting plan cannot hold their buffers. Without a
+// wider plan left, the resting plan is planned alone.
+func clusterPlans(w *Weights, req, wr Request, plans []*MemoryPlan) []*MemoryPlan {
+	for top := len(plans) - 1; top >= 1; top-- {
+		cr := req
+		cr.clusterRows, cr.clusterTile = plans[top].Rows, plans[top].Tile
+		rest, err := Plan(w, cr)
+		if err != nil {
+			continue
+		}
+		out := []*MemoryPlan{rest}
+		wr := wr
+		wr.PrefixRAM, wr.clusterRows, wr.clusterTile = rest.PrefixRAM, cr.clusterRows, cr.clusterTile
+		for _, p := range plans[1 : top+1] {
+			mp, err := planRows(w, wr, p.Rows, true)
+			if err != nil || mp.EmbedResident != rest.EmbedResident {
+				break
+			}
+			out = append(out, mp)
+		}
+		return out
+	}
+	return plans[:1]
 }
 
 // Union returns the expected number of distinct experts per MoE layer that

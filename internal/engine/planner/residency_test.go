@@ -139,3 +139,37 @@ func TestChooseWidensForPrompts(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterPlansShareTheHeap is the cluster's half of issue 31: on rank
+// 0 of a cluster every plan of a residency counts the cluster buffers of
+// its widest pass (the workers' replies, the expert chunk), which the Go
+// heap keeps once a prefill has grown them, so that decoding after a wide
+// prefill stays within the budget; each plan still fits it.
+func TestClusterPlansShareTheHeap(t *testing.T) {
+	w := sparseWeights(t, synth.Medium())
+	req := Request{MaxContext: 4096, Threads: 1, Ranks: 2, PrefixRAMAuto: true}
+	floor := Floor(w, req)
+	wide := 0
+	for _, budget := range []int64{floor, floor + floor/4, floor + floor/2, 2 * floor, 3 * floor} {
+		r := req
+		r.Budget = budget
+		res, err := NewResidency(w, r)
+		if err != nil {
+			t.Fatalf("budget %s: %v", Human(budget), err)
+		}
+		rest, widest := res.Plans[0], res.Plans[len(res.Plans)-1]
+		buffers := model.ClusterScratchBytes(w.Cfg, widest.Rows, widest.Tile)
+		for i, mp := range res.Plans {
+			if mp.Heap() != rest.Heap() || mp.Scratch < buffers || mp.Total() > budget {
+				t.Fatalf("budget %s, plan %d of %d (%d rows): heap %s, scratch %s, total %s; resting plan's heap %s; the widest pass's cluster buffers %s",
+					Human(budget), i, len(res.Plans), mp.Rows, Human(mp.Heap()), Human(mp.Scratch), Human(mp.Total()), Human(rest.Heap()), Human(buffers))
+			}
+		}
+		if len(res.Plans) > 1 {
+			wide++
+		}
+	}
+	if wide == 0 {
+		t.Fatal("no budget had a plan of wider passes")
+	}
+}
