@@ -13,8 +13,8 @@ import (
 // TestPlanCluster plans a header-only checkpoint of medium's widths (8
 // layers, 128 experts) as clusters: one rank is the plan of one process;
 // with two and three ranks each rank fits the budget, rank 0 holds the
-// sessions and a worker none, the slices' trunks and experts divide by
-// the rank count, an expert's halves are what the caches hold, and a
+// sessions (its KDA heads of their states, as a worker does), the
+// slices' trunks and experts divide by the rank count, an expert's halves are what the caches hold, and a
 // decoding pass takes the rounds the layers make (three per attention
 // layer, two per dense FFN, four per MoE trunk and two for its experts,
 // one for the head) and sends its inputs to every worker.
@@ -50,7 +50,7 @@ func TestPlanCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 		r0, w := cp.Rank0, cp.Worker
-		if r0.TotalBytes > budget || w.TotalBytes > budget || r0.Sessions != 4 || r0.StateBytes != want.StateBytes || w.StateBytes != workerHeads(c, ranks, 4, r0.StateBytes, r0.Sessions) || w.StateBytes == 0 || w.KVBytes != 0 {
+		if r0.TotalBytes > budget || w.TotalBytes > budget || r0.Sessions != 4 || r0.StateBytes != workerHeads(c, ranks, 4, want.StateBytes, want.Sessions) || w.StateBytes != workerHeads(c, ranks, 4, want.StateBytes, want.Sessions) || w.StateBytes == 0 || w.KVBytes != 0 {
 			t.Fatalf("%d ranks: rank 0 plans %d bytes for %d sessions (state %d), the worker %d (state %d, KV %d); budget %d",
 				ranks, r0.TotalBytes, r0.Sessions, r0.StateBytes, w.TotalBytes, w.StateBytes, w.KVBytes, int64(budget))
 		}

@@ -23,11 +23,13 @@ import (
 // the rows' recurrence inputs for them (RoundSeq.Spec), and a rollback
 // replays the kept rows on every rank's heads (StateRanks.RollbackState).
 // A prefix-cache entry is kept in slices, each rank's heads by the rank
-// (Model.LocalHeads, Model.Away, Model.Placed). What needs a whole state
-// (a session's file, a fork) first brings the other ranks' heads home
-// (Model.Home); a pass over a state that is home with positions already
-// consumed sends the workers their heads first. A state is away from its
-// first split pass until Home or Reset.
+// (Model.LocalHeads, Model.Away, Model.Placed). The engine's states hold
+// only rank 0's heads (Model.NewState): a session's file or a fork reads
+// them whole, or fills them, one array at a time from and to every rank
+// (Model.EachRecurrent). A state of every head (NewState) can also be
+// brought home (Model.Home), and a pass over one that is home with
+// positions already consumed sends the workers their heads first. A
+// state is away from its first split pass until Home or Reset.
 
 // RoundSeq is one sequence of a RoundKDA round: rows [Lo, Lo+N) of the
 // round's input are its next positions, and every rank keeps its heads of
@@ -54,11 +56,13 @@ func HeadRange(c *Config, rank, ranks int) (h0, h1 int) { return RowRange(c.KDAH
 // run their products as rounds and their heads on rank 0.
 type StateRanks interface {
 	Ranks
-	// PutState gives rank its heads of state id: parts as HeadParts lays
-	// them out, replacing what it held under id.
-	PutState(ctx context.Context, rank int, id uint64, parts [][]float32) error
-	// GetState fills parts (HeadParts) with rank's heads of state id.
-	GetState(ctx context.Context, rank int, id uint64, parts [][]float32) error
+	// PutState gives rank parts [from, from+len(parts)) of its heads of
+	// state id as HeadParts lays them out, replacing what it held of them
+	// under id (a state it does not hold is made, zero, first).
+	PutState(ctx context.Context, rank int, id uint64, from int, parts [][]float32) error
+	// GetState fills parts with parts [from, from+len(parts)) of rank's
+	// heads of state id (HeadParts).
+	GetState(ctx context.Context, rank int, id uint64, from int, parts [][]float32) error
 	// ForgetState tells every rank that state id is gone; it may be called
 	// from any goroutine and must not block.
 	ForgetState(id uint64)
@@ -103,6 +107,9 @@ func (m *Model) Home(ctx context.Context, s *State) error {
 	if !s.away {
 		return nil
 	}
+	if s.partial() {
+		return fmt.Errorf("model: a state of rank 0's heads only cannot come home (EachRecurrent reads it whole)")
+	}
 	if sp := s.spec; sp != nil && sp.active && sp.ran {
 		// Its heads on the ranks are a speculation's, which only a
 		// Rollback on each rank can cut back.
@@ -114,7 +121,7 @@ func (m *Model) Home(ctx context.Context, s *State) error {
 	}
 	ranks := sr.Size()
 	for r := 1; r < ranks; r++ {
-		if err := sr.GetState(ctx, r, s.id, HeadParts(s, r, ranks)); err != nil {
+		if err := sr.GetState(ctx, r, s.id, 0, HeadParts(s, r, ranks)); err != nil {
 			return fmt.Errorf("bringing the state's KDA heads home: %w", err)
 		}
 	}
@@ -186,6 +193,105 @@ func HeadStateBytes(c *Config, ranks int) int64 {
 	return 4 * int64(headFloats(c, h0, h1))
 }
 
+// NewState allocates a state for a sequence of up to capacity positions
+// on m: in a cluster whose ranks keep their KDA heads (SplitHeads), rank
+// 0's heads only, the others' living on their ranks (so that rank 0's
+// memory per session divides by the rank count too); otherwise as
+// NewState.
+func (m *Model) NewState(capacity int) *State {
+	if !m.SplitHeads() {
+		return NewState(m.Cfg, capacity)
+	}
+	_, ranks := m.Plan.Rank()
+	_, h1 := HeadRange(m.Cfg, 0, ranks)
+	return newState(m.Cfg, capacity, h1)
+}
+
+// EachRecurrent calls fn with each of s's recurrent arrays, whole, in
+// Recurrent's order: for fn to read them (fill false: writing a state's
+// file) or to fill them (fill true: reading one back, s being at its new
+// length, as after Extend). A state of rank 0's heads only (NewState in a
+// cluster) has each array put together from every rank's heads, or dealt
+// out to them, one array at a time through a buffer of one array's size;
+// another state is brought home first and its own arrays are given.
+func (m *Model) EachRecurrent(ctx context.Context, s *State, fill bool, fn func(v []float32) error) error {
+	if !s.partial() {
+		if !fill {
+			if err := m.Home(ctx, s); err != nil {
+				return err
+			}
+		} else if s.away {
+			return fmt.Errorf("model: filling the arrays of a state whose heads are on other ranks (Reset it first)")
+		}
+		for _, v := range s.Recurrent() {
+			if err := fn(v); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	sr, ok := m.ranks.(StateRanks)
+	if !ok {
+		return fmt.Errorf("model: a state of rank 0's heads only on a model without ranks")
+	}
+	c := m.Cfg
+	ranks := sr.Size()
+	D, hl := c.KDAHeadDim, c.ConvKernel-1
+	var buf []float32
+	part := 0
+	for l := range s.kda {
+		if c.IsMLA(l) {
+			continue
+		}
+		k := &s.kda[l]
+		for j, own := range [][]float32{k.S, k.qh, k.kh, k.vh} {
+			per := D * hl // floats per head
+			if j == 0 {
+				per = D * D
+			}
+			if n := c.KDAHeads * per; cap(buf) < n {
+				buf = make([]float32, n)
+			} else {
+				buf = buf[:n]
+			}
+			if fill {
+				if err := fn(buf); err != nil {
+					return err
+				}
+				copy(own, buf)
+			} else {
+				copy(buf, own)
+			}
+			for r := 1; r < ranks; r++ {
+				h0, h1 := HeadRange(c, r, ranks)
+				theirs := [][]float32{buf[h0*per : h1*per]}
+				var err error
+				switch {
+				case fill:
+					err = sr.PutState(ctx, r, s.id, part, theirs)
+				case s.away:
+					err = sr.GetState(ctx, r, s.id, part, theirs)
+				default:
+					clear(theirs[0]) // a fresh state: zero on every rank
+				}
+				if err != nil {
+					return fmt.Errorf("the state's KDA heads: %w", err)
+				}
+			}
+			if !fill {
+				if err := fn(buf); err != nil {
+					return err
+				}
+			}
+			part++
+		}
+	}
+	if fill {
+		s.leave(sr)
+	}
+	return nil
+}
+
 // HeadSpecBytes returns the bytes a rank of a cluster of ranks keeps for
 // one sequence's speculation over passes of rows rows (RoundSeq.Spec): a
 // copy of its heads of the state and the record of the rows' recurrence
@@ -201,9 +307,12 @@ func HeadSpecBytes(c *Config, ranks, rows int) int64 {
 // send gives every other rank its heads of s, which is home with
 // positions consumed, and makes s away.
 func (m *Model) send(ctx context.Context, sr StateRanks, s *State) error {
+	if s.partial() {
+		return fmt.Errorf("model: sending the heads of a state of rank 0's heads only, which has none to send")
+	}
 	ranks := sr.Size()
 	for r := 1; r < ranks; r++ {
-		if err := sr.PutState(ctx, r, s.id, HeadParts(s, r, ranks)); err != nil {
+		if err := sr.PutState(ctx, r, s.id, 0, HeadParts(s, r, ranks)); err != nil {
 			return fmt.Errorf("sending the state's KDA heads: %w", err)
 		}
 	}
@@ -374,13 +483,26 @@ func (hs *HeadStore) parts(st []kdaState) [][]float32 {
 	return out
 }
 
-// Put replaces the heads of id with data (HeadParts' parts, end to end).
-func (hs *HeadStore) Put(id uint64, data []float32) error {
-	if want := headFloats(hs.c, hs.h0, hs.h1); len(data) != want {
-		return fmt.Errorf("model: a state of %d floats for heads [%d, %d), which take %d", len(data), hs.h0, hs.h1, want)
+// Put replaces parts [from, ...) of the heads of id (HeadParts' order)
+// with data, the parts end to end, making the state (zero) if new; data
+// must end at a part's end.
+func (hs *HeadStore) Put(id uint64, from int, data []float32) error {
+	parts := hs.parts(hs.state(id))
+	if from < 0 || from > len(parts) {
+		return fmt.Errorf("model: a state's parts from %d of %d", from, len(parts))
 	}
-	for _, part := range hs.parts(hs.state(id)) {
+	n := len(data)
+	for _, part := range parts[from:] {
+		if len(data) == 0 {
+			break
+		}
+		if len(data) < len(part) {
+			return fmt.Errorf("model: %d floats of a state end inside part of %d floats for heads [%d, %d)", n, len(part), hs.h0, hs.h1)
+		}
 		data = data[copy(part, data):]
+	}
+	if len(data) != 0 {
+		return fmt.Errorf("model: %d floats of a state from part %d, beyond the %d parts of heads [%d, %d)", n, from, len(parts), hs.h0, hs.h1)
 	}
 	return nil
 }

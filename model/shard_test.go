@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -99,26 +100,27 @@ func (l *localRanks) Round(ctx context.Context, rd *model.Round, local func() er
 
 // PutState, GetState and ForgetState make localRanks a model.StateRanks:
 // its KDA layers run by heads on every rank.
-func (l *localRanks) PutState(_ context.Context, rank int, id uint64, parts [][]float32) error {
+func (l *localRanks) PutState(_ context.Context, rank int, id uint64, from int, parts [][]float32) error {
 	var data []float32
 	for _, p := range parts {
 		data = append(data, p...)
 	}
 	l.forget()
 	l.moves++
-	return l.servers[rank-1].Heads().Put(id, data)
+	return l.servers[rank-1].Heads().Put(id, from, data)
 }
 
-func (l *localRanks) GetState(_ context.Context, rank int, id uint64, parts [][]float32) error {
+func (l *localRanks) GetState(_ context.Context, rank int, id uint64, from int, parts [][]float32) error {
 	l.forget()
 	l.moves++
 	src, err := l.servers[rank-1].Heads().Get(id)
 	if err != nil {
 		return err
 	}
-	if len(src) != len(parts) {
-		return fmt.Errorf("rank %d: %d parts of state, want %d", rank, len(src), len(parts))
+	if from < 0 || from+len(parts) > len(src) {
+		return fmt.Errorf("rank %d: parts [%d, %d) of a state of %d", rank, from, from+len(parts), len(src))
 	}
+	src = src[from : from+len(parts)]
 	for i := range parts {
 		if len(src[i]) != len(parts[i]) {
 			return fmt.Errorf("rank %d: part %d of %d floats, want %d", rank, i, len(src[i]), len(parts[i]))
@@ -427,5 +429,90 @@ func TestHeadsRoundAllocs(t *testing.T) {
 	var err error
 	if n := testing.AllocsPerRun(20, func() { _, err = s.Round(context.Background(), rd) }); n != 0 || err != nil {
 		t.Fatalf("a KDA round allocates %v times (err %v)", n, err)
+	}
+}
+
+// TestShardedPartialState runs a cluster's states as the engine makes
+// them (Model.NewState): rank 0 holds only its own KDA heads. Passes,
+// a speculation rolled back, and the whole arrays put together from every
+// rank (EachRecurrent, as a state file is written) are the bits of one
+// process; the arrays dealt back out into another such state (as a file
+// is read) carry on with the same logits; such a state never comes home.
+func TestShardedPartialState(t *testing.T) {
+	for _, name := range oracle.Names {
+		ref, exp := oracle.Load(t, name, model.Options{})
+		c := ref.Cfg
+		V := c.Vocab
+		seq := exp.FullIDs
+		if len(seq) < 12 {
+			t.Fatalf("%s: a sequence of %d tokens", name, len(seq))
+		}
+		want := oracle.Teacher(t, ref, seq)
+		whole := model.NewState(c, 64)
+		if err := ref.ForwardBatch(context.Background(), model.NewScratch(c, 16, 0), []model.Group{{St: whole, Tokens: seq[:9]}}); err != nil {
+			t.Fatal(err)
+		}
+		wantRec := whole.Recurrent()
+		for _, ranks := range []int{2, 3} {
+			m, cl := loadCluster(t, name, ranks, 1)
+			ctx := context.Background()
+			sc := model.NewScratch(m.Cfg, 16, 0)
+			st := m.NewState(64)
+			out := make([]float32, 8*V)
+			fwd := func(st *model.State, toks []int) {
+				t.Helper()
+				if err := m.ForwardBatch(ctx, sc, []model.Group{{St: st, Tokens: toks, All: true, Out: out}}); err != nil {
+					t.Fatalf("%s, %d ranks: %v", name, ranks, err)
+				}
+			}
+			check := func(what string, from, n int) {
+				t.Helper()
+				oracle.SameBits(t, fmt.Sprintf("%s, %d ranks: %s", name, ranks, what), out[:n*V], want[from*V:(from+n)*V], V)
+			}
+			fwd(st, seq[:5])
+			check("rank 0's heads only", 0, 5)
+			st.BeginSpeculation(4)
+			fwd(st, []int{seq[5], seq[6], (seq[7] + 1) % V, seq[8]})
+			if err := m.Rollback(st, 2); err != nil {
+				t.Fatal(err)
+			}
+			fwd(st, seq[7:9])
+			check("after a rollback", 7, 2)
+			if err := m.Home(ctx, st); err == nil {
+				t.Fatalf("%s, %d ranks: a state of rank 0's heads came home", name, ranks)
+			}
+			var got [][]float32
+			if err := m.EachRecurrent(ctx, st, false, func(v []float32) error { got = append(got, slices.Clone(v)); return nil }); err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(wantRec) {
+				t.Fatalf("%s, %d ranks: %d arrays, want %d", name, ranks, len(got), len(wantRec))
+			}
+			for i := range wantRec {
+				for j := range wantRec[i] {
+					if math.Float32bits(got[i][j]) != math.Float32bits(wantRec[i][j]) {
+						t.Fatalf("%s, %d ranks: recurrent array %d float %d put together %v, one process %v", name, ranks, i, j, got[i][j], wantRec[i][j])
+					}
+				}
+			}
+			// Dealt out into a new state, as a file is read back.
+			st2 := m.NewState(64)
+			rows, err := st2.Extend(9)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, r := range st.Cached(0, 9) {
+				copy(rows[i], r)
+			}
+			k := 0
+			if err := m.EachRecurrent(ctx, st2, true, func(v []float32) error { copy(v, got[k]); k++; return nil }); err != nil {
+				t.Fatal(err)
+			}
+			fwd(st2, seq[9:12])
+			check("a state dealt out to the ranks", 9, 3)
+			if cl.moves == 0 {
+				t.Fatalf("%s, %d ranks: no state's heads were read or dealt out", name, ranks)
+			}
+		}
 	}
 }

@@ -30,6 +30,10 @@ type State struct {
 	id      uint64
 	away    bool
 	tracked bool
+	// heads is the KDA heads the state's arrays hold, the first ones:
+	// every head, or on rank 0 of a cluster only its own (Model.NewState),
+	// the others' being on their ranks for good.
+	heads int
 }
 
 type kdaState struct {
@@ -44,20 +48,27 @@ type mlaState struct {
 
 // NewState allocates the recurrent state for a sequence of up to capacity
 // positions. The MLA cache grows on demand up to that capacity.
-func NewState(cfg *Config, capacity int) *State {
-	s := &State{cfg: cfg, kda: make([]kdaState, cfg.Layers), mla: make([]mlaState, cfg.Layers), cap: capacity, id: stateIDs.Add(1)}
-	P, D, Hk, h := cfg.KDAWidth(), cfg.KDAHeadDim, cfg.KDAHeads, cfg.ConvKernel-1
+func NewState(cfg *Config, capacity int) *State { return newState(cfg, capacity, cfg.KDAHeads) }
+
+// newState allocates a state holding the first heads KDA heads.
+func newState(cfg *Config, capacity, heads int) *State {
+	s := &State{cfg: cfg, kda: make([]kdaState, cfg.Layers), mla: make([]mlaState, cfg.Layers), cap: capacity, id: stateIDs.Add(1), heads: heads}
+	D, h := cfg.KDAHeadDim, cfg.ConvKernel-1
+	W := heads * D
 	for l := 0; l < cfg.Layers; l++ {
 		if cfg.IsMLA(l) {
 			continue
 		}
 		s.kda[l] = kdaState{
-			S:  make([]float32, Hk*D*D),
-			qh: make([]float32, P*h), kh: make([]float32, P*h), vh: make([]float32, P*h),
+			S:  make([]float32, heads*D*D),
+			qh: make([]float32, W*h), kh: make([]float32, W*h), vh: make([]float32, W*h),
 		}
 	}
 	return s
 }
+
+// partial reports a state holding only some of the KDA heads (rank 0's).
+func (s *State) partial() bool { return s.heads < s.cfg.KDAHeads }
 
 // StateBytes returns the fixed bytes of one State (without the MLA cache)
 // and the bytes the MLA cache needs per position.
@@ -131,10 +142,11 @@ func (s *State) Config() *Config { return s.cfg }
 // store them: for every KDA layer in order, its recurrent state S
 // ([heads][D][D]) and its q, k and v short-conv histories. The slices
 // alias the state: a snapshot reads them, a restore fills them. In a
-// cluster the state must be home (Model.Home) or just Reset.
+// cluster the state must be home (Model.Home) or just Reset, and hold
+// every head (NewState; Model.EachRecurrent reads and fills any state).
 func (s *State) Recurrent() [][]float32 {
-	if s.away {
-		panic("model: Recurrent of a state whose KDA heads are on other ranks (Model.Home first)")
+	if s.away || s.partial() {
+		panic("model: Recurrent of a state whose KDA heads are on other ranks (Model.Home or Model.EachRecurrent)")
 	}
 	var out [][]float32
 	for l := range s.kda {

@@ -127,7 +127,7 @@ func (s *Seq) state() (*model.State, error) {
 	if err := s.e.takeSlot(s); err != nil {
 		return nil, err
 	}
-	s.st = model.NewState(s.e.m.Cfg, s.e.opts.MaxContext)
+	s.st = s.e.m.NewState(s.e.opts.MaxContext)
 	return s.st, nil
 }
 
@@ -323,10 +323,6 @@ func (s *Seq) Fork() (*Seq, error) {
 		f.pending = append(f.pending, s.pending...)
 		return f, nil
 	}
-	if err := s.e.m.Home(context.Background(), s.st); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("k3: Fork: %w", err)
-	}
 	pr, pw := io.Pipe()
 	saved := make(chan struct{})
 	go func() {
@@ -334,7 +330,7 @@ func (s *Seq) Fork() (*Seq, error) {
 		var err error
 		defer func() { pw.CloseWithError(err) }()
 		defer crash.Catch("Fork's state copy", &err)
-		err = statefile.Save(pw, s.st, s.e.Fingerprint(), s.tokens, s.pending)
+		err = statefile.Save(pw, s.st, s.e.Fingerprint(), s.tokens, s.pending, s.e.recurrent(s.st, false))
 	}()
 	err := f.Load(pr, -1)
 	pr.CloseWithError(io.ErrClosedPipe) // stops the writer if Load gave up early
@@ -346,6 +342,14 @@ func (s *Seq) Fork() (*Seq, error) {
 		return nil, fmt.Errorf("k3: Fork: %w", err)
 	}
 	return f, nil
+}
+
+// recurrent streams st's recurrent arrays for a state file, whole, from
+// or to every rank that holds heads of them (model.Model.EachRecurrent).
+func (e *Engine) recurrent(st *model.State, fill bool) statefile.Recurrent {
+	return func(fn func(v []float32) error) error {
+		return e.m.EachRecurrent(context.Background(), st, fill, fn)
+	}
 }
 
 // Save writes the sequence's state and tokens (statefile format).
@@ -360,10 +364,7 @@ func (s *Seq) Save(w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := s.e.m.Home(context.Background(), st); err != nil {
-		return fmt.Errorf("k3: saving session: %w", err)
-	}
-	if err := statefile.Save(w, st, s.e.Fingerprint(), s.tokens, s.pending); err != nil {
+	if err := statefile.Save(w, st, s.e.Fingerprint(), s.tokens, s.pending, s.e.recurrent(st, false)); err != nil {
 		return fmt.Errorf("k3: saving session: %w", err)
 	}
 	return nil
@@ -380,7 +381,7 @@ func (s *Seq) Load(r io.Reader, size int64) error {
 	if err != nil {
 		return fmt.Errorf("k3: loading session: %w", err)
 	}
-	tokens, pending, err := statefile.Load(r, size, st, s.e.Fingerprint())
+	tokens, pending, err := statefile.Load(r, size, st, s.e.Fingerprint(), s.e.recurrent(st, true))
 	s.tokens, s.pending = s.tokens[:0], s.pending[:0]
 	s.sq.Reset()
 	s.broken = false

@@ -300,17 +300,17 @@ func (p *peer) current() Conn {
 	return p.conn
 }
 
-// PutState implements model.StateRanks: rank's heads of state id go to
-// it ahead of the rounds that use them (no reply: a worker that cannot
+// PutState implements model.StateRanks: parts [from, ...) of rank's heads
+// of state id go to it ahead of the rounds that use them (no reply: a worker that cannot
 // take them ends the link, and the next round reports it).
-func (c *Client) PutState(ctx context.Context, rank int, id uint64, parts [][]float32) error {
+func (c *Client) PutState(ctx context.Context, rank int, id uint64, from int, parts [][]float32) error {
 	p, conn, err := c.talkTo(rank)
 	if err != nil {
 		return err
 	}
 	defer p.talk.Unlock()
 	frame := make([][]byte, 0, len(parts)+1)
-	frame = append(frame, binary.LittleEndian.AppendUint64(nil, id))
+	frame = append(frame, encodeStateHeader(nil, id, from, 0))
 	for _, part := range parts {
 		frame = append(frame, floatBytes(part))
 	}
@@ -342,9 +342,9 @@ func (c *Client) RollbackState(ctx context.Context, rank int, id uint64, keep in
 	return nil
 }
 
-// GetState implements model.StateRanks: rank sends its heads of state id,
-// which fill parts.
-func (c *Client) GetState(ctx context.Context, rank int, id uint64, parts [][]float32) error {
+// GetState implements model.StateRanks: rank sends parts [from, ...) of
+// its heads of state id, which fill parts.
+func (c *Client) GetState(ctx context.Context, rank int, id uint64, from int, parts [][]float32) error {
 	p, conn, err := c.talkTo(rank)
 	if err != nil {
 		return err
@@ -354,7 +354,7 @@ func (c *Client) GetState(ctx context.Context, rank int, id uint64, parts [][]fl
 		p.drop(conn, err)
 		return fmt.Errorf("rank %d: %w", rank, err)
 	}
-	if err := conn.Send(kindGetState, binary.LittleEndian.AppendUint64(nil, id)); err != nil {
+	if err := conn.Send(kindGetState, encodeStateHeader(nil, id, from, len(parts))); err != nil {
 		return fail(fmt.Errorf("asking for a state: %w", err))
 	}
 	p.buf = alignedGrow(p.buf)

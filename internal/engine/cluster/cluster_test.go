@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -276,6 +275,7 @@ func FuzzRoundDecode(f *testing.F) {
 	f.Add(msg[:roundHeader])
 	f.Add([]byte{})
 	f.Add(encodeRollback(nil, 9, 3))
+	f.Add(append(encodeStateHeader(nil, 12, 4, 0), floatBytes([]float32{1, 2, 3})...))
 	// A prefix-cache entry message.
 	f.Add(encodeHeadEntry(nil, 1<<50, &HeadEntry{Key: [32]byte{1, 2}, Anchor: [32]byte{3}, Pos: 300, Tail: 44, Block: 256, Saves: 1 << 40}))
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -287,10 +287,10 @@ func FuzzRoundDecode(f *testing.F) {
 		} else if err == nil && len(ids) != (len(msg)-prefetchHeader)/4 {
 			t.Fatalf("a prefetch of %d bytes gave %d ids", len(msg), len(ids))
 		}
-		if id, rest, err := decodeStateID(msg); err != nil && !errors.Is(err, ErrMessage) {
+		if id, from, n, rest, err := decodeStateID(msg); err != nil && !errors.Is(err, ErrMessage) {
 			t.Fatalf("state message error %v is not ErrMessage", err)
-		} else if err == nil && (len(rest) != len(msg)-stateHeader || id != binary.LittleEndian.Uint64(msg)) {
-			t.Fatalf("a state message of %d bytes gave id %d and %d bytes", len(msg), id, len(rest))
+		} else if err == nil && (len(rest) != len(msg)-stateHeader || string(append(encodeStateHeader(nil, id, from, n), rest...)) != string(msg)) {
+			t.Fatalf("a state message of %d bytes gave id %d, parts [%d, +%d) and %d bytes", len(msg), id, from, n, len(rest))
 		}
 		if id, keep, err := decodeRollback(msg); err != nil && !errors.Is(err, ErrMessage) {
 			t.Fatalf("rollback message error %v is not ErrMessage", err)

@@ -76,9 +76,9 @@ func Serve(ctx context.Context, conn Conn, srv RoundServer) error {
 			ids = got
 			srv.Prefetch(ctx, layer, half, ids)
 		case kindPutState:
-			id, data, err := decodeStateID(msg)
+			id, from, _, data, err := decodeStateID(msg)
 			if err == nil {
-				err = srv.Heads().Put(id, bytesFloats(data))
+				err = srv.Heads().Put(id, from, bytesFloats(data))
 			}
 			if err != nil {
 				// rank 0 sent heads this rank would not hold: the next
@@ -86,11 +86,17 @@ func Serve(ctx context.Context, conn Conn, srv RoundServer) error {
 				return fmt.Errorf("%s: %w: %w", conn.Peer(), ErrMessage, err)
 			}
 		case kindGetState:
-			id, rest, err := decodeStateID(msg)
+			id, from, n, rest, err := decodeStateID(msg)
 			if err != nil || len(rest) != 0 {
 				return fmt.Errorf("%s: %w: a state request of %d bytes", conn.Peer(), ErrMessage, len(msg))
 			}
 			got, err := srv.Heads().Get(id)
+			if err == nil && from+n > len(got) {
+				err = fmt.Errorf("parts [%d, %d) of a state of %d parts", from, from+n, len(got))
+			}
+			if err == nil {
+				got = got[from : from+n]
+			}
 			if err != nil {
 				if err := conn.Send(kindError, []byte(err.Error())); err != nil {
 					return err

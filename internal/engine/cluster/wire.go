@@ -379,10 +379,18 @@ func Traffic(ranks int, r model.PassRounds) (sent, received int64) {
 	return sent, received
 }
 
-// A state message (kindPutState, kindGetState): the state's id, u64; a
-// put's floats follow (model.HeadParts, end to end). A forget message is
-// ids, u64 each.
-const stateHeader = 8
+// A state message (kindPutState, kindGetState): the state's id u64, the
+// first part (model.HeadParts' order) u32, and for a request the number
+// of parts u32 (0 in a put); a put's floats follow (the parts, end to
+// end). A forget message is ids, u64 each.
+const stateHeader = 16
+
+// encodeStateHeader writes a state message's header into dst (reused).
+func encodeStateHeader(dst []byte, id uint64, from, n int) []byte {
+	dst = binary.LittleEndian.AppendUint64(dst[:0], id)
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(from))
+	return binary.LittleEndian.AppendUint32(dst, uint32(n))
+}
 
 // A rollback message: the state's id u64, the rows kept u32, 4 pad.
 const rollbackSize = 16
@@ -402,13 +410,17 @@ func decodeRollback(msg []byte) (id uint64, keep int, err error) {
 	return binary.LittleEndian.Uint64(msg), int(binary.LittleEndian.Uint32(msg[8:])), nil
 }
 
-// decodeStateID decodes the id a state message begins with and returns
-// the rest.
-func decodeStateID(msg []byte) (uint64, []byte, error) {
+// decodeStateID decodes the header a state message begins with and
+// returns the rest.
+func decodeStateID(msg []byte) (id uint64, from, n int, rest []byte, err error) {
 	if len(msg) < stateHeader || len(msg)%4 != 0 {
-		return 0, nil, fmt.Errorf("%w: a state message of %d bytes", ErrMessage, len(msg))
+		return 0, 0, 0, nil, fmt.Errorf("%w: a state message of %d bytes", ErrMessage, len(msg))
 	}
-	return binary.LittleEndian.Uint64(msg), msg[stateHeader:], nil
+	f, c := binary.LittleEndian.Uint32(msg[8:]), binary.LittleEndian.Uint32(msg[12:])
+	if f > maxProducts || c > maxProducts {
+		return 0, 0, 0, nil, fmt.Errorf("%w: a state message of parts [%d, +%d)", ErrMessage, f, c)
+	}
+	return binary.LittleEndian.Uint64(msg), int(f), int(c), msg[stateHeader:], nil
 }
 
 // HeadEntry names a prefix-cache state entry whose KDA heads every rank

@@ -436,6 +436,8 @@ func planRows(w *Weights, req Request, rows int, auto bool) (*MemoryPlan, error)
 			rows, tile = req.clusterRows, req.clusterTile
 		}
 		mp.Scratch += model.ClusterScratchBytes(c, rows, tile)
+		// Rank 0 holds its own KDA heads of each state (model.Model.NewState).
+		mp.State = s * model.HeadStateBytes(c, req.Ranks)
 		if mp.SpecSlots > 0 {
 			// Rank 0 copies and records only its own KDA heads.
 			mp.Spec = int64(mp.SpecSlots) * model.HeadSpecBytes(c, req.Ranks, mp.SpecRows)

@@ -26,7 +26,7 @@ func FuzzStateLoad(f *testing.F) {
 		f.Fatal(err)
 	}
 	var buf bytes.Buffer
-	if err := Save(&buf, st, "fp", []int{1, 2, 3}, []int{4}); err != nil {
+	if err := Save(&buf, st, "fp", []int{1, 2, 3}, []int{4}, nil); err != nil {
 		f.Fatal(err)
 	}
 	good := buf.Bytes()
@@ -35,7 +35,7 @@ func FuzzStateLoad(f *testing.F) {
 	f.Add(append([]byte{}, good[:20]...))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s := model.NewState(cfg, 8)
-		tokens, pending, err := Load(bytes.NewReader(data), int64(len(data)), s, "fp")
+		tokens, pending, err := Load(bytes.NewReader(data), int64(len(data)), s, "fp", nil)
 		if err != nil {
 			if !errors.Is(err, ErrBadState) {
 				t.Fatalf("error does not wrap ErrBadState: %v", err)

@@ -37,13 +37,31 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
+// Recurrent streams a state's recurrent arrays, whole, in
+// model.State.Recurrent's order: it calls fn with each, for Save to write
+// or Load to fill (model.Model.EachRecurrent, for a state whose heads are
+// on a cluster's ranks); nil uses the state's own arrays.
+type Recurrent func(fn func(v []float32) error) error
+
+// own is the Recurrent of a state's own arrays.
+func own(s *model.State) Recurrent {
+	return func(fn func(v []float32) error) error {
+		for _, v := range s.Recurrent() {
+			if err := fn(v); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
 // Save writes the state s, the tokens it consumed (len(tokens) must equal
 // s.Len()) and pending tokens chosen but not yet fed (for instance the last
 // generated token), which a restored session feeds first. checkpoint is
 // the checkpoint's content fingerprint (model.Plan.Fingerprint): Load
 // refuses a file saved with another checkpoint, even of the same
 // configuration.
-func Save(w io.Writer, s *model.State, checkpoint string, tokens, pending []int) error {
+func Save(w io.Writer, s *model.State, checkpoint string, tokens, pending []int, rec Recurrent) error {
 	if len(tokens) != s.Len() {
 		return fmt.Errorf("state holds %d positions but %d tokens were given", s.Len(), len(tokens))
 	}
@@ -65,8 +83,11 @@ func Save(w io.Writer, s *model.State, checkpoint string, tokens, pending []int)
 	for _, t := range pending {
 		put(int32(t))
 	}
-	for _, v := range s.Recurrent() {
-		writeFloats(bw, v)
+	if rec == nil {
+		rec = own(s)
+	}
+	if err := rec(func(v []float32) error { writeFloats(bw, v); return nil }); err != nil {
+		return err
 	}
 	for _, v := range s.Cached(0, s.Len()) {
 		writeFloats(bw, v)
@@ -108,8 +129,10 @@ const maxPending = 1 << 20
 // fingerprint against checkpoint, the position count against the state's
 // capacity, the exact size (when size >= 0) and the checksum, before and
 // while reading; nothing is allocated from the file's numbers beyond what
-// the capacity allows. On error the state is reset.
-func Load(r io.Reader, size int64, s *model.State, checkpoint string) (tokens, pending []int, err error) {
+// the capacity allows. rec, if not nil, takes the recurrent arrays (a
+// cluster's state: they are dealt out to the ranks as they are read). On
+// error the state is reset.
+func Load(r io.Reader, size int64, s *model.State, checkpoint string, rec Recurrent) (tokens, pending []int, err error) {
 	cfg := s.Config()
 	defer func() {
 		if err != nil {
@@ -180,10 +203,18 @@ func Load(r io.Reader, size int64, s *model.State, checkpoint string) (tokens, p
 		all[i] = int(t)
 	}
 	tokens, pending = all[:n:n], all[n:]
-	for i, v := range s.Recurrent() {
+	if rec == nil {
+		rec = own(s)
+	}
+	i := 0
+	if err := rec(func(v []float32) error {
 		if err := readFloats(in, v); err != nil {
-			return nil, nil, fmt.Errorf("KDA layer array %d: %v", i, err)
+			return fmt.Errorf("KDA layer array %d: %v", i, err)
 		}
+		i++
+		return nil
+	}); err != nil {
+		return nil, nil, err
 	}
 	for i, v := range cached {
 		if err := readFloats(in, v); err != nil {
