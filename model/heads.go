@@ -685,20 +685,10 @@ func (m *Model) kdaHeads(rd *Round, mats *LayerMats, w *RoundWork, out [][]float
 		}
 	}
 	qScale := float32(1 / math.Sqrt(float64(D)))
-	glb := c.GateLowerBound
 	for t := 0; t < T; t++ {
-		qt, kt, zt := q[t*W:(t+1)*W], k[t*W:(t+1)*W], z[t*W:(t+1)*W]
+		prepHeads(q[t*W:(t+1)*W], k[t*W:(t+1)*W], z[t*W:(t+1)*W], h0, nh, D, qScale, vec, c.GateLowerBound)
 		for j := 0; j < nh; j++ {
-			h := h0 + j
-			qh := qt[j*D : (j+1)*D]
-			l2Norm(qh)
-			for i := range qh {
-				qh[i] *= qScale
-			}
-			l2Norm(kt[j*D : (j+1)*D])
 			beta[t*nh+j] = sigmoid(bl[t*nh+j])
-			zh := zt[j*D : (j+1)*D]
-			kdaDecay(zh, zh, zh, vec.DTBias[h*D:(h+1)*D], vec.ALog[h], glb) // z becomes α
 		}
 	}
 	o := dst[:T*W]

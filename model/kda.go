@@ -54,19 +54,10 @@ func (p *pass) kda(l int, mats *LayerMats, vec *LayerVecs) error {
 		}
 	}
 	qScale := float32(1 / math.Sqrt(float64(D)))
-	glb := c.GateLowerBound
 	for t := 0; t < T; t++ {
-		qt, kt, zt := q[t*P:(t+1)*P], k[t*P:(t+1)*P], z[t*P:(t+1)*P]
+		prepHeads(q[t*P:(t+1)*P], k[t*P:(t+1)*P], z[t*P:(t+1)*P], 0, Hk, D, qScale, vec, c.GateLowerBound)
 		for h := 0; h < Hk; h++ {
-			qh := qt[h*D : (h+1)*D]
-			l2Norm(qh)
-			for i := range qh {
-				qh[i] *= qScale
-			}
-			l2Norm(kt[h*D : (h+1)*D])
 			sc.beta[t*Hk+h] = sigmoid(sc.bl[t*Hk+h])
-			zh := zt[h*D : (h+1)*D]
-			kdaDecay(zh, zh, zh, vec.DTBias[h*D:(h+1)*D], vec.ALog[h], glb) // z becomes α
 		}
 	}
 	j := &sc.kdaJob
@@ -95,6 +86,25 @@ func normGate(o, g []float32, T, nh, D int, norm []float32, eps float32) {
 		for i := range ot {
 			ot[i] *= sigmoid(gt[i])
 		}
+	}
+}
+
+// prepHeads readies one row of nh heads, the first being head h0, for the
+// recurrence (§6.5 steps 3–5): each head's q L2-normalised and scaled by
+// qScale, its k L2-normalised, its decay projection z turned into α in
+// place. One process, every rank's heads and a rollback's replay run it,
+// so that each head's inputs are the same bits in all of them.
+func prepHeads(q, k, z []float32, h0, nh, D int, qScale float32, vec *LayerVecs, glb float32) {
+	for j := 0; j < nh; j++ {
+		h := h0 + j
+		qh := q[j*D : (j+1)*D]
+		l2Norm(qh)
+		for i := range qh {
+			qh[i] *= qScale
+		}
+		l2Norm(k[j*D : (j+1)*D])
+		zh := z[j*D : (j+1)*D]
+		kdaDecay(zh, zh, zh, vec.DTBias[h*D:(h+1)*D], vec.ALog[h], glb) // z becomes α
 	}
 }
 

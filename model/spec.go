@@ -228,17 +228,7 @@ func (sp *specRecord) replay(m *Model, l, keep int, st kdaState) {
 		shortConv(q, q, qConv, st.qh, kc)
 		shortConv(k, k, kConv, st.kh, kc)
 		shortConv(v, v, vConv, st.vh, kc)
-		for j := 0; j < nh; j++ {
-			h := h0 + j
-			qh := q[j*D : (j+1)*D]
-			l2Norm(qh)
-			for i := range qh {
-				qh[i] *= qScale
-			}
-			l2Norm(k[j*D : (j+1)*D])
-			zh := z[j*D : (j+1)*D]
-			kdaDecay(zh, zh, zh, vec.DTBias[h*D:(h+1)*D], vec.ALog[h], c.GateLowerBound)
-		}
+		prepHeads(q, k, z, h0, nh, D, qScale, vec, c.GateLowerBound)
 	}
 	sp.job = replayJob{sp: sp, st: st, l: l, keep: keep, D: D}
 	if m.pool != nil {
