@@ -59,11 +59,12 @@ type ClusterStats struct {
 	// rows were done.
 	Rounds, BytesSent, BytesReceived int64
 	RoundTime, WaitTime              time.Duration
-	// StateBytes counts the KDA heads of sequences' states moved whole
-	// between rank 0 and the workers, both ways: a speculative pass
-	// brings its states home, a saved or forked session needs them whole,
-	// the next plain pass sends them back. Prefix-cache saves and
-	// restores move none (each rank keeps its own slice).
+	// StateBytes counts the KDA heads of sequences' states moved between
+	// rank 0 and the workers, both ways: a saved session's state read
+	// from every rank, a loaded one dealt out to them, both for a fork.
+	// Passes, speculation and its rollbacks, and prefix-cache saves and
+	// restores move none (each rank keeps, records and stores its own
+	// heads).
 	StateBytes int64
 }
 

@@ -118,7 +118,7 @@ var (
 	descRanksUp       = prometheus.NewDesc("k3_cluster_ranks_up", "Ranks connected now (rank 0 included).", nil, nil)
 	descGathers       = prometheus.NewDesc("k3_cluster_gathers_total", "Rounds of products exchanged with the other ranks (each carries every row of a pass's group of products).", nil, nil)
 	descGatherBytes   = prometheus.NewDesc("k3_cluster_gather_bytes_total", "Bytes of the rounds, by direction (sent: inputs to all workers; received: their rows).", []string{"direction"}, nil)
-	descStateBytes    = prometheus.NewDesc("k3_cluster_state_bytes_total", "Bytes of sequences' KDA heads moved whole between rank 0 and the other ranks, both ways (speculative passes, saved or forked sessions; prefix-cache saves and restores move none).", nil, nil)
+	descStateBytes    = prometheus.NewDesc("k3_cluster_state_bytes_total", "Bytes of sequences' KDA heads moved between rank 0 and the other ranks, both ways (saved, loaded or forked sessions; passes, speculation and prefix-cache saves and restores move none).", nil, nil)
 	descGatherSeconds = prometheus.NewDesc("k3_cluster_gather_seconds_total", "Wall time of the rounds, and the part rank 0 waited for workers after its own rows (wait).", []string{"part"}, nil)
 )
 

@@ -663,9 +663,9 @@ func (c *Client) Health() error {
 type Stats struct {
 	Rounds, BytesSent, BytesReceived int64
 	RoundTime, WaitTime              time.Duration
-	// StateBytes is the bytes of KDA heads of states moved whole between
-	// rank 0 and the workers, both ways (a speculative pass's, a state
-	// file's, a fork's; model.Model.Home).
+	// StateBytes is the bytes of KDA heads of states moved between rank 0
+	// and the workers, both ways (PutState, GetState: a state file's, a
+	// fork's; model.Model.EachRecurrent and Home).
 	StateBytes int64
 }
 
