@@ -298,10 +298,7 @@ func (m *Model) EachRecurrent(ctx context.Context, s *State, fill bool, fn func(
 // inputs for them (the most any rank keeps: the first ranks' share).
 func HeadSpecBytes(c *Config, ranks, rows int) int64 {
 	h0, h1 := HeadRange(c, 0, max(ranks, 1))
-	nh := int64(h1 - h0)
-	W := nh * int64(c.KDAHeadDim)
-	nKDA := int64(c.Layers - c.NumMLA())
-	return HeadStateBytes(c, ranks) + 4*(nKDA*int64(rows)*(4*W+nh)+W)
+	return HeadStateBytes(c, ranks) + specRecordBytes(c, h1-h0, rows)
 }
 
 // send gives every other rank its heads of s, which is home with

@@ -68,9 +68,15 @@ func vecBytes(v *LayerVecs) int64 {
 
 // SpecRecordBytes returns the bytes a State records for a speculative pass
 // of rows rows (BeginSpeculation), besides its copy of the KDA state.
-func SpecRecordBytes(c *Config, rows int) int64 {
+func SpecRecordBytes(c *Config, rows int) int64 { return specRecordBytes(c, c.KDAHeads, rows) }
+
+// specRecordBytes is what a specRecord over nh heads holds for rows rows
+// besides its copy of them: every KDA layer's rows of 4W + nh recurrence
+// inputs (W = nh·D), and the replay's outputs (W).
+func specRecordBytes(c *Config, nh, rows int) int64 {
 	nKDA := int64(c.Layers - c.NumMLA())
-	return nKDA*int64(rows)*int64(4*c.KDAWidth()+c.KDAHeads)*4 + int64(c.KDAWidth())*4
+	W := int64(nh * c.KDAHeadDim)
+	return 4 * (nKDA*int64(rows)*(4*W+int64(nh)) + W)
 }
 
 // ScratchBytes returns the bytes NewScratch allocates for passes of rows
